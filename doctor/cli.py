@@ -1,0 +1,341 @@
+"""The ``dl-doctor`` command line.
+
+``dl-doctor`` alone is ``dl-doctor run``.  Exit codes: 0 nothing at or above
+``--fail-on``; 1 findings at or above it; 2 usage error or dl-doctor itself could
+not run (always a one-line message, never a traceback; set ``DL_DOCTOR_DEBUG=1``
+to see one).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import sys
+import time
+import traceback
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import click
+
+from doctor import __version__
+from doctor.engine import (DEFAULT_TIMEOUT, build_report, collect, evaluate, exit_code, utc_now)
+from doctor.host import Host
+from doctor.model import FACTS_SCHEMA_VERSION, Explanation
+from doctor.redact import redact as redact_document
+from doctor.registry import Registry, load_registry
+
+
+class UsageProblem(click.ClickException):
+    """Bad input: a one-line message and exit code 2."""
+
+    exit_code = 2
+
+
+# -- command group that defaults to `run` -------------------------------------
+
+class DefaultRunGroup(click.Group):
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
+            args = ["run"] + list(args)
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DefaultRunGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="dl-doctor", message="%(prog)s %(version)s")
+def cli() -> None:
+    """Can this machine train? Checks the driver, GPUs, CUDA, Python environments,
+    storage and networking of a deep-learning machine and says what to fix.
+
+    Without a command, runs `dl-doctor run`.
+    """
+
+
+def _split(values: Sequence[str]) -> List[str]:
+    out: List[str] = []
+    for value in values:
+        out.extend(v.strip() for v in value.split(",") if v.strip())
+    return out
+
+
+def report_options(func):
+    """Options shared by `run` and `check`."""
+    opts = [
+        click.option("--json", "json_path", metavar="PATH", help="Write the JSON report here ('-' = alone on stdout)."),
+        click.option("--html", "html_path", metavar="PATH", help="Write the HTML report here."),
+        click.option("--output-dir", default="dl-doctor-reports", show_default=True, metavar="DIR",
+                     help="Where reports without an explicit path go."),
+        click.option("--fail-on", type=click.Choice(["fail", "warn", "never"]), default="fail", show_default=True,
+                     help="Exit 1 when a finding is at or above this level (error counts as fail)."),
+        click.option("--only", multiple=True, metavar="ID|SLUG|TAG", help="Run only these checks (repeatable, comma-separated)."),
+        click.option("--skip", "skip_", multiple=True, metavar="ID|SLUG|TAG", help="Do not run these checks."),
+        click.option("--redact", is_flag=True, help="Also mask host names, IP/MAC addresses, user names and home paths."),
+        click.option("-q", "--quiet", is_flag=True, help="Print only problems and the summary line."),
+        click.option("--no-color", is_flag=True, help="No colour (also when NO_COLOR is set or output is not a TTY)."),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def collect_options(func):
+    opts = [
+        click.option("--sysroot", type=click.Path(exists=True, file_okay=False, resolve_path=False), metavar="DIR",
+                     help="Inspect a mounted image or a captured tree instead of the live host."),
+        click.option("--timeout", type=click.FloatRange(0.1, 600.0), default=DEFAULT_TIMEOUT, show_default=True,
+                     metavar="SECONDS", help="Time limit of each probe."),
+        click.option("--python", "pythons", multiple=True, metavar="PATH", help="Another interpreter to inspect (repeatable)."),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+# -- shared plumbing ----------------------------------------------------------
+
+def _registry() -> Registry:
+    return load_registry()
+
+
+def _select(registry: Registry, only: Sequence[str], skip: Sequence[str]):
+    only_l, skip_l = _split(only), _split(skip)
+    unknown = registry.unknown_selectors(only_l + skip_l)
+    if unknown:
+        hint = registry.closest_checks(unknown[0])
+        raise UsageProblem(f"unknown check or tag '{unknown[0]}'" + (f" (did you mean {', '.join(hint)}?)" if hint else "")
+                           + "; see 'dl-doctor list'")
+    return registry.select(only_l, skip_l)
+
+
+def _collect(registry: Registry, sysroot: Optional[str], timeout: float, pythons: Sequence[str]) -> Dict[str, Any]:
+    try:
+        host = Host(sysroot=sysroot, command_timeout=timeout)
+    except NotADirectoryError as exc:
+        raise UsageProblem(str(exc))
+    return collect(registry.probes, host, {"timeout": timeout, "python": list(pythons)}, timeout=timeout)
+
+
+def _safe_name(text: Optional[str]) -> str:
+    if not text or "[" in text:
+        return "redacted" if text else "unknown-host"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:80]
+
+
+def _use_color(no_color: bool, stream=None) -> bool:
+    stream = stream or sys.stdout
+    if no_color or os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, started: _dt.datetime, t0: float,
+                 json_path: Optional[str], html_path: Optional[str], output_dir: str, fail_on: str,
+                 only: Sequence[str], skip_: Sequence[str], redact_more: bool, quiet: bool, no_color: bool,
+                 extra_options: Optional[Dict[str, Any]] = None) -> int:
+    from reports import html as html_report
+    from reports import terminal, to_json, write_atomic
+
+    checks = _select(registry, only, skip_)
+    findings = evaluate(snapshot, checks)
+    options = {"fail_on": fail_on, "only": _split(only), "skip": _split(skip_), "redact": redact_more}
+    options.update(extra_options or {})
+    report = build_report(snapshot, findings, mode=mode, started_at=started, duration_s=time.monotonic() - t0,
+                          options=options, load_errors=registry.load_errors)
+    report = redact_document(report, extended=redact_more, snapshot=dict(snapshot))
+
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    base = os.path.join(output_dir, f"dl-doctor-{_safe_name(report['host'].get('hostname'))}-{stamp}")
+    json_text = to_json(report)
+    written: List[str] = []
+    problems: List[str] = []
+    targets: List[Tuple[str, str]] = []
+    if json_path != "-":
+        targets.append((json_path or base + ".json", json_text))
+    targets.append((html_path or base + ".html", html_report.render(report)))
+    for path, text in targets:
+        try:
+            write_atomic(path, text)
+            written.append(path)
+        except OSError as exc:
+            problems.append(f"cannot write {path}: {exc.strerror or exc}")
+
+    if json_path == "-":
+        sys.stdout.write(json_text)
+        sys.stdout.flush()
+        if not quiet:
+            for path in written:
+                click.echo(f"Report: {path}", err=True)
+    else:
+        click.echo(terminal.render(report, color=_use_color(no_color), quiet=quiet, paths=[] if quiet else written),
+                   nl=False)
+    for problem in problems:
+        click.echo(f"dl-doctor: error: {problem}", err=True)
+    if problems:
+        return 2
+    return exit_code(findings, fail_on)
+
+
+# -- commands -------------------------------------------------------------------
+
+@cli.command("run")
+@collect_options
+@report_options
+def run_cmd(sysroot, timeout, pythons, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet,
+            no_color) -> int:
+    """Collect facts from this host (or --sysroot), run every check and write the reports."""
+    started, t0 = utc_now(), time.monotonic()
+    registry = _registry()
+    _select(registry, only, skip_)  # reject bad selectors before spending time on probes
+    snapshot = _collect(registry, sysroot, timeout, pythons)
+    return _emit_report(snapshot, registry, mode=snapshot["mode"], started=started, t0=t0, json_path=json_path,
+                        html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
+                        redact_more=redact, quiet=quiet, no_color=no_color,
+                        extra_options={"timeout": timeout, "python": list(pythons)})
+
+
+@cli.command("collect")
+@collect_options
+@click.option("-o", "--output", required=True, metavar="FACTS.json", help="Where to write the facts ('-' = stdout).")
+@click.option("--redact", is_flag=True, help="Also mask host names, IP/MAC addresses, user names and home paths.")
+def collect_cmd(sysroot, timeout, pythons, output, redact) -> int:
+    """Collect facts only, for `dl-doctor check` later or elsewhere."""
+    from reports import to_json, write_atomic
+
+    registry = _registry()
+    snapshot = _collect(registry, sysroot, timeout, pythons)
+    text = to_json(redact_document(snapshot, extended=redact))
+    if output == "-":
+        sys.stdout.write(text)
+    else:
+        try:
+            write_atomic(output, text)
+        except OSError as exc:
+            raise UsageProblem(f"cannot write {output}: {exc.strerror or exc}")
+        click.echo(f"Facts: {output} ({len(snapshot['facts'])} probes, {len(snapshot['probe_errors'])} errors)",
+                   err=True)
+    return 0
+
+
+def load_snapshot(path: str) -> Dict[str, Any]:
+    """Read a facts snapshot, or the facts inside a JSON report, for `check`."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise UsageProblem(f"cannot read {path}: no such file")
+    except IsADirectoryError:
+        raise UsageProblem(f"cannot read {path}: it is a directory")
+    except OSError as exc:
+        raise UsageProblem(f"cannot read {path}: {exc.strerror or exc}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageProblem(f"{path} is not a JSON file: {exc}")
+    if not isinstance(data, dict):
+        raise UsageProblem(f"{path} is not a dl-doctor facts file or report")
+    version = str(data.get("schema_version", ""))
+    if data.get("kind") == "dl-doctor-facts":
+        snapshot = data
+    elif "findings" in data and isinstance(data.get("facts"), dict):
+        run = data.get("run") or {}
+        snapshot = {
+            "schema_version": version, "kind": "dl-doctor-facts", "tool": data.get("tool", {}),
+            "collected_at": run.get("facts_collected_at") or run.get("started_at"),
+            "mode": run.get("facts_mode") or ("sysroot" if run.get("mode") == "sysroot" else "live"),
+            "sysroot": run.get("sysroot"), "facts": data["facts"],
+            "probe_errors": data.get("probe_errors", []), "unavailable": data.get("unavailable", {}),
+            "privilege": data.get("privilege", {}),
+        }
+    else:
+        raise UsageProblem(f"{path} is not a dl-doctor facts file or report (no 'kind' or 'facts')")
+    if version.split(".")[0] != FACTS_SCHEMA_VERSION:
+        raise UsageProblem(f"{path} has schema_version {version!r}; this dl-doctor reads version "
+                           f"{FACTS_SCHEMA_VERSION}")
+    if not isinstance(snapshot.get("facts"), dict):
+        raise UsageProblem(f"{path} has no 'facts' object")
+    return snapshot
+
+
+@cli.command("check")
+@click.argument("facts_file", metavar="FACTS.json")
+@report_options
+def check_cmd(facts_file, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet, no_color) -> int:
+    """Run today's checks on facts collected earlier (a facts file or a JSON report)."""
+    started, t0 = utc_now(), time.monotonic()
+    registry = _registry()
+    snapshot = load_snapshot(facts_file)
+    return _emit_report(snapshot, registry, mode="facts", started=started, t0=t0, json_path=json_path,
+                        html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
+                        redact_more=redact, quiet=quiet, no_color=no_color, extra_options={"facts_file": facts_file})
+
+
+@cli.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_cmd(as_json) -> int:
+    """List every registered check: ID, slug, title, tags."""
+    registry = _registry()
+    checks = sorted(registry.checks, key=lambda s: s.id)
+    if as_json:
+        click.echo(json.dumps([{"id": s.id, "slug": s.slug, "title": s.title, "tags": list(s.tags),
+                                "requires": list(s.requires), "module": s.module} for s in checks], indent=2))
+        return 0
+    for s in checks:
+        click.echo(f"{s.id:<13} {s.slug:<28} {s.title}  [{', '.join(s.tags)}]")
+    for err in registry.load_errors:
+        click.echo(f"dl-doctor: warning: {err}", err=True)
+    return 0
+
+
+@cli.command("explain")
+@click.argument("key", metavar="ID|SLUG")
+def explain_cmd(key) -> int:
+    """Explain a check: what it checks, why it matters, how to fix it."""
+    registry = _registry()
+    spec = registry.find_check(key)
+    if spec is None:
+        hint = registry.closest_checks(key)
+        raise UsageProblem(f"unknown check '{key}'" + (f" (did you mean {', '.join(hint)}?)" if hint else "")
+                           + "; see 'dl-doctor list'")
+    click.echo(f"{spec.id} ({spec.slug}): {spec.title}")
+    click.echo(f"tags: {', '.join(spec.tags)}" + (f"; needs facts: {', '.join(spec.requires)}" if spec.requires else ""))
+    import textwrap
+
+    for attr, heading in Explanation.SECTIONS:
+        click.echo("")
+        click.echo(heading)
+        click.echo(textwrap.fill(getattr(spec.explanation, attr), width=88, initial_indent="  ",
+                                 subsequent_indent="  "))
+    return 0
+
+
+# -- entry point ----------------------------------------------------------------
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    debug = bool(os.environ.get("DL_DOCTOR_DEBUG"))
+    try:
+        code = cli.main(args=list(argv) if argv is not None else None, prog_name="dl-doctor", standalone_mode=False)
+    except click.exceptions.Exit as exc:  # pragma: no cover - click returns it in non-standalone mode
+        code = exc.exit_code
+    except click.ClickException as exc:
+        message = " ".join(exc.format_message().split())
+        if isinstance(exc, click.UsageError) and exc.ctx is not None and not isinstance(exc, UsageProblem):
+            message += f" (see '{exc.ctx.command_path} --help')"
+        click.echo(f"dl-doctor: error: {message}", err=True)
+        code = 2
+    except click.exceptions.Abort:
+        click.echo("dl-doctor: interrupted", err=True)
+        code = 130
+    except KeyboardInterrupt:
+        click.echo("dl-doctor: interrupted", err=True)
+        code = 130
+    except BrokenPipeError:
+        code = 0
+    except Exception as exc:  # noqa: BLE001 - never a traceback for users
+        if debug:
+            traceback.print_exc()
+        click.echo(f"dl-doctor: error: dl-doctor could not run: {type(exc).__name__}: {exc} "
+                   f"(set DL_DOCTOR_DEBUG=1 for details)", err=True)
+        code = 2
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,259 @@
+"""Run probes (concurrently, each under a timeout) and checks (pure) and build the report."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import inspect
+import json
+import os
+import threading
+import time
+import traceback
+from types import MappingProxyType
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from doctor import __version__
+from doctor.host import Host
+from doctor.model import (DISPLAY_ORDER, FACTS_SCHEMA_VERSION, REPORT_SCHEMA_VERSION, CheckSpec, Facts,
+                          Finding, Result, Status, iter_statuses)
+from doctor.probes import ProbeContext, ProbeSpec, Unavailable
+
+DEFAULT_TIMEOUT = 5.0
+
+
+def utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def iso(ts: _dt.datetime) -> str:
+    return ts.astimezone(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _effective_uid() -> Optional[int]:
+    return os.geteuid() if hasattr(os, "geteuid") else None
+
+
+class _ProbeRun:
+    def __init__(self, spec: ProbeSpec, ctx: ProbeContext):
+        self.spec = spec
+        self.ctx = ctx
+        self.value: Any = None
+        self.exc: Optional[BaseException] = None
+        self.trace: str = ""
+        self.duration: Optional[float] = None
+        self.done = threading.Event()
+        # Daemon threads: a probe stuck in a syscall (a wedged GPU in NVML) must
+        # not keep dl-doctor from exiting after it has written its report.
+        self.thread = threading.Thread(target=self._run, name=f"probe-{spec.name}", daemon=True)
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        try:
+            self.value = self.spec.func(self.ctx)
+        except BaseException as exc:  # noqa: BLE001 - a probe failure is data
+            self.exc = exc
+            self.trace = _where(exc)
+        finally:
+            self.duration = time.monotonic() - start
+            self.done.set()
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f"{os.path.basename(last.filename)}:{last.lineno} in {last.name}"
+
+
+def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[str, Any]] = None,
+            timeout: float = DEFAULT_TIMEOUT) -> Dict[str, Any]:
+    """Run every probe concurrently and return a facts snapshot (a plain dict)."""
+    options = MappingProxyType(dict(options or {}))
+    started = utc_now()
+    t0 = time.monotonic()
+    runs = [_ProbeRun(spec, ProbeContext(host=host, options=options)) for spec in probes]
+    for run in runs:
+        run.thread.start()
+    deadline = t0 + timeout
+    for run in runs:
+        run.done.wait(max(0.0, deadline - time.monotonic()))
+
+    facts: Dict[str, Any] = {}
+    status: Dict[str, Dict[str, Any]] = {}
+    errors: List[Dict[str, Any]] = []
+    unavailable: Dict[str, str] = {}
+    limited: List[Dict[str, str]] = []
+    for run in runs:
+        name = run.spec.name
+        if not run.done.is_set():
+            elapsed = round(time.monotonic() - t0, 3)
+            errors.append({"probe": name, "kind": "timeout",
+                           "error": f"timed out after {timeout:g}s (still running; its facts are missing)",
+                           "duration_s": elapsed})
+            status[name] = {"status": "timeout", "duration_s": elapsed}
+            continue
+        duration = round(run.duration or 0.0, 3)
+        for what in run.ctx.denials:
+            limited.append({"probe": name, "would_add": what})
+        exc = run.exc
+        if exc is None:
+            try:
+                value = json.loads(json.dumps(run.value, default=_not_serialisable))
+            except (TypeError, ValueError) as err:
+                errors.append({"probe": name, "kind": "exception", "duration_s": duration,
+                               "error": f"returned facts that are not JSON-serialisable: {err}"})
+                status[name] = {"status": "error", "duration_s": duration}
+                continue
+            if not isinstance(value, dict):
+                errors.append({"probe": name, "kind": "exception", "duration_s": duration,
+                               "error": f"returned {type(run.value).__name__}, not a dictionary of facts"})
+                status[name] = {"status": "error", "duration_s": duration}
+                continue
+            facts[name] = value
+            status[name] = {"status": "denied" if run.ctx.denials else "ok", "duration_s": duration}
+        elif isinstance(exc, Unavailable):
+            unavailable[name] = str(exc)
+            status[name] = {"status": "unavailable", "duration_s": duration}
+        elif isinstance(exc, PermissionError):
+            errors.append({"probe": name, "kind": "permission", "duration_s": duration,
+                           "error": f"permission denied: {exc}"})
+            limited.append({"probe": name, "would_add": run.spec.root_adds or run.spec.description})
+            status[name] = {"status": "denied", "duration_s": duration}
+        else:
+            text = f"{type(exc).__name__}: {exc}"
+            if run.trace:
+                text += f" ({run.trace})"
+            errors.append({"probe": name, "kind": "exception", "error": text, "duration_s": duration})
+            status[name] = {"status": "error", "duration_s": duration}
+
+    euid = _effective_uid()
+    return {
+        "schema_version": FACTS_SCHEMA_VERSION,
+        "kind": "dl-doctor-facts",
+        "tool": {"name": "dl-doctor", "version": __version__},
+        "collected_at": iso(started),
+        "duration_s": round(time.monotonic() - t0, 3),
+        "mode": host.mode,
+        "sysroot": host.sysroot,
+        "timeout_s": timeout,
+        "facts": facts,
+        "probes": status,
+        "probe_errors": errors,
+        "unavailable": unavailable,
+        "privilege": {"euid": euid, "is_root": euid == 0, "limited": limited},
+        "commands": [vars(rec) for rec in list(host.commands)],
+    }
+
+
+def _not_serialisable(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset, tuple)):
+        return sorted(obj) if isinstance(obj, (set, frozenset)) else list(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON-serialisable")
+
+
+def _call(spec: CheckSpec, facts: Facts, matrix: Any) -> Result:
+    available = {"facts": facts, "matrix": matrix}
+    try:
+        params = inspect.signature(spec.func).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        kwargs = available
+    else:
+        kwargs = {k: v for k, v in available.items() if k in params}
+    return spec.func(**kwargs)
+
+
+def run_check(spec: CheckSpec, facts: Facts, matrix: Any = None) -> Finding:
+    def finding(status: Status, message: str, evidence=None, fix=None) -> Finding:
+        return Finding(spec.id, spec.slug, spec.title, status, message, dict(evidence or {}), fix, spec.tags)
+
+    missing = [path for path in spec.requires if not facts.has(path)]
+    if missing:
+        reasons = "; ".join(facts.why_missing(p) for p in missing)
+        return finding(Status.SKIP, f"not checked: {reasons}", {"missing_facts": missing})
+    for precondition in spec.applies:
+        try:
+            reason = precondition(facts)
+        except Exception as exc:  # noqa: BLE001
+            return finding(Status.ERROR, f"precondition raised {type(exc).__name__}: {exc}",
+                           {"exception": f"{type(exc).__name__}: {exc}", "where": _where(exc)})
+        if reason:
+            return finding(Status.SKIP, reason)
+    try:
+        result = _call(spec, facts, matrix)
+    except Exception as exc:  # noqa: BLE001 - a crashing check is an error finding
+        return finding(Status.ERROR, f"the check raised {type(exc).__name__}: {exc}",
+                       {"exception": f"{type(exc).__name__}: {exc}", "where": _where(exc)})
+    if not isinstance(result, Result) or not isinstance(result.status, Status):
+        return finding(Status.ERROR, f"the check returned {type(result).__name__}, not a Result")
+    try:
+        evidence = json.loads(json.dumps(result.evidence))
+    except (TypeError, ValueError) as exc:
+        return finding(Status.ERROR, f"the check returned evidence that is not JSON-serialisable: {exc}")
+    return finding(result.status, result.message, evidence, result.fix)
+
+
+def sort_findings(findings: Iterable[Finding]) -> List[Finding]:
+    return sorted(findings, key=lambda f: (DISPLAY_ORDER[f.status], f.id))
+
+
+def evaluate(snapshot: Mapping[str, Any], checks: Sequence[CheckSpec], matrix: Any = None) -> List[Finding]:
+    facts = Facts(snapshot)
+    return sort_findings(run_check(spec, facts, matrix) for spec in checks)
+
+
+def summarize(findings: Iterable[Finding]) -> Dict[str, int]:
+    counts = {s.value: 0 for s in iter_statuses()}
+    for f in findings:
+        counts[f.status.value] += 1
+    return counts
+
+
+def host_summary(snapshot: Mapping[str, Any]) -> Dict[str, Any]:
+    facts = Facts(snapshot)
+    return {
+        "hostname": facts.get("system.hostname"),
+        "os": facts.get("os.pretty_name"),
+        "kernel": facts.get("kernel.release"),
+        "arch": facts.get("kernel.arch"),
+        "container": facts.get("system.container.kind"),
+        "nvidia_gpus": facts.get("gpu_pci.gpu_count"),
+        "driver": facts.get("nvidia_driver.kernel_module.version"),
+    }
+
+
+def build_report(snapshot: Mapping[str, Any], findings: Sequence[Finding], *, mode: str,
+                 started_at: _dt.datetime, duration_s: float, options: Optional[Mapping[str, Any]] = None,
+                 load_errors: Sequence[str] = ()) -> Dict[str, Any]:
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "tool": {"name": "dl-doctor", "version": __version__},
+        "run": {
+            "started_at": iso(started_at),
+            "duration_s": round(duration_s, 3),
+            "mode": mode,
+            "sysroot": snapshot.get("sysroot"),
+            "facts_collected_at": snapshot.get("collected_at"),
+            "facts_mode": snapshot.get("mode"),
+            "options": dict(options or {}),
+            "load_errors": list(load_errors),
+        },
+        "host": host_summary(snapshot),
+        "summary": summarize(findings),
+        "findings": [f.to_dict() for f in findings],
+        "facts": snapshot.get("facts", {}),
+        "probe_errors": list(snapshot.get("probe_errors", [])),
+        "unavailable": dict(snapshot.get("unavailable", {})),
+        "privilege": snapshot.get("privilege", {}),
+    }
+
+
+def exit_code(findings: Iterable[Finding], fail_on: str) -> int:
+    from doctor.model import FAIL_ON_LEVEL, SEVERITY
+
+    level = FAIL_ON_LEVEL[fail_on]
+    if level is None:
+        return 0
+    return 1 if any(SEVERITY[f.status] >= level for f in findings) else 0

@@ -1,0 +1,234 @@
+"""The data model: check specs, results, findings, facts.
+
+A *check* is a pure function of the facts (and, when it asks for it, the
+compatibility matrix).  It returns a :class:`Result`; the engine turns that into
+a :class:`Finding` by adding the check's ID, title and tags.  Statuses are a
+fixed vocabulary, and ``pass`` is explicit so a report shows what was verified.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+FACTS_SCHEMA_VERSION = "1"
+REPORT_SCHEMA_VERSION = "1"
+
+ID_RE = re.compile(r"^[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+$")
+SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+TAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"
+
+    def __str__(self) -> str:  # pragma: no cover - convenience
+        return self.value
+
+
+# Order used to sort findings (worst first) and to apply --fail-on.
+# ``error`` means dl-doctor could not evaluate a check; it counts as a failure
+# for exit codes, because "could not verify" must not pass an image bake.
+SEVERITY = {Status.PASS: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 2}
+DISPLAY_ORDER = {Status.ERROR: 0, Status.FAIL: 1, Status.WARN: 2, Status.SKIP: 3, Status.PASS: 4}
+FAIL_ON_LEVEL = {"warn": 1, "fail": 2, "never": None}
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What a person should do: one sentence and commands they can paste."""
+
+    summary: str
+    commands: Tuple[str, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"summary": self.summary, "commands": list(self.commands)}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The fixed sections ``dl-doctor explain`` prints."""
+
+    what: str
+    why: str
+    fix: str
+
+    SECTIONS = (("what", "What it checks"), ("why", "Why it matters"), ("fix", "How to fix"))
+
+    def to_dict(self) -> Dict[str, str]:
+        return {"what": self.what, "why": self.why, "fix": self.fix}
+
+
+@dataclass
+class Result:
+    """What a check function returns."""
+
+    status: Status
+    message: str
+    evidence: Dict[str, Any] = field(default_factory=dict)
+    fix: Optional[Fix] = None
+
+
+def passed(message: str, **evidence: Any) -> Result:
+    return Result(Status.PASS, message, evidence)
+
+
+def warn(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None) -> Result:
+    return Result(Status.WARN, message, dict(evidence or {}), fix)
+
+
+def fail(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None) -> Result:
+    return Result(Status.FAIL, message, dict(evidence or {}), fix)
+
+
+def skip(message: str, **evidence: Any) -> Result:
+    return Result(Status.SKIP, message, evidence)
+
+
+@dataclass
+class Finding:
+    id: str
+    slug: str
+    title: str
+    status: Status
+    message: str
+    evidence: Dict[str, Any]
+    fix: Optional[Fix]
+    tags: Tuple[str, ...]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "id": self.id,
+            "slug": self.slug,
+            "title": self.title,
+            "status": self.status.value,
+            "message": self.message,
+            "evidence": self.evidence,
+            "fix": self.fix.to_dict() if self.fix else None,
+            "tags": list(self.tags),
+        }
+
+
+# A precondition returns None when the check applies, or the reason it does not.
+Precondition = Callable[["Facts"], Optional[str]]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    id: str
+    slug: str
+    title: str
+    tags: Tuple[str, ...]
+    requires: Tuple[str, ...]
+    explanation: Explanation
+    func: Callable[..., Result]
+    applies: Tuple[Precondition, ...] = ()
+    module: str = ""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Result:
+        return self.func(*args, **kwargs)
+
+    def validate(self) -> List[str]:
+        """Problems with this spec's metadata (empty when well-formed)."""
+        problems = []
+        if not ID_RE.match(self.id):
+            problems.append(f"ID {self.id!r} is not of the form AREA-NNN (e.g. DLD-GPU-001)")
+        if not SLUG_RE.match(self.slug):
+            problems.append(f"slug {self.slug!r} must be lower-case words joined by '-'")
+        if not self.title.strip():
+            problems.append("title is empty")
+        if not self.tags:
+            problems.append("no tags")
+        for tag in self.tags:
+            if not TAG_RE.match(tag):
+                problems.append(f"tag {tag!r} is not a lower-case word")
+        for key, _ in Explanation.SECTIONS:
+            if len(getattr(self.explanation, key).strip()) < 20:
+                problems.append(f"explanation section {key!r} is missing or too short")
+        return problems
+
+    def matches(self, selector: str) -> bool:
+        """``--only``/``--skip`` match by ID, slug or tag (case-insensitive)."""
+        s = selector.strip().lower()
+        return s in (self.id.lower(), self.slug) or s in self.tags
+
+
+def check(*, id: str, slug: str, title: str, tags: Sequence[str], what: str, why: str, fix: str,
+          requires: Sequence[str] = (), applies: Sequence[Precondition] = ()) -> Callable[[Callable[..., Result]], CheckSpec]:
+    """Declare a check.  The decorated function becomes a :class:`CheckSpec`.
+
+    The function may take any of the keyword arguments ``facts`` and ``matrix``;
+    the engine passes only those it names, so new arguments break nobody.
+    """
+
+    def wrap(func: Callable[..., Result]) -> CheckSpec:
+        return CheckSpec(
+            id=id, slug=slug, title=title, tags=tuple(tags), requires=tuple(requires),
+            explanation=Explanation(_dedent(what), _dedent(why), _dedent(fix)), func=func,
+            applies=tuple(applies), module=getattr(func, "__module__", ""),
+        )
+
+    return wrap
+
+
+def _dedent(text: str) -> str:
+    return " ".join(text.split())
+
+
+_MISSING = object()
+
+
+class Facts:
+    """Read-only access to a facts snapshot by dotted path (``"mounts.shm.size_bytes"``)."""
+
+    def __init__(self, snapshot: Mapping[str, Any]):
+        self.snapshot = snapshot
+        self.data: Mapping[str, Any] = snapshot.get("facts", {}) or {}
+
+    @property
+    def mode(self) -> str:
+        return self.snapshot.get("mode", "live")
+
+    @property
+    def live(self) -> bool:
+        return self.mode == "live"
+
+    def get(self, path: str, default: Any = None) -> Any:
+        value = self._lookup(path)
+        return default if value is _MISSING or value is None else value
+
+    def has(self, path: str) -> bool:
+        value = self._lookup(path)
+        return value is not _MISSING and value is not None
+
+    def _lookup(self, path: str) -> Any:
+        node: Any = self.data
+        for part in path.split("."):
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            else:
+                return _MISSING
+        return node
+
+    def why_missing(self, path: str) -> str:
+        """A human reason for a missing fact, from the probe that owns it."""
+        probe = path.split(".", 1)[0]
+        for err in self.snapshot.get("probe_errors", []) or []:
+            if err.get("probe") == probe:
+                return f"probe '{probe}' failed: {err.get('error')}"
+        unavailable = (self.snapshot.get("unavailable") or {}).get(probe)
+        if unavailable:
+            return f"'{probe}' facts are not available: {unavailable}"
+        if probe not in self.data:
+            return f"'{probe}' facts were not collected"
+        return f"fact '{path}' is not known"
+
+
+def iter_statuses() -> Iterable[Status]:
+    return (Status.PASS, Status.WARN, Status.FAIL, Status.SKIP, Status.ERROR)

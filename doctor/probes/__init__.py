@@ -1,0 +1,54 @@
+"""Probes: collect facts, never judge.
+
+A probe is a function of a :class:`ProbeContext` that returns a JSON-serialisable
+dictionary, stored in the snapshot under the probe's name.  A probe reads the
+host only through ``ctx.host``.  It may
+
+* raise :class:`Unavailable` when its facts cannot be known here (an unbooted
+  image has an empty ``/proc``): the facts are *unknown*, not broken;
+* raise ``PermissionError`` (or call ``ctx.denied``) when privilege is missing:
+  the report then says what running as root would add;
+* raise anything else or hang: the engine records it in ``probe_errors`` and the
+  rest of the run goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from doctor.host import Host
+
+
+class Unavailable(Exception):
+    """The probe's facts cannot be known on this host (not an error)."""
+
+
+@dataclass
+class ProbeContext:
+    host: Host
+    options: Mapping[str, Any] = field(default_factory=dict)
+    denials: List[str] = field(default_factory=list)
+
+    def denied(self, what_root_would_add: str) -> None:
+        """Record that part of the facts needs more privilege."""
+        self.denials.append(what_root_would_add)
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    name: str
+    func: Callable[[ProbeContext], Dict[str, Any]]
+    description: str
+    root_adds: Optional[str] = None
+    module: str = ""
+
+
+def probe(name: str, description: str, root_adds: Optional[str] = None):
+    """Declare a probe whose facts are stored under ``name``."""
+
+    def wrap(func: Callable[[ProbeContext], Dict[str, Any]]) -> ProbeSpec:
+        return ProbeSpec(name=name, func=func, description=description, root_adds=root_adds,
+                         module=getattr(func, "__module__", ""))
+
+    return wrap

@@ -1,0 +1,147 @@
+"""NVIDIA GPUs on the PCI bus and the NVIDIA kernel module (file sources only)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Dict, List, Optional
+
+from doctor.probes import ProbeContext, Unavailable, probe
+
+NVIDIA_VENDOR = "10de"
+
+# PCI class codes (base class + subclass) of NVIDIA functions.
+PCI_KINDS = {"0300": "gpu", "0302": "gpu", "0680": "nvswitch", "0403": "audio", "0c03": "usb", "0c80": "serial-bus"}
+
+_NVRM = re.compile(
+    r"NVRM version:\s+NVIDIA UNIX\s+(?P<open>Open\s+)?(?:(?P<arch1>\S+)\s+)?Kernel Module"
+    r"(?:\s+for\s+(?P<arch2>\S+))?\s+(?P<version>\d+\.\d+(?:\.\d+)?)\s*(?P<rest>.*)$")
+_GCC = re.compile(r"^GCC version:\s+(?P<gcc>.+?)\s*$")
+
+
+def parse_proc_version(text: str) -> Dict[str, Any]:
+    """Parse ``/proc/driver/nvidia/version``.
+
+    Proprietary: ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 ...``
+    Open:        ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.14  Release Build ...``
+    Returns ``{}`` when the text has no NVRM line.
+    """
+    out: Dict[str, Any] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        m = _NVRM.match(line)
+        if m:
+            out["version"] = m.group("version")
+            out["flavor"] = "open" if m.group("open") else "proprietary"
+            out["arch"] = m.group("arch2") or m.group("arch1")
+            out["build"] = m.group("rest").strip() or None
+            continue
+        g = _GCC.match(line)
+        if g:
+            out["gcc"] = g.group("gcc")
+    return out
+
+
+def parse_proc_modules(text: str) -> List[str]:
+    """Module names from ``/proc/modules`` (first field of each line)."""
+    return [line.split()[0] for line in text.splitlines() if line.strip()]
+
+
+def parse_gpu_information(text: str) -> Dict[str, str]:
+    """``/proc/driver/nvidia/gpus/<bdf>/information``: ``Model:  Tesla T4`` lines."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            out[key.strip().lower().replace(" ", "_")] = value.strip()
+    return out
+
+
+def _hex(text: Optional[str]) -> Optional[str]:
+    if not text:
+        return None
+    value = text.strip().lower()
+    return value[2:] if value.startswith("0x") else value
+
+
+@probe("gpu_pci", "NVIDIA devices on the PCI bus (/sys/bus/pci)")
+def gpu_pci_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    base = "/sys/bus/pci/devices"
+    if not host.is_dir(base):
+        raise Unavailable("no /sys/bus/pci/devices (an image that has not booted has an empty /sys)")
+    devices: List[Dict[str, Any]] = []
+    for bdf in host.listdir(base):
+        vendor = _hex(host.try_read(f"{base}/{bdf}/vendor", 64))
+        if vendor != NVIDIA_VENDOR:
+            continue
+        pci_class = _hex(host.try_read(f"{base}/{bdf}/class", 64)) or ""
+        driver_link = host.readlink(f"{base}/{bdf}/driver")
+        devices.append({
+            "bdf": bdf,
+            "vendor_id": vendor,
+            "device_id": _hex(host.try_read(f"{base}/{bdf}/device", 64)),
+            "subsystem_device_id": _hex(host.try_read(f"{base}/{bdf}/subsystem_device", 64)),
+            "class": pci_class,
+            "kind": PCI_KINDS.get(pci_class[:4], "other"),
+            "driver": os.path.basename(driver_link.rstrip("/")) if driver_link else None,
+        })
+    gpus = [d for d in devices if d["kind"] == "gpu"]
+    return {"devices": devices, "gpu_count": len(gpus),
+            "nvswitch_count": sum(1 for d in devices if d["kind"] == "nvswitch")}
+
+
+@probe("nvidia_driver", "the NVIDIA kernel module: loaded, version, flavour (/proc/driver/nvidia, /proc/modules)",
+       root_adds="access to /dev/nvidiactl, which NVML needs for GPU health (ECC, clocks, retired pages)")
+def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    version_text = host.try_read("/proc/driver/nvidia/version", 65536)
+    parsed = parse_proc_version(version_text) if version_text else {}
+    modules_text = host.try_read("/proc/modules")
+    modules = parse_proc_modules(modules_text) if modules_text is not None else None
+    sys_version = host.try_read("/sys/module/nvidia/version", 256)
+    sys_module_dir = host.is_dir("/sys/module")
+
+    if version_text is not None or (modules is not None and "nvidia" in modules) or host.is_dir("/sys/module/nvidia"):
+        loaded: Optional[bool] = True
+        loaded_source = ("/proc/driver/nvidia/version" if version_text is not None else
+                         "/proc/modules" if modules is not None and "nvidia" in modules else "/sys/module/nvidia")
+    elif modules is not None:
+        loaded, loaded_source = False, "/proc/modules"
+    elif sys_module_dir:
+        loaded, loaded_source = False, "/sys/module"
+    else:
+        loaded, loaded_source = None, None
+
+    if loaded is None and not host.live and not host.is_dir("/proc") and not host.is_dir("/sys"):
+        raise Unavailable("the sysroot has no /proc or /sys (an image that has not booted)")
+
+    gpus = []
+    for bdf in host.listdir("/proc/driver/nvidia/gpus"):
+        info = host.try_read(f"/proc/driver/nvidia/gpus/{bdf}/information", 65536)
+        gpus.append({"bdf": bdf, **(parse_gpu_information(info) if info else {})})
+
+    related = None
+    if modules is not None:
+        related = sorted(m for m in modules if m.startswith("nvidia") or m == "nouveau")
+
+    device_access = None
+    if host.live and loaded and host.exists("/dev/nvidiactl"):
+        device_access = host.access("/dev/nvidiactl", os.R_OK | os.W_OK)
+        if not device_access:
+            ctx.denied("NVML facts (GPU health, ECC errors, clocks, processes): /dev/nvidiactl is not "
+                       "readable and writable by this user; run as root or join the group that owns it")
+
+    return {
+        "kernel_module": {
+            "loaded": loaded,
+            "loaded_source": loaded_source,
+            "version": parsed.get("version") or (sys_version.strip() if sys_version else None),
+            "flavor": parsed.get("flavor"),
+            "build": parsed.get("build"),
+            "gcc": parsed.get("gcc"),
+        },
+        "modules": related,
+        "proc_gpus": gpus,
+        "device_access": device_access,
+    }

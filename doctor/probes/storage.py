@@ -1,0 +1,142 @@
+"""Mounts, /dev/shm and free space."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional
+
+from doctor.probes import ProbeContext, Unavailable, probe
+from doctor.probes.system import parse_meminfo
+
+_OCTAL = re.compile(r"\\([0-7]{3})")
+_SIZE = re.compile(r"^(\d+)([kKmMgGtT%]?)$")
+_UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 ** 4}
+
+
+def _unescape(field: str) -> str:
+    """``/proc/mounts`` escapes space, tab, newline and backslash as octal (``\\040``)."""
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mounts(text: str) -> List[Dict[str, Any]]:
+    """Parse ``/proc/mounts`` (fstab format); malformed lines are skipped."""
+    entries = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        entries.append({
+            "device": _unescape(fields[0]),
+            "mountpoint": _unescape(fields[1]),
+            "fstype": fields[2],
+            "options": fields[3].split(","),
+        })
+    return entries
+
+
+def tmpfs_size_option(options: List[str], mem_total: Optional[int]) -> Optional[int]:
+    """The ``size=`` of a tmpfs mount in bytes (``65536k``, ``1g``, ``50%``)."""
+    for opt in options:
+        if opt.startswith("size="):
+            m = _SIZE.match(opt[5:])
+            if not m:
+                return None
+            number, unit = int(m.group(1)), m.group(2)
+            if unit == "%":
+                return number * mem_total // 100 if mem_total else None
+            return number * _UNITS[unit.lower()]
+    return None
+
+
+def mount_for(path: str, entries: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The mount entry that holds ``path`` (the longest mountpoint prefix; last one wins)."""
+    best = None
+    for entry in entries:
+        mp = entry["mountpoint"]
+        if path == mp or path.startswith(mp.rstrip("/") + "/"):
+            if best is None or len(mp) >= len(best["mountpoint"]):
+                best = entry
+    return best
+
+
+@probe("mounts", "mounted filesystems and the /dev/shm size")
+def mounts_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    text = host.try_read("/proc/self/mounts") if host.live else None
+    if text is None:
+        text = host.try_read("/proc/mounts")
+    if text is None:
+        raise Unavailable("no /proc/mounts (an image that has not booted has an empty /proc)")
+    entries = parse_mounts(text)
+    meminfo = host.try_read("/proc/meminfo")
+    mem_total = parse_meminfo(meminfo).get("MemTotal") if meminfo else None
+
+    shm_entry = next((e for e in reversed(entries) if e["mountpoint"] == "/dev/shm"), None)
+    shm: Dict[str, Any] = {"mounted": shm_entry is not None, "path": "/dev/shm"}
+    if shm_entry:
+        shm.update(fstype=shm_entry["fstype"], options=shm_entry["options"], device=shm_entry["device"])
+        size = tmpfs_size_option(shm_entry["options"], mem_total)
+        source = "mount options"
+        if host.live:
+            try:
+                st = host.statvfs("/dev/shm")
+                size, source = st.f_blocks * st.f_frsize, "statvfs"
+                shm["free_bytes"] = st.f_bavail * st.f_frsize
+            except OSError:
+                pass
+        elif size is None and shm_entry["fstype"] == "tmpfs" and mem_total:
+            # tmpfs without size= gets half of RAM
+            size, source = mem_total // 2, "tmpfs default (half of RAM)"
+        shm["size_bytes"] = size
+        shm["size_source"] = source if size is not None else None
+    return {"entries": entries, "shm": shm}
+
+
+def _home_dirs(ctx: ProbeContext) -> List[str]:
+    env = ctx.host.environ()
+    home = env.get("HOME")
+    return [home] if home and home.startswith("/") else []
+
+
+@probe("disks", "free space and inodes on / and the home volume")
+def disks_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    # Under a sysroot, statvfs measures the filesystem holding the tree, so the
+    # tree's own /proc/mounts (another machine's) would describe something else.
+    mounts_text = host.try_read("/proc/self/mounts") if host.live else None
+    entries = parse_mounts(mounts_text) if mounts_text else []
+    targets = [("/", "root")] + [(h, "home") for h in _home_dirs(ctx)]
+    volumes: List[Dict[str, Any]] = []
+    errors: Dict[str, str] = {}
+    for path, role in targets:
+        if not host.exists(path):
+            errors[path] = "does not exist"
+            continue
+        try:
+            st = host.statvfs(path)
+        except OSError as exc:
+            errors[path] = f"{type(exc).__name__}: {exc}"
+            continue
+        entry = mount_for(path, entries)
+        mountpoint = entry["mountpoint"] if entry else None
+        existing = next((v for v in volumes if mountpoint and v["mountpoint"] == mountpoint), None)
+        if existing:
+            existing["roles"].append(role)
+            existing["paths"].append(path)
+            continue
+        total = st.f_blocks * st.f_frsize
+        free = st.f_bavail * st.f_frsize
+        volumes.append({
+            "paths": [path],
+            "roles": [role],
+            "mountpoint": mountpoint,
+            "fstype": entry["fstype"] if entry else None,
+            "device": entry["device"] if entry else None,
+            "total_bytes": total,
+            "free_bytes": free,
+            "used_pct": round(100.0 * (total - free) / total, 1) if total else None,
+            "inodes_total": st.f_files,
+            "inodes_free": st.f_favail,
+            "measured": "live" if host.live else "filesystem holding the sysroot tree",
+        })
+    return {"volumes": volumes, "errors": errors}

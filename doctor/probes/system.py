@@ -1,0 +1,179 @@
+"""Operating system, kernel, host identity, session environment and memory."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import socket
+from typing import Any, Dict, List, Optional
+
+from doctor.probes import ProbeContext, Unavailable, probe
+
+
+# -- parsers (pure; tested on verbatim samples) -------------------------------
+
+def parse_os_release(text: str) -> Dict[str, str]:
+    """Parse ``/etc/os-release`` (shell-style ``KEY=value`` lines, quotes optional)."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        key = key.strip()
+        if not re.match(r"^[A-Z][A-Z0-9_]*$", key):
+            continue
+        try:
+            parts = shlex.split(value, comments=False, posix=True)
+            out[key] = " ".join(parts) if parts else ""
+        except ValueError:  # unbalanced quotes: keep the raw text
+            out[key] = value.strip().strip("\"'")
+    return out
+
+
+def parse_meminfo(text: str) -> Dict[str, int]:
+    """``/proc/meminfo`` values in bytes (``MemTotal:  16318056 kB``)."""
+    out: Dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z0-9_()]+):\s+(\d+)(?:\s+(kB))?\s*$", line)
+        if m:
+            out[m.group(1)] = int(m.group(2)) * (1024 if m.group(3) else 1)
+    return out
+
+
+CONTAINER_CGROUP_MARKERS = (
+    ("kubepods", "kubernetes"), ("docker", "docker"), ("containerd", "containerd"),
+    ("libpod", "podman"), ("crio", "cri-o"), ("lxc", "lxc"),
+)
+
+
+def detect_container(files: Dict[str, Optional[str]], env: Dict[str, str]) -> Dict[str, Any]:
+    """Decide from marker files, cgroup paths and the environment whether this is a container."""
+    evidence: List[str] = []
+    kind = None
+    if files.get("/.dockerenv") is not None:
+        kind = "docker"
+        evidence.append("/.dockerenv exists")
+    if files.get("/run/.containerenv") is not None:
+        kind = kind or "podman"
+        evidence.append("/run/.containerenv exists")
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        kind = "kubernetes"
+        evidence.append("KUBERNETES_SERVICE_HOST is set")
+    cgroup = files.get("/proc/1/cgroup") or ""
+    for marker, name in CONTAINER_CGROUP_MARKERS:
+        if marker in cgroup:
+            kind = kind or name
+            evidence.append(f"/proc/1/cgroup mentions {marker}")
+            break
+    if env.get("container"):
+        kind = kind or env["container"]
+        evidence.append(f"container={env['container']} in the environment")
+    return {"in_container": kind is not None, "kind": kind, "evidence": evidence}
+
+
+# -- probes -------------------------------------------------------------------
+
+@probe("os", "operating system and release (/etc/os-release)")
+def os_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    text = host.try_read("/etc/os-release")
+    source = "/etc/os-release"
+    if text is None:
+        text = host.try_read("/usr/lib/os-release")
+        source = "/usr/lib/os-release"
+    release: Dict[str, str] = parse_os_release(text) if text else {}
+    out: Dict[str, Any] = {
+        "id": release.get("ID"),
+        "id_like": release.get("ID_LIKE", "").split() if release.get("ID_LIKE") else [],
+        "name": release.get("NAME"),
+        "version_id": release.get("VERSION_ID"),
+        "version": release.get("VERSION"),
+        "pretty_name": release.get("PRETTY_NAME"),
+        "platform_id": release.get("PLATFORM_ID"),
+        "source": source if text else None,
+    }
+    for extra in ("/etc/redhat-release", "/etc/system-release", "/etc/debian_version"):
+        value = host.try_read(extra, 4096)
+        if value is not None:
+            out[extra.rsplit("/", 1)[1].replace("-", "_")] = value.strip()
+    if not text and host.live:
+        # No os-release (very old or stripped systems): ask `distro`, which
+        # also knows lsb_release and the distribution-specific files.
+        import distro
+
+        info = distro.info()
+        if info.get("id"):
+            out.update(id=info["id"], version_id=info.get("version") or None,
+                       name=distro.name() or None, pretty_name=distro.name(pretty=True) or None,
+                       source="distro")
+    if not out["id"] and not any(k in out for k in ("redhat_release", "system_release", "debian_version")):
+        if not host.live and not host.is_dir("/etc"):
+            raise Unavailable("the sysroot has no /etc")
+    return out
+
+
+@probe("kernel", "running kernel, installed kernels and command line")
+def kernel_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    release = host.try_read("/proc/sys/kernel/osrelease", 4096)
+    version = host.try_read("/proc/version", 4096)
+    cmdline = host.try_read("/proc/cmdline", 65536)
+    arch = None
+    if host.live:
+        uname = os.uname()
+        release = release or uname.release
+        arch = uname.machine
+    installed = [name for name in host.listdir("/lib/modules") if host.is_dir(f"/lib/modules/{name}")]
+    return {
+        "release": release.strip() if release else None,
+        "version": version.strip() if version else None,
+        "cmdline": cmdline.strip() if cmdline else None,
+        "arch": arch,
+        "running": release is not None,
+        "installed": installed,
+    }
+
+
+@probe("system", "host name and container detection")
+def system_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    hostname = None
+    if host.live:
+        hostname = socket.gethostname()
+    else:
+        for path in ("/proc/sys/kernel/hostname", "/etc/hostname"):
+            text = host.try_read(path, 4096)
+            if text and text.strip():
+                hostname = text.strip().splitlines()[0].strip()
+                break
+    files = {p: host.try_read(p, 65536) if host.is_file(p) else None
+             for p in ("/.dockerenv", "/run/.containerenv", "/proc/1/cgroup")}
+    if host.lexists("/.dockerenv") and files["/.dockerenv"] is None:
+        files["/.dockerenv"] = ""
+    return {"hostname": hostname, "container": detect_container(files, host.environ())}
+
+
+@probe("environment", "environment variables of the session (secrets are redacted in every report)")
+def environment_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    env = host.environ()
+    if not host.environ_known:
+        raise Unavailable("the sysroot has no /proc/self/environ (no captured session environment)")
+    return {"variables": dict(sorted(env.items()))}
+
+
+@probe("memory", "host memory and swap (/proc/meminfo)")
+def memory_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    text = ctx.host.try_read("/proc/meminfo")
+    if text is None:
+        raise Unavailable("no /proc/meminfo (an image that has not booted)")
+    info = parse_meminfo(text)
+    return {
+        "total_bytes": info.get("MemTotal"),
+        "available_bytes": info.get("MemAvailable"),
+        "swap_total_bytes": info.get("SwapTotal"),
+        "swap_free_bytes": info.get("SwapFree"),
+        "shmem_bytes": info.get("Shmem"),
+    }

@@ -1,0 +1,178 @@
+"""Redaction: one separate pass over a report (or a facts snapshot) before anything is written.
+
+Always on: values of variables and keys whose names look secret (``*KEY*``,
+``*SECRET*``, ``*TOKEN*``, ``*PASSWORD*``, ``*CREDENTIAL*``, ...) and strings that
+look like credentials wherever they appear (AWS access key IDs and session
+tokens, bearer tokens, passwords in URLs, ``NAME=secret`` assignments, private
+keys, common API token formats).
+
+With ``extended=True`` (``--redact``): host names, IPv4/IPv6 and MAC addresses,
+user names and the user part of home paths are replaced by consistent
+placeholders (``[HOST-1]``, ``[IP-2]``...), so a support engineer can still
+see that two mentions are the same thing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
+
+MASK = "[REDACTED]"
+
+_SECRET_WORDS = ("PASSWORD", "PASSWD", "SECRET", "TOKEN", "CREDENTIAL", "APIKEY", "PRIVATEKEY", "COOKIE")
+_SECRET_PARTS = {"KEY", "KEYS", "PASS", "PWD", "AUTH", "CREDS", "SIGNATURE", "SESSION", "PRIVATE"}
+_NOT_SECRET = {"PWD", "OLDPWD", "KEYMAP", "XAUTHORITY", "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS",
+               "XDG_SESSION_ID", "XDG_SESSION_TYPE", "XDG_SESSION_CLASS", "XDG_SESSION_DESKTOP"}
+
+
+def looks_secret_name(name: str) -> bool:
+    """True for variable/key names whose values are secrets (AWS_SECRET_ACCESS_KEY, HF_TOKEN, DB_PASS...)."""
+    upper = name.upper()
+    if upper in _NOT_SECRET:
+        return False
+    squashed = re.sub(r"[^A-Z0-9]", "", upper)
+    if any(word in squashed for word in _SECRET_WORDS):
+        return True
+    parts = [p for p in re.split(r"[^A-Z0-9]+", upper) if p]
+    return any(p in _SECRET_PARTS for p in parts) or (len(parts) > 0 and parts[-1].endswith("KEY"))
+
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
+
+# (pattern, replacement) applied to every string, in order.
+_ALWAYS: List[Tuple[Pattern[str], Any]] = [
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S),
+     "-----BEGIN PRIVATE KEY----- " + MASK),
+    (re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+     MASK),
+    (re.compile(r"(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdzE|FQoGZXIvYXdzE)[A-Za-z0-9/+=]{16,}"), MASK),
+    (re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}"
+                r"|xox[abposr]-[A-Za-z0-9-]{10,}|hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35}"
+                r"|npm_[A-Za-z0-9]{36})"), MASK),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), MASK),
+    (re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*"), lambda m: f"{m.group(1)}{m.group(2)}{MASK}"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s:@]*):([^/\s@]+)@"), lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@"),
+    (re.compile(r"(?i)(--?[a-z0-9-]*(?:password|passwd|token|secret|api-key|apikey)[a-z0-9-]*)(=|\s+)(?!\[REDACTED\])(\S+)"),
+     lambda m: f"{m.group(1)}{m.group(2)}{MASK}"),
+    (re.compile(r"(?<![A-Za-z0-9_])(" + _NAME + r")(\s*[=:]\s*)([\"']?)(?!\[REDACTED\])([^\s\"',;]+)\3"),
+     lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{MASK}{m.group(3)}" if looks_secret_name(m.group(1)) else m.group(0)),
+]
+
+_MAC = re.compile(r"(?<![0-9A-Fa-f:])[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}(?![0-9A-Fa-f:])")
+_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])")
+_IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
+_EC2_HOST = re.compile(r"\bip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?:\.[A-Za-z0-9.-]+)?")
+_HOME = re.compile(r"(/home/|/Users/)([A-Za-z0-9._-]+)")
+_SYSTEM_USERS = {"root", "nobody", "daemon", "bin", "sys", "admin", "user", "ubuntu", "ec2-user", "centos", "cloud-user"}
+
+
+class Redactor:
+    def __init__(self, extended: bool = False, hostnames: Iterable[str] = (), usernames: Iterable[str] = ()):
+        self.extended = extended
+        self.count = 0
+        self._maps: Dict[str, Dict[str, str]] = {}
+        self._hostnames = sorted({h for h in hostnames if h and h not in ("localhost",)}, key=len, reverse=True)
+        names = set()
+        for u in usernames:
+            if u and u not in _SYSTEM_USERS and re.match(r"^[A-Za-z0-9._-]{2,}$", u):
+                names.add(u)
+        self._usernames = sorted(names, key=len, reverse=True)
+
+    # -- placeholders ---------------------------------------------------------
+
+    def _placeholder(self, kind: str, value: str) -> str:
+        table = self._maps.setdefault(kind, {})
+        if value not in table:
+            table[value] = f"[{kind}-{len(table) + 1}]"
+        self.count += 1
+        return table[value]
+
+    # -- strings ----------------------------------------------------------------
+
+    def text(self, value: str) -> str:
+        out = value
+        for pattern, repl in _ALWAYS:
+            out = pattern.sub(repl, out)
+        if self.extended:
+            out = self._extended(out)
+        if out != value:
+            self.count += 1
+        return out
+
+    def _extended(self, s: str) -> str:
+        for host in self._hostnames:
+            if host in s:
+                s = re.sub(r"(?<![\w-])" + re.escape(host) + r"(?![\w-])", lambda m: self._placeholder("HOST", m.group(0)), s)
+        s = _EC2_HOST.sub(lambda m: self._placeholder("HOST", m.group(0)), s)
+        s = _MAC.sub(lambda m: self._placeholder("MAC", m.group(0).lower()), s)
+        s = _IPV4.sub(self._ipv4, s)
+        s = _IPV6.sub(self._ipv6, s)
+        s = _HOME.sub(lambda m: m.group(1) + self._placeholder("USER", m.group(2)), s)
+        for name in self._usernames:
+            if name in s:
+                s = re.sub(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])", lambda m: self._placeholder("USER", m.group(0)), s)
+        return s
+
+    def _ipv4(self, m: "re.Match[str]") -> str:
+        text = m.group(0)
+        try:
+            addr = ipaddress.IPv4Address(text)
+        except ValueError:
+            return text
+        if addr.is_loopback or addr.is_unspecified or text == "255.255.255.255":
+            return text
+        return self._placeholder("IP", text)
+
+    def _ipv6(self, m: "re.Match[str]") -> str:
+        text = m.group(0)
+        try:
+            addr = ipaddress.IPv6Address(text)
+        except ValueError:
+            return text
+        if addr.is_loopback or addr.is_unspecified:
+            return text
+        return self._placeholder("IP", text)
+
+    # -- structures -------------------------------------------------------------
+
+    def value(self, obj: Any, key: Optional[str] = None) -> Any:
+        if isinstance(obj, dict):
+            return {self.text(k) if isinstance(k, str) else k: self.value(v, k if isinstance(k, str) else None)
+                    for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self.value(v, key) for v in obj]
+        if isinstance(obj, str):
+            if key is not None and looks_secret_name(key) and obj and obj != MASK:
+                self.count += 1
+                return MASK
+            return self.text(obj)
+        return obj
+
+    def summary(self) -> Dict[str, Any]:
+        return {"always": True, "extended": self.extended, "redactions": self.count,
+                "placeholders": {k: len(v) for k, v in sorted(self._maps.items())}}
+
+
+def redactor_for(snapshot: Dict[str, Any], extended: bool) -> Redactor:
+    """A redactor that knows this host's names and users (from the facts)."""
+    facts = snapshot.get("facts", {}) or {}
+    hostnames: List[str] = []
+    hostname = (facts.get("system") or {}).get("hostname")
+    if hostname:
+        hostnames += [hostname, hostname.split(".")[0]]
+    env = (facts.get("environment") or {}).get("variables") or {}
+    users = [env.get(k) for k in ("USER", "LOGNAME", "SUDO_USER", "USERNAME")]
+    home = env.get("HOME") or ""
+    m = _HOME.match(home)
+    if m:
+        users.append(m.group(2))
+    return Redactor(extended=extended, hostnames=hostnames, usernames=[u for u in users if u])
+
+
+def redact(document: Dict[str, Any], extended: bool = False, snapshot: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Return a redacted copy of a report or snapshot, with a ``redaction`` summary added."""
+    red = redactor_for(snapshot if snapshot is not None else document, extended)
+    out = red.value(document)
+    out["redaction"] = red.summary()
+    return out

@@ -1,0 +1,139 @@
+"""Find probes and checks.
+
+Built-in probes and checks are registered in ``setup.cfg`` under the entry-point
+groups ``dl_doctor.probes`` and ``dl_doctor.checks``, exactly as a third-party
+package registers its own.  An entry point names a module (every
+:class:`~doctor.model.CheckSpec` / :class:`~doctor.probes.ProbeSpec` defined at
+its top level is taken) or a single spec.  A plugin that fails to load costs only
+itself: it is reported in ``load_errors``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Type
+
+from doctor.model import CheckSpec
+from doctor.probes import ProbeSpec
+
+CHECK_GROUP = "dl_doctor.checks"
+PROBE_GROUP = "dl_doctor.probes"
+
+
+@dataclass
+class Registry:
+    checks: List[CheckSpec] = field(default_factory=list)
+    probes: List[ProbeSpec] = field(default_factory=list)
+    load_errors: List[str] = field(default_factory=list)
+
+    def add_check(self, spec: CheckSpec, origin: str = "") -> None:
+        problems = spec.validate()
+        if problems:
+            self.load_errors.append(f"check {spec.id} from {origin or spec.module}: " + "; ".join(problems))
+            return
+        for other in self.checks:
+            if other.id == spec.id or other.slug == spec.slug:
+                self.load_errors.append(
+                    f"check {spec.id} ({spec.slug}) from {origin or spec.module} duplicates "
+                    f"{other.id} ({other.slug}) from {other.module}; ignored")
+                return
+        self.checks.append(spec)
+
+    def add_probe(self, spec: ProbeSpec, origin: str = "") -> None:
+        for other in self.probes:
+            if other.name == spec.name:
+                self.load_errors.append(
+                    f"probe {spec.name} from {origin or spec.module} duplicates the one from {other.module}; ignored")
+                return
+        self.probes.append(spec)
+
+    def find_check(self, key: str) -> Optional[CheckSpec]:
+        k = key.strip()
+        for spec in self.checks:
+            if spec.id.lower() == k.lower() or spec.slug == k.lower():
+                return spec
+        return None
+
+    def closest_checks(self, key: str, n: int = 3) -> List[str]:
+        names = [s.id for s in self.checks] + [s.slug for s in self.checks]
+        return difflib.get_close_matches(key, names, n=n, cutoff=0.4)
+
+    def select(self, only: Sequence[str] = (), skip: Sequence[str] = ()) -> List[CheckSpec]:
+        chosen = [s for s in self.checks if not only or any(s.matches(o) for o in only)]
+        return [s for s in chosen if not any(s.matches(x) for x in skip)]
+
+    def unknown_selectors(self, selectors: Iterable[str]) -> List[str]:
+        return [sel for sel in selectors if not any(s.matches(sel) for s in self.checks)]
+
+
+def _specs_in(obj: Any, kind: Type) -> List[Any]:
+    if isinstance(obj, kind):
+        return [obj]
+    if isinstance(obj, types.ModuleType):
+        return [v for v in vars(obj).values() if isinstance(v, kind)]
+    if isinstance(obj, (list, tuple)):
+        return [v for v in obj if isinstance(v, kind)]
+    if callable(obj):
+        return _specs_in(obj(), kind)
+    return []
+
+
+def _entry_points(group: str) -> List[metadata.EntryPoint]:
+    eps = metadata.entry_points()
+    if hasattr(eps, "select"):
+        selected = list(eps.select(group=group))
+    else:  # Python 3.9
+        selected = list(eps.get(group, []))
+    # Two installs of the same distribution (e.g. an egg-link and a wheel) list
+    # the same entry point twice; keep one.
+    seen = set()
+    unique = []
+    for ep in selected:
+        key = (ep.name, ep.value)
+        if key not in seen:
+            seen.add(key)
+            unique.append(ep)
+    return sorted(unique, key=lambda ep: (ep.name, ep.value))
+
+
+def load_group(registry: Registry, group: str, kind: Type, add) -> None:
+    for ep in _entry_points(group):
+        origin = f"{group}:{ep.name} ({ep.value})"
+        try:
+            specs = _specs_in(ep.load(), kind)
+        except Exception as exc:  # a broken plugin costs only itself
+            registry.load_errors.append(f"{origin} failed to load: {type(exc).__name__}: {exc}")
+            continue
+        if not specs:
+            registry.load_errors.append(f"{origin} defines no {kind.__name__}")
+        for spec in sorted(specs, key=lambda s: getattr(s, "id", getattr(s, "name", ""))):
+            add(spec, origin)
+
+
+def load_registry() -> Registry:
+    registry = Registry()
+    load_group(registry, PROBE_GROUP, ProbeSpec, registry.add_probe)
+    load_group(registry, CHECK_GROUP, CheckSpec, registry.add_check)
+    if not registry.checks:
+        registry.load_errors.append(
+            "no checks are registered: dl-doctor must be installed (pip install .) so that its "
+            "entry points exist")
+    return registry
+
+
+def from_modules(modules: Iterable[types.ModuleType]) -> Registry:
+    """A registry built from modules directly (tests and embedding)."""
+    registry = Registry()
+    for mod in modules:
+        for spec in _specs_in(mod, ProbeSpec):
+            registry.add_probe(spec, mod.__name__)
+        for spec in _specs_in(mod, CheckSpec):
+            registry.add_check(spec, mod.__name__)
+    return registry
+
+
+def spec_kinds() -> Tuple[Type, Type]:
+    return CheckSpec, ProbeSpec

@@ -1,0 +1,35 @@
+"""The HTML report: one self-contained file (inline CSS, no external URL, no JavaScript)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict
+
+import jinja2
+
+from reports.inventory import inventory
+from reports.terminal import ORDER, headline
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("reports", "templates"),
+        autoescape=True,  # every value is escaped, whatever the file name
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True,
+    )
+    env.filters["pretty_json"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True)
+    return env
+
+
+def render(report: Dict[str, Any]) -> str:
+    findings = sorted(report.get("findings", []), key=lambda f: (ORDER.index(f["status"]), f["id"]))
+    template = _environment().get_template("report.html.j2")
+    return template.render(
+        report=report,
+        headline=headline(report),
+        problems=[f for f in findings if f["status"] in ("error", "fail", "warn")],
+        others=[f for f in findings if f["status"] in ("pass", "skip")],
+        inventory=inventory(report),
+        summary=report.get("summary", {}),
+    )

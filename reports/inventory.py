@@ -1,0 +1,64 @@
+"""The version inventory: every version that matters, in one table (HTML report, support tickets)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+from checks.common import human_bytes
+
+
+def _get(facts: Dict[str, Any], path: str) -> Any:
+    node: Any = facts
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def inventory(report: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """(item, value) rows built from the report's facts; unknown items are left out."""
+    facts = report.get("facts", {}) or {}
+    rows: List[Tuple[str, str]] = []
+
+    def add(label: str, value: Any) -> None:
+        if value not in (None, "", []):
+            rows.append((label, str(value)))
+
+    add("Operating system", _get(facts, "os.pretty_name") or _get(facts, "os.redhat_release"))
+    add("Kernel (running)", _get(facts, "kernel.release"))
+    installed = _get(facts, "kernel.installed")
+    if installed:
+        add("Kernels installed", ", ".join(installed))
+    add("Architecture", _get(facts, "kernel.arch"))
+    add("Container", _get(facts, "system.container.kind"))
+    module = _get(facts, "nvidia_driver.kernel_module") or {}
+    if module.get("version"):
+        add("NVIDIA kernel module", f"{module['version']} ({module.get('flavor') or 'flavour unknown'})")
+    elif module.get("loaded") is False:
+        add("NVIDIA kernel module", "not loaded")
+    gpus = [d for d in (_get(facts, "gpu_pci.devices") or []) if d.get("kind") == "gpu"]
+    if gpus:
+        ids: Dict[str, int] = {}
+        for g in gpus:
+            key = f"10de:{g.get('device_id')}"
+            ids[key] = ids.get(key, 0) + 1
+        models = sorted({g.get("model") for g in (_get(facts, "nvidia_driver.proc_gpus") or []) if g.get("model")})
+        add("NVIDIA GPUs", f"{len(gpus)} × " + ", ".join(f"{k} ({n})" for k, n in sorted(ids.items()))
+            + (f" — {', '.join(models)}" if models else ""))
+    elif _get(facts, "gpu_pci.gpu_count") == 0:
+        add("NVIDIA GPUs", "none")
+    for interp in _get(facts, "python.interpreters") or []:
+        label = "Python (dl-doctor)" if interp.get("role") == "dl-doctor" else "Python"
+        add(label, f"{interp.get('version') or interp.get('error')} — {interp.get('path')}")
+    shm = _get(facts, "mounts.shm") or {}
+    if shm.get("size_bytes") is not None:
+        add("/dev/shm", human_bytes(shm["size_bytes"]))
+    for vol in _get(facts, "disks.volumes") or []:
+        add(f"Free on {', '.join(vol.get('paths', []))}",
+            f"{human_bytes(vol.get('free_bytes'))} of {human_bytes(vol.get('total_bytes'))}"
+            + (f" ({vol['fstype']})" if vol.get("fstype") else ""))
+    mem = _get(facts, "memory.total_bytes")
+    if mem:
+        add("Memory", human_bytes(mem))
+    return rows

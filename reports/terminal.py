@@ -1,0 +1,101 @@
+"""The terminal summary: problems first, each with its fix; one line per pass and skip."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any, Dict, List, Sequence
+
+COLORS = {"fail": "31;1", "error": "35;1", "warn": "33;1", "pass": "32", "skip": "2", "dim": "2", "bold": "1"}
+LABELS = {"fail": "FAIL", "error": "ERROR", "warn": "WARN", "pass": "PASS", "skip": "SKIP"}
+ORDER = ("error", "fail", "warn", "skip", "pass")
+WIDTH = 100
+
+
+def _paint(text: str, style: str, color: bool) -> str:
+    return f"\033[{COLORS[style]}m{text}\033[0m" if color else text
+
+
+def _wrap(text: str, indent: str) -> List[str]:
+    return textwrap.wrap(text, width=WIDTH, initial_indent=indent, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def headline(report: Dict[str, Any]) -> str:
+    host = report.get("host", {})
+    parts = [p for p in (host.get("hostname"), host.get("os"),
+                         f"kernel {host['kernel']}" if host.get("kernel") else None) if p]
+    gpus = host.get("nvidia_gpus")
+    if gpus is not None:
+        parts.append(f"{gpus} NVIDIA GPU{'s' if gpus != 1 else ''}" if gpus else "no NVIDIA GPU")
+    if host.get("driver"):
+        parts.append(f"driver {host['driver']}")
+    if host.get("container"):
+        parts.append(f"in a {host['container']} container")
+    run = report.get("run", {})
+    if run.get("mode") == "sysroot":
+        parts.append(f"sysroot {run.get('sysroot')}")
+    elif run.get("mode") == "facts":
+        parts.append(f"facts collected {run.get('facts_collected_at')}")
+    return " · ".join(parts)
+
+
+def summary_line(report: Dict[str, Any]) -> str:
+    s = report.get("summary", {})
+    counts = ", ".join(f"{s.get(k, 0)} {k}" for k in ("fail", "error", "warn", "pass", "skip"))
+    return f"{counts}  ({report.get('run', {}).get('duration_s', 0):.2f} s)"
+
+
+def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
+           paths: Sequence[str] = ()) -> str:
+    lines: List[str] = []
+    tool = report.get("tool", {})
+    if not quiet:
+        lines.append(_paint(f"dl-doctor {tool.get('version', '')}", "bold", color) + "  " + headline(report))
+        lines.append("")
+    findings = sorted(report.get("findings", []), key=lambda f: (ORDER.index(f["status"]), f["id"]))
+    for f in findings:
+        status = f["status"]
+        if quiet and status in ("pass", "skip"):
+            continue
+        label = _paint(f"{LABELS[status]:<5}", status, color)
+        if status in ("pass", "skip"):
+            lines.append(f"{label} {f['id']:<13} {f['message']}")
+            continue
+        lines.append(f"{label} {f['id']:<13} {_paint(f['title'], 'bold', color)}")
+        lines.extend(_wrap(f["message"], " " * 20))
+        fix = f.get("fix")
+        if fix:
+            lines.extend(_wrap("fix: " + fix["summary"], " " * 20))
+            for cmd in fix.get("commands", []):
+                for i, cmd_line in enumerate(cmd.splitlines()):
+                    if cmd_line.lstrip().startswith("#"):
+                        lines.append(" " * 22 + _paint(cmd_line, "dim", color))
+                    else:
+                        lines.append(" " * 20 + ("$ " if i == 0 else "  ") + cmd_line)
+        lines.append("")
+    if findings and lines and lines[-1] != "":
+        lines.append("")
+
+    errors = report.get("probe_errors", [])
+    if errors and not quiet:
+        lines.append(_paint("Facts that could not be collected:", "bold", color))
+        for err in errors:
+            lines.extend(_wrap(f"- {err['probe']}: {err['error']}", "  "))
+        lines.append("")
+    limited = (report.get("privilege") or {}).get("limited") or []
+    if limited and not quiet:
+        lines.append(_paint("Running as root would add:", "bold", color))
+        for item in limited:
+            lines.extend(_wrap(f"- {item['would_add']} (probe {item['probe']})", "  "))
+        lines.append("")
+    load_errors = report.get("run", {}).get("load_errors") or []
+    if load_errors:
+        lines.append(_paint("Plugins that did not load:", "bold", color))
+        for err in load_errors:
+            lines.extend(_wrap(f"- {err}", "  "))
+        lines.append("")
+
+    lines.append(_paint("Summary:", "bold", color) + " " + summary_line(report))
+    for path in paths:
+        lines.append(f"Report: {path}")
+    return "\n".join(lines) + "\n"
