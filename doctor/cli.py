@@ -37,7 +37,9 @@ class UsageProblem(click.ClickException):
 
 class DefaultRunGroup(click.Group):
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
-        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
+        # `dl-doctor` and `dl-doctor --json - ...` mean `dl-doctor run ...`; a word that is
+        # not a command stays an error ("No such command").
+        if not args or (args[0].startswith("-") and args[0] not in ("--help", "-h", "--version")):
             args = ["run"] + list(args)
         return super().parse_args(ctx, args)
 

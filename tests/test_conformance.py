@@ -1,0 +1,83 @@
+"""Every registered check: well-formed metadata, an explanation, and pass and fail fixtures that hold.
+
+Fixtures live in tests/fixtures/checks/<ID>.json as a list of cases: recorded
+facts, the status they must produce, a substring of the message and, for
+problems, of the fix.
+"""
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, snapshot
+from doctor.engine import run_check
+from doctor.model import Facts
+from doctor.registry import load_registry
+
+REGISTRY = load_registry()
+CHECKS = sorted(REGISTRY.checks, key=lambda s: s.id)
+BUILTIN = [s for s in CHECKS if s.module.startswith("checks.")]
+
+
+def _cases(check_id):
+    path = FIXTURES / "checks" / f"{check_id}.json"
+    return json.loads(path.read_text())["cases"] if path.exists() else []
+
+
+def test_registry_loads_builtins_through_entry_points_without_errors():
+    assert REGISTRY.load_errors == []
+    assert {s.id for s in BUILTIN} >= {"DLD-SYS-001", "DLD-MEM-001", "DLD-DISK-001", "DLD-GPU-001"}
+    assert {p.name for p in REGISTRY.probes} >= {"os", "kernel", "system", "environment", "memory", "mounts",
+                                                   "disks", "gpu_pci", "nvidia_driver", "python"}
+
+
+@pytest.mark.parametrize("spec", CHECKS, ids=lambda s: s.id)
+def test_metadata_and_explanation(spec):
+    assert spec.validate() == []
+    assert spec.id.startswith("DLD-") or not spec.module.startswith("checks.")
+
+
+@pytest.mark.parametrize("spec", BUILTIN, ids=lambda s: s.id)
+def test_has_pass_and_problem_fixtures(spec):
+    expects = {c["expect"] for c in _cases(spec.id)}
+    assert "pass" in expects, f"{spec.id} needs a passing fixture"
+    assert expects & {"warn", "fail"}, f"{spec.id} needs a failing (warn/fail) fixture"
+    assert "skip" in expects, f"{spec.id} needs a missing-facts fixture"
+
+
+ALL_CASES = [(s, c) for s in BUILTIN for c in _cases(s.id)]
+
+
+@pytest.mark.parametrize("spec,case", ALL_CASES, ids=[f"{s.id}:{c['name']}" for s, c in ALL_CASES])
+def test_fixture(spec, case):
+    snap = snapshot(case["facts"], mode=case.get("mode", "live"), probe_errors=case.get("probe_errors", []),
+                    unavailable=case.get("unavailable", {}))
+    finding = run_check(spec, Facts(snap))
+    assert finding.status.value == case["expect"], finding.message
+    assert case["message"] in finding.message
+    if finding.status.value in ("warn", "fail"):
+        assert finding.fix is not None and finding.fix.summary and finding.fix.commands
+        if "fix_contains" in case:
+            assert any(case["fix_contains"] in c for c in finding.fix.commands), finding.fix.commands
+    json.dumps(finding.to_dict())
+
+
+BANNED_CALLS = {"open", "exec", "eval", "__import__"}
+BANNED_MODULES = {"os", "subprocess", "socket", "ctypes", "shutil", "pathlib", "io", "urllib", "http", "pynvml",
+                  "psutil", "glob"}
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "checks").glob("*.py")), ids=lambda p: p.name)
+def test_checks_never_touch_the_host(path):
+    """Nothing under checks/ opens files, runs commands or loads libraries."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                assert alias.name.split(".")[0] not in BANNED_MODULES, f"{path.name} imports {alias.name}"
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            assert node.module.split(".")[0] not in BANNED_MODULES, f"{path.name} imports from {node.module}"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            assert node.func.id not in BANNED_CALLS, f"{path.name} calls {node.func.id}()"
