@@ -39,6 +39,16 @@ def looks_secret_name(name: str) -> bool:
 
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
+# Values that cannot be secrets even under a secret-looking name
+# (TOKENIZERS_PARALLELISM=false, max_tokens=4096): kept, because they help support.
+_TRIVIAL = re.compile(r"^(?:\d{1,4}|true|false|yes|no|none|null|on|off)$", re.I)
+
+
+def _secret_assignment(m: "re.Match[str]") -> str:
+    name, sep, quote, value = m.group(1), m.group(2), m.group(3), m.group(4)
+    if looks_secret_name(name) and not _TRIVIAL.match(value):
+        return f"{name}{sep}{quote}{MASK}{quote}"
+    return m.group(0)
 
 # (pattern, replacement) applied to every string, in order.
 _ALWAYS: List[Tuple[Pattern[str], Any]] = [
@@ -56,7 +66,7 @@ _ALWAYS: List[Tuple[Pattern[str], Any]] = [
     (re.compile(r"(?i)(--?[a-z0-9-]*(?:password|passwd|token|secret|api-key|apikey)[a-z0-9-]*)(=|\s+)(?!\[REDACTED\])(\S+)"),
      lambda m: f"{m.group(1)}{m.group(2)}{MASK}"),
     (re.compile(r"(?<![A-Za-z0-9_])(" + _NAME + r")(\s*[=:]\s*)([\"']?)(?!\[REDACTED\])([^\s\"',;]+)\3"),
-     lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{MASK}{m.group(3)}" if looks_secret_name(m.group(1)) else m.group(0)),
+     _secret_assignment),
 ]
 
 _MAC = re.compile(r"(?<![0-9A-Fa-f:])[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}(?![0-9A-Fa-f:])")
@@ -143,7 +153,7 @@ class Redactor:
         if isinstance(obj, list):
             return [self.value(v, key) for v in obj]
         if isinstance(obj, str):
-            if key is not None and looks_secret_name(key) and obj and obj != MASK:
+            if key is not None and obj and looks_secret_name(key) and obj != MASK and not _TRIVIAL.match(obj):
                 self.count += 1
                 return MASK
             return self.text(obj)

@@ -14,7 +14,7 @@ import difflib
 import types
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Iterable, List, Optional, Sequence, Tuple, Type
+from typing import Any, Iterable, List, Optional, Sequence, Type
 
 from doctor.model import CheckSpec
 from doctor.probes import ProbeSpec
@@ -134,6 +134,3 @@ def from_modules(modules: Iterable[types.ModuleType]) -> Registry:
             registry.add_check(spec, mod.__name__)
     return registry
 
-
-def spec_kinds() -> Tuple[Type, Type]:
-    return CheckSpec, ProbeSpec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from checks.common import human_bytes
+from doctor.units import human_bytes
 
 
 def _get(facts: Dict[str, Any], path: str) -> Any:
@@ -44,7 +44,7 @@ def inventory(report: Dict[str, Any]) -> List[Tuple[str, str]]:
             key = f"10de:{g.get('device_id')}"
             ids[key] = ids.get(key, 0) + 1
         models = sorted({g.get("model") for g in (_get(facts, "nvidia_driver.proc_gpus") or []) if g.get("model")})
-        add("NVIDIA GPUs", f"{len(gpus)} × " + ", ".join(f"{k} ({n})" for k, n in sorted(ids.items()))
+        add("NVIDIA GPUs", ", ".join(f"{n} × {k}" for k, n in sorted(ids.items()))
             + (f" — {', '.join(models)}" if models else ""))
     elif _get(facts, "gpu_pci.gpu_count") == 0:
         add("NVIDIA GPUs", "none")

@@ -1,0 +1,77 @@
+"""The HTML report: self-contained, escaped, problems first; and as Chromium renders it."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import trees
+
+EVIL = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
+
+
+def _env_block(env):
+    return b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
+
+
+@pytest.fixture
+def docker_report(run_cli, tree):
+    spec = trees.g4dn_docker_64m()
+    spec["proc/self/environ"] = _env_block({"PATH": "/usr/bin", "EVIL": EVIL})
+    spec["proc/sys/kernel/hostname"] = "evil<b>host</b>\n"
+    r = run_cli("run", "--sysroot", str(tree(spec)))
+    [html] = r.reports("html")
+    return html, r
+
+
+def test_self_contained_no_external_assets_no_script(docker_report):
+    html, _ = docker_report
+    text = html.read_text()
+    assert "<script" not in text.replace("&lt;script", "")
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", text)
+    assert not re.search(r"url\(\s*['\"]?(?:https?:)?//", text)
+    assert "<link" not in text
+    assert "<style>" in text and '<meta name="viewport"' in text and "@media print" in text
+
+
+def test_every_value_is_escaped(docker_report):
+    text = docker_report[0].read_text()
+    assert EVIL not in text and "evil<b>host</b>" not in text
+    assert "&lt;script&gt;document.title=" in text
+    assert "evil&lt;b&gt;host&lt;/b&gt;" in text
+
+
+def test_problems_first_with_fix_and_evidence_then_inventory_then_raw_facts(docker_report):
+    text = docker_report[0].read_text()
+    order = [text.index(s) for s in ('id="problems"', "DLD-MEM-001", "docker run --gpus all --shm-size=",
+                                     'id="checks"', "DLD-SYS-001", 'id="inventory"', 'id="facts"')]
+    assert order == sorted(order)
+    assert "<details>" in text and "<summary>Evidence</summary>" in text
+    assert "535.104.05 (proprietary)" in text  # the version inventory
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.mark.skipif(not _chromium(), reason="headless Chromium is not installed (Debian package 'chromium')")
+def test_chromium_renders_the_report_as_a_person_sees_it(docker_report, tmp_path):
+    html, _ = docker_report
+    common = [_chromium(), *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(common + ["--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=90).stdout
+    # the planted script did not run, and the failure with its fix is on the page
+    assert "<title>dl-doctor report" in dom and "pwned" not in dom.split("</title>")[0]
+    assert "/dev/shm is only 64.0 MiB" in dom and "--shm-size=" in dom
+    shot = tmp_path / "phone.png"
+    subprocess.run(common + ["--window-size=390,1200", f"--screenshot={shot}", html.as_uri()],
+                   capture_output=True, timeout=90)
+    assert shot.exists() and shot.stat().st_size > 10_000
+    pdf = tmp_path / "report.pdf"
+    subprocess.run(common + [f"--print-to-pdf={pdf}", "--no-pdf-header-footer", html.as_uri()],
+                   capture_output=True, timeout=90)
+    assert pdf.exists() and pdf.read_bytes().startswith(b"%PDF")
