@@ -177,6 +177,10 @@ HANGING = """
     from doctor.probes import probe
     from doctor.model import check, passed
 
+    @probe("rootonly", "reads a root-only log", root_adds="Xid errors from /var/log/messages (root only)")
+    def rootonly(ctx):
+        raise PermissionError(13, "Permission denied", "/var/log/messages")
+
     @probe("stuck", "a probe that hangs like NVML on a wedged GPU")
     def stuck(ctx):
         time.sleep(3600)
@@ -204,6 +208,33 @@ def test_a_hanging_probe_is_cut_at_its_timeout_and_the_run_completes(run_cli, tm
     assert _statuses(report)["DLD-SYS-001"] == "pass"  # the other probes' facts are all there
     assert report["run"]["duration_s"] < 30
     assert "stuck: timed out after 1s" in r.stdout
+    # lack of privilege is reported as what root would add, in every format
+    assert {"probe": "rootonly", "would_add": "Xid errors from /var/log/messages (root only)"} in \
+        report["privilege"]["limited"]
+    assert "Running as root would add:" in r.stdout and "Xid errors from /var/log/messages" in r.stdout
+    assert "Xid errors from /var/log/messages (root only)" in r.reports("html")[0].read_text()
+
+
+def test_python_option_inspects_more_interpreters(run_cli, tmp_path):
+    r = run_cli("run", "--python", sys.executable, "--python", str(tmp_path / "nope" / "python3"), "--json", "-")
+    interps = json.loads(r.stdout)["facts"]["python"]["interpreters"]
+    by_path = {i["path"]: i for i in interps}
+    assert by_path[sys.executable]["version"] == "%d.%d.%d" % sys.version_info[:3]
+    assert "cannot run" in by_path[str(tmp_path / "nope" / "python3")]["error"]
+    assert json.loads(r.stdout)["run"]["options"]["python"][1].endswith("nope/python3")
+
+
+def test_collect_writes_a_schema_valid_snapshot(run_cli, tmp_path, tree):
+    from conftest import validate_report
+
+    out = tmp_path / "facts.json"
+    r = run_cli("collect", "-o", str(out), "--sysroot", str(tree(trees.healthy_host())))
+    assert r.returncode == 0 and "Facts: " in r.stderr
+    snap = json.loads(out.read_text())
+    validate_report(snap)
+    assert snap["mode"] == "sysroot" and snap["facts"]["system"]["hostname"] == "tree-host"
+    stdout = run_cli("collect", "-o", "-")
+    validate_report(json.loads(stdout.stdout))
 
 
 def test_a_broken_plugin_costs_only_itself(run_cli, tmp_path):
