@@ -1,6 +1,575 @@
 """The driver/CUDA/framework compatibility matrix: cited data files and a query API.
 
-Every version fact dl-doctor judges by lives here as data with its source; no
-check hard-codes a version number.  The data files and their loader arrive with
-the matrix work (issue #3); until then no built-in check asks for the matrix.
+Every version fact dl-doctor judges by lives in ``compat_matrix/data/*.toml`` with
+the source it was read from; checks ask this module and hard-code no version.
+Overlays (``--matrix-overlay FILE`` and ``/etc/dl-doctor/matrix.d/*.toml``) add or
+replace entries by key and are validated exactly like the built-in files.
+
+    >>> m = load()
+    >>> m.cuda("12.4")["min_driver"]
+    '550.54.14'
 """
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from compat_matrix.schema import COMMON, TABLES, Table, check_value
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.9/3.10
+    import tomli as tomllib
+
+MATRIX_SCHEMA_VERSION = 1
+SITE_OVERLAY_DIR = "/etc/dl-doctor/matrix.d"
+
+
+class MatrixError(Exception):
+    """The matrix (or an overlay) is invalid; ``errors`` has one line per problem."""
+
+    def __init__(self, errors: Sequence[str]):
+        self.errors = list(errors)
+        super().__init__(self.errors[0] if len(self.errors) == 1 else f"{len(self.errors)} errors: {self.errors[0]}")
+
+
+def _v(text: str) -> Version:
+    return Version(text)
+
+
+def _key(table: Table, entry: Dict[str, Any]) -> Tuple[Any, ...]:
+    return tuple(entry.get(k) for k in table.key)
+
+
+def _key_text(table: Table, entry: Dict[str, Any]) -> str:
+    return ", ".join(f"{k} {entry.get(k)!r}" for k in table.key)
+
+
+def _validate_entry(table: Table, entry: Any, where: str, sources: set, errors: List[str]) -> None:
+    if not isinstance(entry, dict):
+        errors.append(f"{where}: must be a table, not {type(entry).__name__}")
+        return
+    allowed = dict(table.fields)
+    if not table.nested:
+        allowed.update(COMMON)
+        if "source" not in entry:
+            errors.append(f"{where}: field 'source': missing (every entry names where it was read)")
+    for name in table.required:
+        if name not in entry:
+            errors.append(f"{where}: field '{name}': missing")
+    for name, value in entry.items():
+        if name not in allowed:
+            close = difflib.get_close_matches(name, list(allowed), n=1)
+            errors.append(f"{where}: field '{name}': unknown field" + (f" (did you mean '{close[0]}'?)" if close else ""))
+            continue
+        kind = allowed[name]
+        if isinstance(kind, tuple) and kind[0] == "tables":
+            sub: Table = kind[1]
+            if not isinstance(value, list):
+                errors.append(f"{where}: field '{name}': must be an array of tables")
+                continue
+            seen = set()
+            for i, item in enumerate(value):
+                sub_where = f"{where} {name}[{i}]"
+                _validate_entry(sub, item, sub_where, sources, errors)
+                if isinstance(item, dict):
+                    k = _key(sub, item)
+                    if k in seen:
+                        errors.append(f"{sub_where}: duplicate {name} ({_key_text(sub, item)})")
+                    seen.add(k)
+            continue
+        problem = check_value(kind, value, sources)
+        if problem:
+            errors.append(f"{where}: field '{name}': {problem}")
+    if isinstance(entry.get("unverified"), list):
+        for name in entry["unverified"]:
+            if name not in table.fields:
+                errors.append(f"{where}: field 'unverified': names unknown field {name!r}")
+
+
+@dataclass
+class Document:
+    path: str
+    tables: Dict[str, List[Dict[str, Any]]]
+    sources: Dict[str, Dict[str, Any]]
+
+
+def read_file(path: str, text: Optional[str] = None) -> Tuple[Optional[Dict[str, Any]], List[str]]:
+    """Parse one TOML file (no validation yet)."""
+    try:
+        if text is None:
+            with open(path, "rb") as fh:
+                return tomllib.load(fh), []
+        return tomllib.loads(text), []
+    except OSError as exc:
+        return None, [f"{path}: cannot read: {exc.strerror or exc}"]
+    except tomllib.TOMLDecodeError as exc:
+        return None, [f"{os.path.basename(path)}: not valid TOML: {exc}"]
+
+
+def _declared_sources(data: Optional[Dict[str, Any]]) -> set:
+    sources = (data or {}).get("sources")
+    return set(sources) if isinstance(sources, dict) else set()
+
+
+def validate_document(path: str, data: Dict[str, Any], known_sources: Iterable[str] = ()) -> Tuple[Document, List[str]]:
+    """Validate parsed matrix data; a broken entry names its file, entry and field."""
+    name = os.path.basename(path)
+    data = dict(data)
+    errors: List[str] = []
+    version = data.pop("schema_version", None)
+    if version != MATRIX_SCHEMA_VERSION:
+        errors.append(f"{name}: schema_version must be {MATRIX_SCHEMA_VERSION} (found {version!r})")
+    sources = data.pop("sources", {})
+    if not isinstance(sources, dict):
+        errors.append(f"{name}: [sources] must be a table of tables")
+        sources = {}
+    for key, src in sources.items():
+        if not isinstance(src, dict) or not isinstance(src.get("url"), str) or not src.get("url"):
+            errors.append(f"{name}: sources.{key}: needs a 'url' (where the fact was read)")
+    all_sources = set(known_sources) | set(sources)
+    tables: Dict[str, List[Dict[str, Any]]] = {}
+    for tname, entries in data.items():
+        table = TABLES.get(tname)
+        if table is None:
+            close = difflib.get_close_matches(tname, list(TABLES), n=1)
+            errors.append(f"{name}: unknown table '{tname}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+            continue
+        if not isinstance(entries, list):
+            errors.append(f"{name}: '{tname}' must be an array of tables ([[{tname}]])")
+            continue
+        seen: Dict[Tuple[Any, ...], int] = {}
+        for i, entry in enumerate(entries):
+            label = _key_text(table, entry) if isinstance(entry, dict) else "?"
+            where = f"{name}: {tname}[{i}] ({label})"
+            _validate_entry(table, entry, where, all_sources, errors)
+            if isinstance(entry, dict):
+                k = _key(table, entry)
+                if k in seen:
+                    errors.append(f"{where}: duplicate entry (also {tname}[{seen[k]}])")
+                seen.setdefault(k, i)
+        tables[tname] = [e for e in entries if isinstance(e, dict)]
+    return Document(path, tables, sources), errors
+
+
+def builtin_files() -> List[str]:
+    base = resources.files("compat_matrix").joinpath("data")
+    return sorted(str(p) for p in base.iterdir() if p.name.endswith(".toml"))
+
+
+def site_overlay_files(directory: Optional[str] = None) -> List[str]:
+    directory = directory or os.environ.get("DL_DOCTOR_MATRIX_DIR", SITE_OVERLAY_DIR)
+    try:
+        return sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".toml"))
+    except OSError:
+        return []
+
+
+class Matrix:
+    """The merged, validated matrix and the queries checks use."""
+
+    def __init__(self, documents: Sequence[Document], overlays: Sequence[str] = ()):
+        self.sources: Dict[str, Dict[str, Any]] = {}
+        self.tables: Dict[str, Dict[Tuple[Any, ...], Dict[str, Any]]] = {name: {} for name in TABLES}
+        self.overlays = list(overlays)
+        for doc in documents:
+            self.sources.update(doc.sources)
+            for tname, entries in doc.tables.items():
+                table = TABLES[tname]
+                for entry in entries:
+                    self.tables[tname][_key(table, entry)] = entry
+
+    # -- helpers ---------------------------------------------------------------
+
+    def entries(self, table: str) -> List[Dict[str, Any]]:
+        return list(self.tables[table].values())
+
+    def source_urls(self, *entries: Optional[Dict[str, Any]]) -> List[str]:
+        urls: List[str] = []
+        for entry in entries:
+            if not entry:
+                continue
+            keys = entry.get("source") or []
+            for key in [keys] if isinstance(keys, str) else keys:
+                url = self.sources.get(key, {}).get("url", key)
+                if url not in urls:
+                    urls.append(url)
+        return urls
+
+    @staticmethod
+    def _verified(*entries: Optional[Dict[str, Any]]) -> bool:
+        return all(e.get("verified", True) for e in entries if e)
+
+    def info(self) -> Dict[str, Any]:
+        return {"overlays": list(self.overlays),
+                "entries": {name: len(rows) for name, rows in self.tables.items() if rows}}
+
+    # -- CUDA and drivers ------------------------------------------------------
+
+    def toolkits(self) -> List[Dict[str, Any]]:
+        return sorted(self.entries("toolkit"), key=lambda e: _v(e["version"]))
+
+    def toolkit(self, version: str) -> Optional[Dict[str, Any]]:
+        mm = major_minor(version)
+        return self.tables["toolkit"].get((mm,)) if mm else None
+
+    def minor_compat(self, major: int) -> Optional[Dict[str, Any]]:
+        return self.tables["minor_compat"].get((major,))
+
+    def cuda(self, version: str) -> Optional[Dict[str, Any]]:
+        """Driver floors of a CUDA toolkit (``12.4`` or ``12.4.1``)."""
+        entry = self.toolkit(version)
+        if entry is None:
+            return None
+        minor = self.minor_compat(int(entry["version"].split(".")[0]))
+        out = {"cuda": entry["version"], "min_driver": entry["min_driver"],
+               "min_driver_minor_compat": minor["min_driver"] if minor else None,
+               "sources": self.source_urls(entry, minor), "verified": self._verified(entry, minor)}
+        for update in entry.get("updates", []):
+            if update["version"] == version:
+                out["update"] = {"version": update["version"], "min_driver": update["min_driver"]}
+        return out
+
+    def max_cuda_for_driver(self, driver: str) -> Optional[Dict[str, Any]]:
+        """The newest CUDA a driver supports fully (what nvidia-smi prints as 'CUDA Version')."""
+        d = _v(driver)
+        best = None
+        for entry in self.toolkits():
+            if _v(entry["min_driver"]) <= d:
+                best = entry
+        return best
+
+    def driver(self, version: str) -> Optional[Dict[str, Any]]:
+        best = self.max_cuda_for_driver(version)
+        if best is None:
+            return None
+        return {"driver": version, "max_cuda": best["version"], "sources": self.source_urls(best),
+                "verified": self._verified(best)}
+
+    def driver_supports_cuda(self, driver: str, cuda: str) -> Dict[str, Any]:
+        """How a driver runs code built for a CUDA version: full, minor-compat, or not at all."""
+        entry = self.toolkit(cuda)
+        d = _v(driver)
+        result: Dict[str, Any] = {"driver": driver, "cuda": major_minor(cuda), "known": entry is not None}
+        if entry is None:
+            result["support"] = "unknown"
+            return result
+        minor = self.minor_compat(int(entry["version"].split(".")[0]))
+        result["min_driver"] = entry["min_driver"]
+        result["min_driver_minor_compat"] = minor["min_driver"] if minor else None
+        if d >= _v(entry["min_driver"]):
+            result["support"] = "full"
+        elif minor and d >= _v(minor["min_driver"]):
+            result["support"] = "minor-compat"
+        else:
+            result["support"] = "none"
+        result["sources"] = self.source_urls(entry, minor)
+        return result
+
+    def forward_compat_classes(self) -> List[str]:
+        classes: List[str] = []
+        for entry in self.entries("forward_compat"):
+            classes += entry["gpu_classes"]
+        return classes
+
+    # -- GPUs ------------------------------------------------------------------
+
+    def architecture(self, name: str) -> Optional[Dict[str, Any]]:
+        return self.tables["architecture"].get((name,))
+
+    def gpu_by_pci(self, device_id: str) -> Optional[Dict[str, Any]]:
+        did = device_id.lower().split(":")[-1]
+        for entry in self.entries("gpu"):
+            if did in entry["pci_device_ids"]:
+                return entry
+        return None
+
+    def find_gpus(self, query: str) -> List[Dict[str, Any]]:
+        q = query.strip().lower()
+        if ":" in q or (len(q) == 4 and all(c in "0123456789abcdef" for c in q)):
+            hit = self.gpu_by_pci(q)
+            if hit and (":" not in q or q.split(":")[0] == "10de"):
+                return [hit]
+        exact = [e for e in self.entries("gpu")
+                 if q == e["name"].lower() or q in [a.lower() for a in e.get("aliases", [])]]
+        if exact:
+            return exact
+        return [e for e in self.entries("gpu")
+                if q in e["name"].lower() or any(q in a.lower() for a in e.get("aliases", []))]
+
+    def gpu_info(self, entry: Dict[str, Any]) -> Dict[str, Any]:
+        arch = self.architecture(entry["architecture"]) or {}
+        forward = self.forward_compat_classes()
+        return {
+            "name": entry["name"],
+            "compute_capability": entry.get("compute_capability"),
+            "architecture": entry["architecture"],
+            "min_cuda": entry.get("min_cuda", arch.get("min_cuda")),
+            "max_cuda": entry.get("max_cuda", arch.get("max_cuda")),
+            "last_driver_branch": arch.get("last_driver_branch"),
+            "open_kernel_modules": arch.get("open_kernel_modules"),
+            "class": entry["class"],
+            "forward_compat": entry["class"] in forward,
+            "memory_mib": entry.get("memory_mib"),
+            "pci_ids": [f"10de:{d}" for d in entry["pci_device_ids"]],
+            "sources": self.source_urls(entry, arch),
+            "verified": self._verified(entry, arch),
+            "unverified": sorted(set(entry.get("unverified", [])) | set(arch.get("unverified", []))),
+        }
+
+    def gpu(self, query: str) -> Optional[Dict[str, Any]]:
+        matches = self.find_gpus(query)
+        if not matches:
+            return None
+        out = self.gpu_info(matches[0])
+        if len(matches) > 1:
+            out["other_matches"] = [m["name"] for m in matches[1:]]
+        return out
+
+    # -- PyTorch -----------------------------------------------------------------
+
+    def torch_release(self, version: str) -> Optional[Dict[str, Any]]:
+        base = version.split("+")[0]
+        try:
+            v = _v(base)
+        except InvalidVersion:
+            return None
+        entry = self.tables["torch"].get((f"{v.major}.{v.minor}",))
+        if entry is None:
+            return None
+        if len(v.release) >= 3 and entry.get("patches") and base not in entry["patches"]:
+            return None
+        return entry
+
+    def torch(self, version: str) -> Optional[Dict[str, Any]]:
+        entry = self.torch_release(version)
+        if entry is None:
+            return None
+        base = version.split("+")[0]
+        v = _v(base)
+        patch = v.release[2] if len(v.release) >= 3 else None
+        companion = next((c for c in entry.get("companion_patches", []) if c["torch"] == base), None)
+
+        def companion_version(name: str) -> Optional[str]:
+            if companion:
+                return companion[name]
+            minor = entry.get(name)
+            if minor is None:
+                return None
+            return f"{minor}.{patch}" if patch is not None else minor
+
+        variants = entry["variant"]
+        return {
+            "torch": base,
+            "cuda_variants": [va["cuda"] for va in variants],
+            "python": entry["python"],
+            "cudnn": {va["cuda"]: va.get("cudnn") for va in variants},
+            "nccl": {va["cuda"]: va.get("nccl") for va in variants},
+            "arch_list": {va["cuda"]: va.get("arch_list") for va in variants},
+            "torchvision": companion_version("torchvision"),
+            "torchaudio": companion_version("torchaudio"),
+            "numpy2": entry.get("numpy2"),
+            "sources": self.source_urls(entry),
+            "verified": self._verified(entry),
+            "unverified": {"release": entry.get("unverified", []),
+                           **{va["cuda"]: va["unverified"] for va in variants if va.get("unverified")}},
+        }
+
+    def torch_variant(self, version: str, cuda: Optional[str]) -> Optional[Dict[str, Any]]:
+        entry = self.torch_release(version)
+        if entry is None or cuda is None:
+            return None
+        mm = major_minor(cuda)
+        return next((va for va in entry["variant"] if va["cuda"] == mm), None)
+
+    # -- EC2 -----------------------------------------------------------------------
+
+    def instance(self, instance_type: str) -> Optional[Dict[str, Any]]:
+        entry = self.tables["instance"].get((instance_type.strip().lower(),))
+        if entry is None:
+            return None
+        gpu = self.tables["gpu"].get((entry["gpu"],))
+        mib = entry.get("gpu_memory_mib")
+        return {
+            "instance_type": entry["type"],
+            "family": entry["family"],
+            "gpu": entry["gpu"],
+            "gpu_pci_ids": [f"10de:{d}" for d in gpu["pci_device_ids"]] if gpu else [],
+            "gpu_count": entry["gpu_count"],
+            "gpu_memory_gib": round(mib / 1024, 1) if mib else None,
+            "efa_interfaces": entry.get("efa_interfaces"),
+            "nvswitch": entry["nvswitch"],
+            "fabric_manager_required": entry["nvswitch"],
+            "sources": self.source_urls(entry),
+            "verified": self._verified(entry),
+            "unverified": entry.get("unverified", []),
+        }
+
+    def ebs_volume(self, volume_type: str) -> Optional[Dict[str, Any]]:
+        return self.tables["ebs_volume"].get((volume_type.strip().lower(),))
+
+    def ebs_limits(self, volume_type: str, size_gib: int, iops: Optional[int] = None,
+                   throughput_mibps: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """Baseline IOPS and throughput of a volume from its type, size and provisioned values."""
+        e = self.ebs_volume(volume_type)
+        if e is None:
+            return None
+        out: Dict[str, Any] = {"type": e["type"], "size_gib": size_gib, "burst_iops": None}
+        t = e["type"]
+        if t == "gp2":
+            out["iops"] = int(min(max(e["iops_per_gib"] * size_gib, e["iops_min"]), e["iops_max"]))
+            if size_gib < e["burst_below_gib"]:
+                out["burst_iops"] = e["iops_burst"]
+            out["throughput_mibps"] = (e["throughput_small_mibps"] if size_gib <= e["throughput_small_max_gib"]
+                                       else e["throughput_max_mibps"])
+        elif t == "gp3":
+            ceiling = min(e["iops_max"], max(e["iops_baseline"], int(e["iops_per_gib"] * size_gib)))
+            out["iops"] = min(iops or e["iops_baseline"], ceiling)
+            out["throughput_mibps"] = min(throughput_mibps or e["throughput_baseline_mibps"], e["throughput_max_mibps"])
+        elif t in ("io1", "io2"):
+            cap = min(e["iops_max"], int(e["iops_per_gib"] * size_gib))
+            out["iops"] = min(iops, cap) if iops else None
+            per_iops = e.get("throughput_per_iops_mibps")
+            out["throughput_mibps"] = (min(e["throughput_max_mibps"], per_iops * out["iops"])
+                                       if per_iops and out["iops"] else e["throughput_max_mibps"])
+        else:  # st1, sc1: throughput scales with size
+            tib = size_gib / 1024
+            out["iops"] = e["iops_max"]
+            out["throughput_mibps"] = min(e["throughput_per_tib_mibps"] * tib, e["throughput_max_mibps"])
+            out["burst_throughput_mibps"] = min(e["throughput_burst_per_tib_mibps"] * tib, e["throughput_max_mibps"])
+        out["sources"] = self.source_urls(e)
+        return out
+
+    # -- operating systems ------------------------------------------------------------
+
+    def rhel_release_for_kernel(self, kernel: str) -> Optional[Dict[str, Any]]:
+        for entry in self.entries("rhel"):
+            if kernel.startswith(entry["kernel"] + ".") or kernel == entry["kernel"]:
+                return entry
+        return None
+
+    # -- known issues --------------------------------------------------------------------
+
+    def known_issues(self, component: str, version: str, others: Optional[Dict[str, str]] = None,
+                     instance_family: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Known issues for ``component`` at ``version`` given the other components' versions.
+
+        A ``requires`` condition on a component whose version is unknown does not match.
+        """
+        others = {k.lower(): v for k, v in (others or {}).items() if v}
+        found = []
+        try:
+            v = _v(version)
+        except InvalidVersion:
+            return []
+        for entry in self.entries("known_issue"):
+            if entry["component"].lower() != component.lower():
+                continue
+            if v not in SpecifierSet(entry["versions"]):
+                continue
+            ok = True
+            for other, spec in (entry.get("requires") or {}).items():
+                have = others.get(other.lower())
+                try:
+                    ok = ok and have is not None and _v(have) in SpecifierSet(spec)
+                except InvalidVersion:
+                    ok = False
+            if entry.get("instance_families"):
+                ok = ok and instance_family in entry["instance_families"]
+            if ok:
+                found.append({**entry, "sources": self.source_urls(entry)})
+        return found
+
+    # -- "did you mean" ---------------------------------------------------------------------
+
+    def closest(self, kind: str, query: str, n: int = 3) -> List[str]:
+        """Known entries nearest to ``query``: numerically for versions, by spelling for names."""
+        if kind in ("cuda", "torch", "driver"):
+            if kind == "cuda":
+                names = [e["version"] for e in self.entries("toolkit")]
+            elif kind == "torch":
+                names = [p for e in self.entries("torch") for p in (e.get("patches") or [e["version"]])]
+            else:
+                oldest = self.toolkits()[0] if self.entries("toolkit") else None
+                return [f"{oldest['min_driver']} (CUDA {oldest['version']}, the oldest in the matrix)"] if oldest else []
+            try:
+                q = _v(query.split("+")[0])
+            except InvalidVersion:
+                return names[:n]
+
+            def distance(name: str) -> Tuple[int, ...]:
+                r = _v(name).release + (0, 0, 0)
+                qr = q.release + (0, 0, 0)
+                return tuple(abs(a - b) for a, b in zip(qr[:3], r[:3]))
+
+            return sorted(names, key=distance)[:n]
+        if kind == "gpu":
+            names = [e["name"] for e in self.entries("gpu")] + [a for e in self.entries("gpu")
+                                                                for a in e.get("aliases", [])]
+        elif kind == "instance":
+            names = [e["type"] for e in self.entries("instance")]
+        else:
+            names = []
+        return difflib.get_close_matches(query, names, n=n, cutoff=0.3)
+
+
+def major_minor(version: str) -> Optional[str]:
+    parts = version.strip().split(".")
+    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return f"{int(parts[0])}.{int(parts[1])}"
+
+
+def _load_documents(paths: Sequence[str], builtin: bool) -> Tuple[List[Document], List[str]]:
+    """Read and validate files; overlays may cite the built-in files' sources (and their own)."""
+    raw: List[Tuple[str, Optional[Dict[str, Any]]]] = []
+    errors: List[str] = []
+    files = (builtin_files() if builtin else []) + list(paths)
+    for path in files:
+        data, errs = read_file(path)
+        raw.append((path, data))
+        errors.extend(errs)
+    known: set = set()
+    for _, data in raw:
+        known |= _declared_sources(data)
+    docs: List[Document] = []
+    for path, data in raw:
+        if data is None:
+            continue
+        doc, errs = validate_document(path, data, known)
+        docs.append(doc)
+        errors.extend(errs)
+    return docs, errors
+
+
+def validate_files(paths: Sequence[str], with_builtin: bool = True) -> List[str]:
+    """All errors in these files (and the built-in ones they are read with)."""
+    return _load_documents(paths, with_builtin)[1]
+
+
+_CACHE: Dict[Tuple[str, ...], Matrix] = {}
+
+
+def load(overlays: Sequence[str] = (), site: bool = True) -> Matrix:
+    """Load the built-in matrix plus overlays; raise :class:`MatrixError` on any invalid file.
+
+    Overlays come after the built-in files: the site directory
+    (``/etc/dl-doctor/matrix.d/*.toml``, or ``$DL_DOCTOR_MATRIX_DIR``), then each
+    ``--matrix-overlay`` in order. A later entry with the same key replaces an earlier one.
+    """
+    extra = list(site_overlay_files() if site else []) + list(overlays)
+    cache_key = tuple(extra)
+    if cache_key not in _CACHE:
+        docs, errors = _load_documents(extra, builtin=True)
+        if errors:
+            raise MatrixError(errors)
+        _CACHE[cache_key] = Matrix(docs, overlays=extra)
+    return _CACHE[cache_key]

@@ -61,6 +61,11 @@ def _split(values: Sequence[str]) -> List[str]:
     return out
 
 
+matrix_overlay_option = click.option(
+    "--matrix-overlay", "overlays", multiple=True, type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+    help="Extra compatibility-matrix data (TOML) that adds or overrides entries (repeatable).")
+
+
 def report_options(func):
     """Options shared by `run` and `check`."""
     opts = [
@@ -75,6 +80,7 @@ def report_options(func):
         click.option("--redact", is_flag=True, help="Also mask host names, IP/MAC addresses, user names and home paths."),
         click.option("-q", "--quiet", is_flag=True, help="Print only problems and the summary line."),
         click.option("--no-color", is_flag=True, help="No colour (also when NO_COLOR is set or output is not a TTY)."),
+        matrix_overlay_option,
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -110,6 +116,16 @@ def _select(registry: Registry, only: Sequence[str], skip: Sequence[str]):
     return registry.select(only_l, skip_l)
 
 
+def _matrix(overlays: Sequence[str]):
+    import compat_matrix
+
+    try:
+        return compat_matrix.load(overlays=list(overlays))
+    except compat_matrix.MatrixError as exc:
+        more = f" ({len(exc.errors) - 1} more; run 'dl-doctor matrix validate FILE')" if len(exc.errors) > 1 else ""
+        raise UsageProblem(f"invalid compatibility matrix: {exc.errors[0]}{more}")
+
+
 def _collect(registry: Registry, sysroot: Optional[str], timeout: float, pythons: Sequence[str]) -> Dict[str, Any]:
     try:
         host = Host(sysroot=sysroot, command_timeout=timeout)
@@ -137,16 +153,18 @@ def _use_color(no_color: bool, stream=None) -> bool:
 def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, started: _dt.datetime, t0: float,
                  json_path: Optional[str], html_path: Optional[str], output_dir: str, fail_on: str,
                  only: Sequence[str], skip_: Sequence[str], redact_more: bool, quiet: bool, no_color: bool,
-                 extra_options: Optional[Dict[str, Any]] = None) -> int:
+                 overlays: Sequence[str] = (), extra_options: Optional[Dict[str, Any]] = None) -> int:
     from reports import html as html_report
     from reports import terminal, to_json, write_atomic
 
     checks = _select(registry, only, skip_)
-    findings = evaluate(snapshot, checks)
+    matrix = _matrix(overlays)
+    findings = evaluate(snapshot, checks, matrix)
     options = {"fail_on": fail_on, "only": _split(only), "skip": _split(skip_), "redact": redact_more}
     options.update(extra_options or {})
     report = build_report(snapshot, findings, mode=mode, started_at=started, duration_s=time.monotonic() - t0,
                           options=options, load_errors=registry.load_errors)
+    report["run"]["matrix"] = matrix.info()
     report = redact_document(report, extended=redact_more, snapshot=dict(snapshot))
 
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
@@ -187,15 +205,16 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
 @collect_options
 @report_options
 def run_cmd(sysroot, timeout, pythons, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet,
-            no_color) -> int:
+            no_color, overlays) -> int:
     """Collect facts from this host (or --sysroot), run every check and write the reports."""
     started, t0 = utc_now(), time.monotonic()
     registry = _registry()
-    _select(registry, only, skip_)  # reject bad selectors before spending time on probes
+    _select(registry, only, skip_)  # reject bad input before spending time on probes
+    _matrix(overlays)
     snapshot = _collect(registry, sysroot, timeout, pythons)
     return _emit_report(snapshot, registry, mode=snapshot["mode"], started=started, t0=t0, json_path=json_path,
                         html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
-                        redact_more=redact, quiet=quiet, no_color=no_color,
+                        redact_more=redact, quiet=quiet, no_color=no_color, overlays=overlays,
                         extra_options={"timeout": timeout, "python": list(pythons)})
 
 
@@ -263,14 +282,16 @@ def load_snapshot(path: str) -> Dict[str, Any]:
 @cli.command("check")
 @click.argument("facts_file", metavar="FACTS.json")
 @report_options
-def check_cmd(facts_file, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet, no_color) -> int:
+def check_cmd(facts_file, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet, no_color,
+              overlays) -> int:
     """Run today's checks on facts collected earlier (a facts file or a JSON report)."""
     started, t0 = utc_now(), time.monotonic()
     registry = _registry()
     snapshot = load_snapshot(facts_file)
     return _emit_report(snapshot, registry, mode="facts", started=started, t0=t0, json_path=json_path,
                         html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
-                        redact_more=redact, quiet=quiet, no_color=no_color, extra_options={"facts_file": facts_file})
+                        redact_more=redact, quiet=quiet, no_color=no_color, overlays=overlays,
+                        extra_options={"facts_file": facts_file})
 
 
 @cli.command("list")
@@ -314,6 +335,8 @@ def explain_cmd(key) -> int:
 
 # -- entry point ----------------------------------------------------------------
 
+import doctor.cli_matrix  # noqa: E402,F401 - registers `dl-doctor matrix`
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     debug = bool(os.environ.get("DL_DOCTOR_DEBUG"))
     try:
@@ -324,8 +347,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         message = " ".join(exc.format_message().split())
         if isinstance(exc, click.UsageError) and exc.ctx is not None and not isinstance(exc, UsageProblem):
             message += f" (see '{exc.ctx.command_path} --help')"
-        click.echo(f"dl-doctor: error: {message}", err=True)
-        code = 2
+        # Bad input is exit 2; an answer of "no such entry" (dl-doctor matrix) is exit 1.
+        code = getattr(exc, "dl_doctor_exit", 2)
+        click.echo(f"dl-doctor: {'error: ' if code == 2 else ''}{message}", err=True)
     except click.exceptions.Abort:
         click.echo("dl-doctor: interrupted", err=True)
         code = 130

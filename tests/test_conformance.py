@@ -7,6 +7,7 @@ problems, of the fix.
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,15 @@ def test_checks_never_touch_the_host(path):
             assert node.module.split(".")[0] not in BANNED_MODULES, f"{path.name} imports from {node.module}"
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             assert node.func.id not in BANNED_CALLS, f"{path.name} calls {node.func.id}()"
+
+
+VERSION_LITERAL = re.compile(r"^\d+\.\d+(\.\d+)*$")
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "checks").glob("*.py")), ids=lambda p: p.name)
+def test_checks_hard_code_no_versions(path):
+    """Version facts live in compat_matrix/data; a check asks the matrix instead."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            assert not VERSION_LITERAL.match(node.value.strip()), f"{path.name} hard-codes version {node.value!r}"

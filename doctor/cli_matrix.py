@@ -1,0 +1,158 @@
+"""``dl-doctor matrix ...``: ask the compatibility matrix directly.
+
+Each query prints a short answer, or with ``--json`` an object with the keys the
+command-line contract names. No entry for the question: exit 1 and one line naming
+the closest known entries.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, Optional
+
+import click
+
+from doctor.cli import UsageProblem, _matrix, cli, matrix_overlay_option
+
+
+class NoEntry(click.ClickException):
+    """No matrix entry answers the question: exit 1."""
+
+    exit_code = 1
+    dl_doctor_exit = 1
+
+
+@cli.group("matrix")
+def matrix_group() -> None:
+    """Query the driver / CUDA / GPU / framework / EC2 compatibility matrix."""
+
+
+def _answer(kind: str, query: str, overlays, as_json: bool, lookup: Callable[[Any], Optional[Dict[str, Any]]],
+            human: Callable[[Dict[str, Any]], str]) -> int:
+    m = _matrix(overlays)
+    try:
+        result = lookup(m)
+    except ValueError:
+        result = None
+    if result is None:
+        close = m.closest(kind, query)
+        raise NoEntry(f"no {kind} entry for '{query}' in the matrix"
+                      + (f"; closest: {', '.join(close)}" if close else ""))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(human(result))
+        if not result.get("verified", True):
+            click.echo("note: this entry is marked unverified in the matrix")
+        for src in result.get("sources", []):
+            click.echo(f"  source: {src}")
+    return 0
+
+
+def _query_options(func):
+    func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+    return matrix_overlay_option(func)
+
+
+def _valid_version(text: str, what: str) -> str:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        raise UsageProblem(f"'{text}' is not a {what} version")
+    return text
+
+
+@matrix_group.command("cuda")
+@click.argument("version")
+@_query_options
+def matrix_cuda(version, as_json, overlays) -> int:
+    """Minimum driver for a CUDA toolkit (12.4 or 12.4.1)."""
+    _valid_version(version, "CUDA")
+
+    def human(r):
+        text = f"CUDA {r['cuda']}: driver >= {r['min_driver']} for full support"
+        if r.get("update"):
+            text += f" ({r['update']['version']}: >= {r['update']['min_driver']})"
+        if r.get("min_driver_minor_compat"):
+            text += f"; >= {r['min_driver_minor_compat']} with minor-version compatibility (limited feature set)"
+        return text
+
+    return _answer("cuda", version, overlays, as_json, lambda m: m.cuda(version), human)
+
+
+@matrix_group.command("driver")
+@click.argument("version")
+@_query_options
+def matrix_driver(version, as_json, overlays) -> int:
+    """Newest CUDA a driver supports (what nvidia-smi prints as 'CUDA Version')."""
+    _valid_version(version, "driver")
+    return _answer("driver", version, overlays, as_json, lambda m: m.driver(version),
+                   lambda r: f"driver {r['driver']}: CUDA up to {r['max_cuda']}")
+
+
+@matrix_group.command("gpu")
+@click.argument("query")
+@_query_options
+def matrix_gpu(query, as_json, overlays) -> int:
+    """A GPU by name fragment (H100) or PCI ID (10de:2330)."""
+
+    def human(r):
+        window = f"CUDA {r['min_cuda'] or '?'} .. {r['max_cuda'] or 'current'}"
+        text = (f"{r['name']}: compute capability {r['compute_capability']}, {r['architecture']}; {window}; "
+                f"PCI {', '.join(r['pci_ids'])}")
+        if r.get("last_driver_branch"):
+            text += f"; last driver branch R{r['last_driver_branch']}"
+        if r.get("other_matches"):
+            text += f"\nalso matching: {', '.join(r['other_matches'])}"
+        return text
+
+    return _answer("gpu", query, overlays, as_json, lambda m: m.gpu(query), human)
+
+
+@matrix_group.command("torch")
+@click.argument("version")
+@_query_options
+def matrix_torch(version, as_json, overlays) -> int:
+    """A PyTorch release: CUDA variants, Python, cuDNN, NCCL, arch lists, companions."""
+    _valid_version(version.split("+")[0], "PyTorch")
+
+    def human(r):
+        lines = [f"torch {r['torch']}: CUDA variants {', '.join(r['cuda_variants'])}; Python {', '.join(r['python'])}; "
+                 f"torchvision {r['torchvision']}, torchaudio {r['torchaudio']}; NumPy 2: {'yes' if r['numpy2'] else 'no'}"]
+        for cuda in r["cuda_variants"]:
+            arch = r["arch_list"].get(cuda)
+            lines.append(f"  cu{cuda.replace('.', '')}: cuDNN {r['cudnn'].get(cuda) or '?'}, NCCL {r['nccl'].get(cuda) or '?'}, "
+                         f"arch {';'.join(arch) if arch else '?'}")
+        return "\n".join(lines)
+
+    return _answer("torch", version, overlays, as_json, lambda m: m.torch(version), human)
+
+
+@matrix_group.command("instance")
+@click.argument("instance_type")
+@_query_options
+def matrix_instance(instance_type, as_json, overlays) -> int:
+    """An EC2 instance type: GPUs, GPU memory, EFA interfaces, NVSwitch."""
+    return _answer("instance", instance_type, overlays, as_json, lambda m: m.instance(instance_type),
+                   lambda r: (f"{r['instance_type']}: {r['gpu_count']} x {r['gpu']} ({r['gpu_memory_gib']} GiB each); "
+                              f"EFA interfaces {r['efa_interfaces'] if r['efa_interfaces'] is not None else 'unknown'}; "
+                              f"NVSwitch {'yes (nvidia-fabricmanager required)' if r['nvswitch'] else 'no'}"))
+
+
+@matrix_group.command("validate")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
+def matrix_validate(files) -> int:
+    """Validate matrix files (default: the built-in data and site overlays); exit 1 on errors."""
+    import compat_matrix
+
+    paths = list(files) or compat_matrix.site_overlay_files()
+    errors = compat_matrix.validate_files(paths)
+    for err in errors:
+        click.echo(err)
+    if errors:
+        return 1
+    names = ", ".join(paths) if paths else "the built-in matrix"
+    click.echo(f"valid: {names}")
+    return 0
