@@ -52,3 +52,62 @@ def grow_partition_commands(device: Optional[str], mountpoint: str, fstype: Opti
     elif fstype in ("ext4", "ext3", "ext2") and device:
         cmds.append(f"sudo resize2fs {device}")
     return cmds
+
+
+def driver_version(facts: Facts) -> Optional[str]:
+    """The running driver's version: the loaded kernel module, else NVML."""
+    return facts.get("nvidia_driver.kernel_module.version") or facts.get("nvml.driver_version")
+
+
+def driver_branch(version: Optional[str]) -> Optional[int]:
+    try:
+        return int(str(version).split(".")[0])
+    except (TypeError, ValueError):
+        return None
+
+
+def nvidia_gpus(facts: Facts) -> list:
+    return [d for d in (facts.get("gpu_pci.devices") or []) if d.get("kind") == "gpu"]
+
+
+def cuda_from_require(text: str) -> Optional[str]:
+    """``NVIDIA_REQUIRE_CUDA='cuda>=12.2 brand=tesla,driver>=470,...'`` -> ``12.2``."""
+    m = re.search(r"cuda>=(\d+\.\d+)", text or "")
+    return m.group(1) if m else None
+
+
+def cuda_consumers(facts: Facts) -> list:
+    """Everything on the host that needs a CUDA version from the driver, with where it was found."""
+    out = []
+    for tk in facts.get("cuda_toolkits.toolkits") or []:
+        if tk.get("version"):
+            out.append({"kind": "toolkit", "what": f"CUDA toolkit {tk['version']}", "where": tk["path"],
+                        "cuda": ".".join(tk["version"].split(".")[:2])})
+    env = facts.get("cuda_toolkits.container_env") or {}
+    req = cuda_from_require(env.get("NVIDIA_REQUIRE_CUDA", ""))
+    if req:
+        out.append({"kind": "container", "what": f"container image built for CUDA {req}",
+                    "where": "NVIDIA_REQUIRE_CUDA", "cuda": req})
+    elif env.get("CUDA_VERSION"):
+        cuda = ".".join(env["CUDA_VERSION"].split(".")[:2])
+        out.append({"kind": "container", "what": f"container image with CUDA {cuda}", "where": "CUDA_VERSION",
+                    "cuda": cuda})
+    for penv in facts.get("python_envs.environments") or []:
+        torch = (penv.get("frameworks") or {}).get("torch") or {}
+        if torch.get("cuda"):
+            out.append({"kind": "framework", "what": f"torch {torch.get('version')}",
+                        "where": penv.get("path") or penv.get("name"), "cuda": torch["cuda"]})
+    return out
+
+
+def driver_install_commands(facts: Facts, branch: Optional[int]) -> list:
+    """Commands that install an NVIDIA driver of ``branch`` (or newer) on this distribution."""
+    family = os_family(facts)
+    b = str(branch) if branch else "<branch>"
+    if family in ("rhel", "amzn"):
+        return [f"sudo dnf module install -y nvidia-driver:{b}-dkms   # or: sudo dnf module switch-to -y nvidia-driver:{b}-dkms",
+                "sudo reboot"]
+    if family == "debian":
+        return [f"sudo apt-get install -y nvidia-driver-{b}-server   # ubuntu-drivers list --gpgpu shows the choices",
+                "sudo reboot"]
+    return [f"# install an NVIDIA data center driver of branch R{b} or newer for this distribution, then reboot"]

@@ -456,6 +456,10 @@ class Matrix:
                 return entry
         return None
 
+    def xid(self, code: int) -> Optional[Dict[str, Any]]:
+        entry = self.tables["xid"].get((int(code),))
+        return {**entry, "sources": self.source_urls(entry)} if entry else None
+
     # -- known issues --------------------------------------------------------------------
 
     def known_issues(self, component: str, version: str, others: Optional[Dict[str, str]] = None,

@@ -92,6 +92,9 @@ TABLES: Dict[str, Table] = {
     "system_python": Table(("os",), {"os": "str", "version": "python", "platform_python": "str",
                                      "pip_install_dirs": ("list", "str"), "rpm_dirs": ("list", "str")},
                            ("os", "version")),
+    "xid": Table(("code",), {"code": "int", "name": "str", "kind": ("enum", ("application", "hardware", "driver",
+                                                                           "informational")),
+                             "action": "str"}, ("code", "name", "kind", "action")),
     "known_issue": Table(("id",), {
         "id": "ki_id", "component": "str", "versions": "specifier", "requires": ("map", "specifier"),
         "instance_families": ("list", "str"), "summary": "str", "fix": "str"},

@@ -169,10 +169,8 @@ def run_check(spec: CheckSpec, facts: Facts, matrix: Any = None) -> Finding:
     def finding(status: Status, message: str, evidence=None, fix=None) -> Finding:
         return Finding(spec.id, spec.slug, spec.title, status, message, dict(evidence or {}), fix, spec.tags)
 
-    missing = [path for path in spec.requires if not facts.has(path)]
-    if missing:
-        reasons = "; ".join(facts.why_missing(p) for p in missing)
-        return finding(Status.SKIP, f"not checked: {reasons}", {"missing_facts": missing})
+    # Preconditions first: "no NVIDIA GPU on this host" explains a skip better than the
+    # missing facts that follow from it. A precondition answers None when it cannot tell.
     for precondition in spec.applies:
         try:
             reason = precondition(facts)
@@ -181,6 +179,10 @@ def run_check(spec: CheckSpec, facts: Facts, matrix: Any = None) -> Finding:
                            {"exception": f"{type(exc).__name__}: {exc}", "where": _where(exc)})
         if reason:
             return finding(Status.SKIP, reason)
+    missing = [path for path in spec.requires if not facts.has(path)]
+    if missing:
+        reasons = "; ".join(facts.why_missing(p) for p in missing)
+        return finding(Status.SKIP, f"not checked: {reasons}", {"missing_facts": missing})
     try:
         result = _call(spec, facts, matrix)
     except Exception as exc:  # noqa: BLE001 - a crashing check is an error finding

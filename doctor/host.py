@@ -130,9 +130,9 @@ class Host:
 
     def tree_path(self, path: str) -> str:
         """The in-host path (``/etc/x``) that ``resolve`` lands on, for evidence."""
-        real = self.resolve(path)
         if self.live:
-            return real
+            return os.path.realpath(path)
+        real = self.resolve(path)
         rel = os.path.relpath(real, self.sysroot)
         return "/" if rel == "." else "/" + rel
 
@@ -232,6 +232,33 @@ class Host:
             if not current:
                 break
         return sorted(current)
+
+    def read_kmsg(self, max_records: int = 20000) -> List[str]:
+        """The kernel ring buffer of the current boot from ``/dev/kmsg`` (live only; non-blocking).
+
+        Raises ``PermissionError`` where ``dmesg_restrict`` keeps it from this user.
+        """
+        if not self.live:
+            raise CommandUnavailable("/dev/kmsg belongs to the running kernel, not a sysroot")
+        lines: List[str] = []
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            while len(lines) < max_records:
+                try:
+                    record = os.read(fd, 8192)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.EPIPE:  # a record was overwritten while reading; go on
+                        continue
+                    raise
+                if not record:
+                    break
+                header, _, message = record.decode("utf-8", "replace").partition(";")
+                lines.append(message.split("\n", 1)[0])
+        finally:
+            os.close(fd)
+        return lines
 
     # -- environment --------------------------------------------------------
 

@@ -53,11 +53,24 @@ def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
         lines.append(_paint(f"dl-doctor {tool.get('version', '')}", "bold", color) + "  " + headline(report))
         lines.append("")
     findings = sorted(report.get("findings", []), key=lambda f: (ORDER.index(f["status"]), f["id"]))
+    # Skips that share a reason ("no NVIDIA GPU on this host") are one line, not twenty.
+    skip_groups: Dict[str, List[str]] = {}
+    for f in findings:
+        if f["status"] == "skip":
+            skip_groups.setdefault(f["message"], []).append(f["id"])
+    printed_groups = set()
     for f in findings:
         status = f["status"]
         if quiet and status in ("pass", "skip"):
             continue
         label = _paint(f"{LABELS[status]:<5}", status, color)
+        group = skip_groups.get(f["message"], []) if status == "skip" else []
+        if len(group) >= 3:
+            if f["message"] not in printed_groups:
+                printed_groups.add(f["message"])
+                lines.append(f"{label} {len(group)} checks  {f['message']}")
+                lines.extend(_wrap(", ".join(group), " " * 20))
+            continue
         if status in ("pass", "skip"):
             lines.append(f"{label} {f['id']:<13} {f['message']}")
             continue

@@ -103,7 +103,7 @@ def test_sysroot_docker_container_with_64m_shm_fails(run_cli, tree):
 
 
 def test_sysroot_rhel8_gpu_without_driver_fails_with_a_dnf_fix(run_cli, tree):
-    r = run_cli("run", "--sysroot", str(tree(trees.rhel8_gpu_no_driver())), "--only", "gpu")
+    r = run_cli("run", "--sysroot", str(tree(trees.rhel8_gpu_no_driver())), "--only", "DLD-GPU-001")
     assert r.returncode == 1
     [finding] = r.json_report()["findings"]
     assert finding["status"] == "fail" and "not loaded" in finding["message"]

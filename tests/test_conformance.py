@@ -15,6 +15,7 @@ import pytest
 from conftest import FIXTURES, snapshot
 from doctor.engine import run_check
 from doctor.model import Facts
+import compat_matrix
 from doctor.registry import load_registry
 
 REGISTRY = load_registry()
@@ -22,9 +23,56 @@ CHECKS = sorted(REGISTRY.checks, key=lambda s: s.id)
 BUILTIN = [s for s in CHECKS if s.module.startswith("checks.")]
 
 
+MATRIX = compat_matrix.load(site=False)
+
+
+def deep_merge(base, override):
+    """``override`` on top of ``base``; dictionaries merge, anything else replaces (``null`` deletes)."""
+    out = dict(base)
+    for key, value in override.items():
+        if value is None and key in out:
+            del out[key]
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def set_path(doc, path, value):
+    """Set ``a.b.3.c`` (integers index lists) in a nested document."""
+    parts = path.split(".")
+    node = doc
+    for part in parts[:-1]:
+        node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
 def _cases(check_id):
+    """Fixture cases of one check.
+
+    A file-level ``base`` (a dict, or the name of a shared base file) holds facts common to every case; each case's
+    ``facts`` is merged over it (``"no_base": true`` skips it), then ``set`` applies dotted-path edits.
+    """
     path = FIXTURES / "checks" / f"{check_id}.json"
-    return json.loads(path.read_text())["cases"] if path.exists() else []
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    base = doc.get("base", {})
+    if isinstance(base, str):
+        base = json.loads((FIXTURES / "checks" / base).read_text())
+    cases = []
+    for case in doc["cases"]:
+        facts = case.get("facts", {}) if case.get("no_base") else deep_merge(base, case.get("facts", {}))
+        facts = json.loads(json.dumps(facts))
+        for dotted, value in (case.get("set") or {}).items():
+            set_path(facts, dotted, value)
+        cases.append({**case, "facts": facts})
+    return cases
 
 
 def test_registry_loads_builtins_through_entry_points_without_errors():
@@ -55,7 +103,7 @@ ALL_CASES = [(s, c) for s in BUILTIN for c in _cases(s.id)]
 def test_fixture(spec, case):
     snap = snapshot(case["facts"], mode=case.get("mode", "live"), probe_errors=case.get("probe_errors", []),
                     unavailable=case.get("unavailable", {}))
-    finding = run_check(spec, Facts(snap))
+    finding = run_check(spec, Facts(snap), MATRIX)
     assert finding.status.value == case["expect"], finding.message
     assert case["message"] in finding.message
     if finding.status.value in ("warn", "fail"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from doctor.probes import ProbeContext, Unavailable, probe
 
@@ -55,6 +55,17 @@ def parse_gpu_information(text: str) -> Dict[str, str]:
         if sep and key.strip():
             out[key.strip().lower().replace(" ", "_")] = value.strip()
     return out
+
+
+LIBRARY_DIRS = ("/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib",
+                "/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", "/lib64", "/lib/x86_64-linux-gnu")
+_LIB_VERSION = re.compile(r"^(libnvidia-ml|libcuda)\.so\.(\d{3}\.\d{1,3}(?:\.\d{1,3})?)$")
+
+
+def library_version(filename: str) -> Optional[Tuple[str, str]]:
+    """``libnvidia-ml.so.535.104.05`` -> (``libnvidia-ml``, ``535.104.05``); sonames like ``.so.1`` -> None."""
+    m = _LIB_VERSION.match(filename)
+    return (m.group(1), m.group(2)) if m else None
 
 
 def _hex(text: Optional[str]) -> Optional[str]:
@@ -132,7 +143,42 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
             ctx.denied("NVML facts (GPU health, ECC errors, clocks, processes): /dev/nvidiactl is not "
                        "readable and writable by this user; run as root or join the group that owns it")
 
+    libraries = []
+    seen_real = set()
+    for directory in LIBRARY_DIRS:
+        for name in host.listdir(directory):
+            lib = library_version(name)
+            if not lib:
+                continue
+            path = f"{directory}/{name}"
+            try:
+                real = host.resolve(path)
+            except OSError:
+                continue
+            if real in seen_real:
+                continue
+            seen_real.add(real)
+            libraries.append({"library": lib[0], "version": lib[1], "path": path})
+    compat = []
+    env = host.environ()
+    ld_path = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    ld_conf = " ".join(host.try_read(p, 65536) or "" for p in host.glob("/etc/ld.so.conf.d/*.conf"))
+    for directory in sorted(set(host.glob("/usr/local/cuda*/compat") + host.glob("/usr/local/cuda*/compat/lib*")
+                                + [d for d in ld_path if "compat" in d])):
+        for name in host.listdir(directory):
+            lib = library_version(name)
+            if lib and lib[0] == "libcuda":
+                active = directory in ld_path or directory in ld_conf
+                compat.append({"path": f"{directory}/{name}", "version": lib[1], "active": active})
+
+    device_nodes = None
+    if host.live:
+        device_nodes = sorted(n for n in host.listdir("/dev") if n.startswith("nvidia"))
+
     return {
+        "userspace": {"libraries": libraries, "versions": sorted({lib["version"] for lib in libraries})},
+        "forward_compat_libs": compat,
+        "device_nodes": device_nodes,
         "kernel_module": {
             "loaded": loaded,
             "loaded_source": loaded_source,

@@ -1,0 +1,97 @@
+"""GPU access from inside a container; the NVIDIA container toolkit on a host."""
+
+from __future__ import annotations
+
+from checks.common import nvidia_gpus
+from doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+
+
+def in_container(facts: Facts):
+    return None if facts.get("system.container.in_container") else "not running in a container"
+
+
+def on_host(facts: Facts):
+    return "inside a container (the host's runtime is checked on the host)" if facts.get("system.container.in_container") else None
+
+
+@check(
+    id="DLD-CTR-001", slug="container-without-gpu-access", title="The container was given the GPUs",
+    tags=("container", "gpu"), requires=("system.container", "nvidia_driver"), applies=(in_container,),
+    what="""Inside a container, checks for the GPU device nodes (/dev/nvidia*) and the driver libraries
+    (libnvidia-ml, libcuda) that the NVIDIA container runtime injects, when the image or the PCI bus says GPUs are
+    expected.""",
+    why="""A container started without --gpus (or a pod without an nvidia.com/gpu request) has no device nodes and
+    no libcuda: CUDA reports 'CUDA driver version is insufficient for CUDA runtime version' or 'no CUDA-capable
+    device', which sends people to upgrade a driver that is fine.""",
+    fix="""Start the container with --gpus all (Docker, with the NVIDIA container toolkit on the host) or request
+    nvidia.com/gpu in the pod spec.""",
+)
+def container_gpu_access(facts: Facts) -> Result:
+    nodes = facts.get("nvidia_driver.device_nodes")
+    libs = facts.get("nvidia_driver.userspace.libraries") or []
+    env = facts.get("cuda_toolkits.container_env") or {}
+    cuda_image = bool(env.get("NVIDIA_REQUIRE_CUDA") or env.get("CUDA_VERSION"))
+    gpus_on_bus = len(nvidia_gpus(facts))
+    evidence = {"device_nodes": nodes, "driver_libraries": [l["path"] for l in libs], "cuda_image": cuda_image,
+                "gpu_pci.gpu_count": gpus_on_bus, "container": facts.get("system.container.kind")}
+    if nodes is None:
+        return skip("device nodes are not visible here (sysroot)", **evidence)
+    expects = cuda_image or gpus_on_bus > 0 or bool(env.get("NVIDIA_VISIBLE_DEVICES"))
+    has_nodes = any(n == "nvidiactl" for n in nodes) and any(n[6:].isdigit() for n in nodes if n.startswith("nvidia"))
+    kind = facts.get("system.container.kind")
+    fix = Fix("Restart the container with GPU access.",
+              ("docker run --gpus all ...   # needs nvidia-container-toolkit on the host",
+               "# Kubernetes: resources: {limits: {nvidia.com/gpu: 1}}") if kind != "kubernetes" else
+              ("# in the pod spec: resources: {limits: {nvidia.com/gpu: 1}} (NVIDIA device plugin installed)",))
+    if not has_nodes and expects:
+        why = "a CUDA image" if cuda_image else f"{gpus_on_bus} GPU(s) on the PCI bus"
+        return fail(f"this {kind or ''} container has {why} but no /dev/nvidia* device nodes: it was started without "
+                    "--gpus", evidence, fix)
+    if has_nodes and not libs:
+        return fail("GPU device nodes are present but no driver libraries (libcuda, libnvidia-ml) were injected",
+                    evidence, Fix("Use the NVIDIA container runtime (--gpus all / --runtime=nvidia) so the driver "
+                                  "libraries are mounted.", ("docker run --gpus all ...",)))
+    if not expects and not has_nodes:
+        return passed("no GPU is expected in this container (no CUDA image, no GPU on the bus)", **evidence)
+    n = len([x for x in nodes if x[6:].isdigit()])
+    return passed(f"{n} GPU device node(s) and the driver libraries are present", **evidence)
+
+
+@check(
+    id="DLD-CTR-002", slug="container-toolkit-missing",
+    title="Docker on a GPU host can start GPU containers (NVIDIA container toolkit)",
+    tags=("container", "gpu"), requires=("gpu_services",), applies=(on_host,),
+    what="""On a host with NVIDIA GPUs and Docker, looks for the NVIDIA container toolkit (nvidia-ctk,
+    nvidia-container-runtime, nvidia-container-cli) and for the nvidia runtime in /etc/docker/daemon.json.""",
+    why="""Without the toolkit, 'docker run --gpus all' fails with 'could not select device driver "" with
+    capabilities: [[gpu]]'. With the toolkit installed but the runtime not registered (or Docker not restarted since),
+    --runtime=nvidia and Kubernetes' device plugin fail.""",
+    fix="""Install nvidia-container-toolkit, register the runtime with nvidia-ctk runtime configure --runtime=docker and
+    restart Docker.""",
+)
+def container_toolkit(facts: Facts) -> Result:
+    ct = facts.get("gpu_services.container_toolkit") or {}
+    gpus = facts.get("gpu_pci.gpu_count") or 0
+    evidence = {"gpu_services.container_toolkit": ct, "gpu_pci.gpu_count": gpus}
+    if not ct.get("docker_installed"):
+        return skip("Docker is not installed", **evidence)
+    if gpus == 0:
+        return skip("no NVIDIA GPU on this host", **evidence)
+    family = facts.get("os.id")
+    install = ("sudo apt-get install -y nvidia-container-toolkit" if family in ("ubuntu", "debian")
+               else "sudo dnf install -y nvidia-container-toolkit")
+    configure = ("sudo nvidia-ctk runtime configure --runtime=docker", "sudo systemctl restart docker",
+                 "docker run --rm --gpus all ubuntu nvidia-smi")
+    if not ct.get("binaries"):
+        return fail("Docker is installed but the NVIDIA container toolkit is not: 'docker run --gpus all' fails with "
+                    "'could not select device driver'", evidence,
+                    Fix("Install the NVIDIA container toolkit and register it with Docker.", (install,) + configure))
+    if ct.get("docker_daemon_json_error"):
+        return fail(ct["docker_daemon_json_error"] + ": Docker will not start with it", evidence,
+                    Fix("Repair daemon.json, then let nvidia-ctk write the runtime entry.",
+                        ("sudo python3 -m json.tool /etc/docker/daemon.json",) + configure))
+    if "nvidia" not in (ct.get("docker_runtimes") or []) and not ct.get("cdi_specs"):
+        return warn("the NVIDIA container toolkit is installed but the nvidia runtime is not registered with Docker "
+                    "(--runtime=nvidia and Kubernetes' device plugin fail)", evidence,
+                    Fix("Register the runtime and restart Docker.", configure))
+    return passed("the NVIDIA container toolkit is installed and registered with Docker", **evidence)

@@ -1,0 +1,284 @@
+"""The NVIDIA kernel module against the kernel, the user-space driver, nouveau and Secure Boot."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from checks.common import needs_nvidia_gpu, nvidia_gpus, os_family
+from doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+
+
+def _driver_installed(facts: Facts) -> bool:
+    return bool(facts.get("kmod.nvidia_modules") or facts.get("nvidia_driver.userspace.libraries")
+                or facts.get("kmod.dkms.registered") or facts.get("kmod.dnf_module"))
+
+
+def _install_method(facts: Facts) -> str:
+    """dkms / akmods / rhel-precompiled / ubuntu-precompiled / runfile / unknown."""
+    stream = (facts.get("kmod.dnf_module") or {}).get("stream") or ""
+    if facts.get("kmod.dkms.registered") or stream.endswith("dkms"):
+        return "dkms"
+    if facts.get("kmod.akmods"):
+        return "akmods"
+    if stream:
+        return "rhel-precompiled"
+    if any(p["package"].startswith("linux-modules-nvidia") for p in facts.get("kmod.dpkg_packages") or []):
+        return "ubuntu-precompiled"
+    if facts.get("kmod.runfile_installer"):
+        return "runfile"
+    return "unknown"
+
+
+def _headers(facts: Facts, kernel: str) -> str:
+    if os_family(facts) == "debian":
+        return f"sudo apt-get install -y linux-headers-{kernel}"
+    return f"sudo dnf install -y kernel-devel-{kernel} kernel-headers-{kernel}"
+
+
+def _build_fix(facts: Facts, kernel: str, method: str, other_kernels: List[str]) -> Fix:
+    fallback = [f"# or boot a kernel that has the module: {', '.join(other_kernels)}"] if other_kernels else []
+    if method == "dkms":
+        return Fix(f"Build the module for {kernel} with DKMS (it needs the matching kernel headers), then load it.",
+                   (_headers(facts, kernel), f"sudo dkms autoinstall -k {kernel}", "sudo modprobe nvidia && nvidia-smi",
+                    *fallback))
+    if method == "akmods":
+        return Fix(f"Have akmods build the module for {kernel}, then load it.",
+                   (_headers(facts, kernel), f"sudo akmods --force --kernels {kernel}", "sudo modprobe nvidia", *fallback))
+    if method == "rhel-precompiled":
+        stream = (facts.get("kmod.dnf_module") or {}).get("stream")
+        return Fix("The precompiled kmod stream has no package for this kernel (NVIDIA publishes them only for released "
+                   "kernels); switch to the DKMS stream so the module is built for any kernel, or boot a supported one.",
+                   (f"sudo dnf module switch-to -y nvidia-driver:{stream}-dkms" if stream and stream[:1].isdigit()
+                    else "sudo dnf module switch-to -y nvidia-driver:latest-dkms",
+                    _headers(facts, kernel), "sudo reboot", *fallback))
+    if method == "ubuntu-precompiled":
+        pkgs = [p["package"] for p in facts.get("kmod.dpkg_packages") or [] if p["package"].startswith("linux-modules-nvidia")]
+        branch = pkgs[0].split("-")[3] if pkgs and len(pkgs[0].split("-")) > 3 else "<branch>"
+        return Fix(f"Install the precompiled NVIDIA modules for {kernel}.",
+                   (f"sudo apt-get install -y linux-modules-nvidia-{branch}-{kernel}", "sudo modprobe nvidia", *fallback))
+    if method == "runfile":
+        return Fix("The driver was installed with the .run installer without DKMS; reinstall it with --dkms so that "
+                   "kernel updates rebuild it.",
+                   (_headers(facts, kernel), "sudo sh ./NVIDIA-Linux-$(uname -m)-<version>.run --silent --dkms",
+                    *fallback))
+    return Fix(f"Install the NVIDIA driver for kernel {kernel} (prefer the DKMS packages so kernel updates rebuild it).",
+               (_headers(facts, kernel), *fallback))
+
+
+@check(
+    id="DLD-DRV-001", slug="kernel-module-missing-for-running-kernel",
+    title="An NVIDIA kernel module exists for the running kernel",
+    tags=("driver", "kernel", "gpu"), requires=("kmod",), applies=(needs_nvidia_gpu,),
+    what="""Looks under /lib/modules/<running kernel>/ (extra, updates/dkms, weak-updates, kernel/) for nvidia.ko and
+    reads its vermagic where it can. Passes when the module is loaded or built for the running kernel.""",
+    why="""After a kernel update the old module does not load into the new kernel: 'modprobe: FATAL: Module nvidia not
+    found' and nvidia-smi 'couldn't communicate with the NVIDIA driver'. DKMS rebuilds it only when the matching
+    kernel headers are installed; the RHEL 8 precompiled kmod streams only exist for kernels NVIDIA has packaged;
+    a .run install without --dkms is never rebuilt.""",
+    fix="""Build the module for the running kernel the way the driver was installed: dkms autoinstall (with
+    kernel-devel/linux-headers of the running kernel), akmods --force, switching a precompiled stream to its -dkms
+    stream, or reinstalling the .run driver with --dkms. Booting the previous kernel is the short-term way out.""",
+)
+def module_for_running_kernel(facts: Facts) -> Result:
+    running = facts.get("kmod.running_kernel")
+    if not running:
+        return skip("no running kernel (sysroot): see DLD-DRV-002 for the kernel this image boots")
+    if not _driver_installed(facts):
+        return skip("no NVIDIA driver is installed (DLD-GPU-001 reports a GPU without a driver)")
+    modules = facts.get("kmod.nvidia_modules") or []
+    here = [m for m in modules if m["kernel"] == running]
+    loaded = facts.get("nvidia_driver.kernel_module.loaded")
+    evidence = {"kmod.running_kernel": running, "kmod.nvidia_modules": [
+        {k: m.get(k) for k in ("kernel", "path", "kind", "vermagic", "link_kernel")} for m in modules],
+        "nvidia_driver.kernel_module.loaded": loaded, "install_method": _install_method(facts)}
+    if loaded:
+        return passed(f"the nvidia module is loaded into the running kernel {running}", **evidence)
+    others = sorted({m["kernel"] for m in modules if m["kernel"] != running})
+    if not here:
+        where = f"; modules exist only for {', '.join(others)}" if others else ""
+        return fail(f"no NVIDIA kernel module for the running kernel {running}{where}", evidence,
+                    _build_fix(facts, running, _install_method(facts), others))
+    real = [m for m in here if m["kind"] != "weak-updates"]
+    mismatched = [m for m in here if m.get("vermagic") and not m["vermagic"].split()[0] == running]
+    if mismatched:
+        m = mismatched[0]
+        return fail(f"{m['path']} was built for {m['vermagic'].split()[0]}, not the running kernel {running}",
+                    evidence, _build_fix(facts, running, _install_method(facts), others))
+    if not real:
+        target = here[0].get("link_kernel") or "another kernel"
+        return warn(f"the module for {running} is only a weak-updates link to the build for {target}; it loads while "
+                    f"the kernel ABI is unchanged, and it is not loaded now", evidence,
+                    _build_fix(facts, running, _install_method(facts), others))
+    return passed(f"nvidia.ko exists for the running kernel {running} ({real[0]['path']})", **evidence)
+
+
+@check(
+    id="DLD-DRV-002", slug="next-boot-kernel-without-module",
+    title="The kernel that boots next has an NVIDIA kernel module",
+    tags=("driver", "kernel", "gpu", "ami"), requires=("kmod",), applies=(needs_nvidia_gpu,),
+    what="""Finds the default boot kernel (grubenv saved_entry and its BLS entry on RHEL, the /boot/vmlinuz link on
+    Ubuntu, else the newest installed kernel) and checks that an nvidia.ko exists or DKMS has built one for it.""",
+    why="""A kernel update installs a new default kernel; if no NVIDIA module exists for it, the next reboot (or the
+    first boot of an image) comes up without a GPU driver. Catching it before the reboot saves a broken node.""",
+    fix="""Build the module for that kernel now (dkms autoinstall -k KERNEL with its headers, akmods --kernels KERNEL,
+    the matching precompiled package), or keep booting the current kernel (grubby --set-default, apt-mark hold).""",
+)
+def next_boot_kernel(facts: Facts) -> Result:
+    default = facts.get("kmod.boot_default.kernel")
+    if not default:
+        return skip("the default boot kernel could not be determined")
+    if not _driver_installed(facts):
+        return skip("no NVIDIA driver is installed")
+    running = facts.get("kmod.running_kernel")
+    modules = facts.get("kmod.nvidia_modules") or []
+    has_module = any(m["kernel"] == default for m in modules)
+    dkms_built = any(b["kernel"] == default for b in facts.get("kmod.dkms.builds") or [])
+    evidence = {"kmod.boot_default": facts.get("kmod.boot_default"), "kmod.running_kernel": running,
+                "kernels_with_module": sorted({m["kernel"] for m in modules})}
+    if has_module or dkms_built:
+        return passed(f"the next boot kernel {default} has an NVIDIA module", **evidence)
+    method = _install_method(facts)
+    others = sorted({m["kernel"] for m in modules})
+    fix = _build_fix(facts, default, method, [])
+    keep = []
+    if running and running != default:
+        keep = [f"sudo grubby --set-default /boot/vmlinuz-{running}" if os_family(facts) != "debian"
+                else "sudo apt-mark hold linux-image-$(uname -r)   # and make it the GRUB default"]
+    fix = Fix(fix.summary + " Or keep booting the current kernel.", fix.commands + tuple(keep))
+    if method == "dkms":
+        message = (f"the next boot kernel {default} has no NVIDIA module yet; DKMS builds it at boot only if "
+                   f"kernel-devel/headers for {default} are installed")
+    else:
+        message = f"the next boot kernel {default} has no NVIDIA module ({'modules exist for ' + ', '.join(others) if others else 'none built'}): the GPUs will be gone after a reboot"
+    if not facts.live:  # an image about to be booted: this is the failure
+        return fail(message, evidence, fix)
+    if running == default:
+        return skip("the default boot kernel is the running kernel (see DLD-DRV-001)")
+    return warn(message, evidence, fix)
+
+
+@check(
+    id="DLD-DRV-003", slug="driver-library-mismatch",
+    title="The loaded kernel module and the user-space driver are the same version",
+    tags=("driver", "gpu"), requires=("nvidia_driver",), applies=(needs_nvidia_gpu,),
+    what="""Compares the loaded module's version (/proc/driver/nvidia/version) with the user-space driver libraries
+    (libnvidia-ml.so.VERSION, libcuda.so.VERSION), NVML's initialisation result and 'API mismatch' lines in the
+    kernel log.""",
+    why="""When packages update the user space but the old module stays loaded, every new CUDA program and nvidia-smi
+    fails with 'Failed to initialize NVML: Driver/library version mismatch' while running jobs keep working. Several
+    user-space versions side by side mean two installers (a .run file and packages) fought.""",
+    fix="""Reboot (or stop every GPU user and reload the nvidia modules). If the module on disk is still the old
+    version, rebuild it first. With several user-space versions, remove the .run install (nvidia-uninstall) and
+    reinstall the packages. Hold the driver packages to stop unattended upgrades repeating it.""",
+)
+def driver_library_mismatch(facts: Facts) -> Result:
+    module = facts.get("nvidia_driver.kernel_module.version")
+    libs: List[Dict] = facts.get("nvidia_driver.userspace.libraries") or []
+    versions = sorted({lib["version"] for lib in libs})
+    nvml_error = facts.get("nvml.init_error")
+    mismatch_log = facts.get("kernel_log.api_mismatches") or []
+    evidence = {"nvidia_driver.kernel_module.version": module, "nvidia_driver.userspace.versions": versions,
+                "nvml.init_error": nvml_error, "kernel_log.api_mismatches": mismatch_log}
+    if not facts.get("nvidia_driver.kernel_module.loaded"):
+        return skip("the nvidia module is not loaded (see DLD-GPU-001)")
+    if not module or not versions:
+        return skip("the module or the user-space driver version is unknown", **evidence)
+    if len(versions) > 1:
+        family = os_family(facts)
+        reinstall = ("sudo dnf reinstall -y nvidia-driver\\*" if family in ("rhel", "amzn")
+                     else "sudo apt-get install --reinstall -y $(dpkg -l | awk '/^ii +(libnvidia|nvidia)/{print $2}')")
+        return fail(f"several user-space driver versions are installed ({', '.join(versions)}; module {module}): "
+                    "two installers were mixed", evidence,
+                    Fix("Remove the .run-file install and reinstall the driver packages, then reboot.",
+                        ("ls -l " + " ".join(sorted({lib['path'] for lib in libs})),
+                         "sudo nvidia-uninstall   # if a .run installer was used", reinstall, "sudo reboot")))
+    user = versions[0]
+    if user != module or "mismatch" in (nvml_error or "").lower():
+        running = facts.get("kmod.running_kernel")
+        on_disk = [m.get("version") for m in facts.get("kmod.nvidia_modules") or []
+                   if m["kernel"] == running and m.get("version")]
+        commands = ["sudo reboot",
+                    "# or, with no GPU processes left: sudo systemctl stop nvidia-persistenced nvidia-fabricmanager; "
+                    "sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia"]
+        summary = "Reboot so the module matching the user space is loaded (or reload the modules)."
+        if on_disk and user not in on_disk:
+            summary = (f"The module on disk for {running} is still {on_disk[0]}: rebuild it for {user} first "
+                       f"(see DLD-DRV-001), then reboot.")
+        if os_family(facts) == "debian":
+            commands.append("sudo apt-mark hold $(dpkg -l | awk '/^ii +(libnvidia|nvidia)/{print $2}')   # stop "
+                            "unattended upgrades from doing it again")
+        return fail(f"Driver/library version mismatch: the loaded kernel module is {module}, the user-space driver is "
+                    f"{user}", evidence, Fix(summary, tuple(commands)))
+    return passed(f"kernel module and user-space driver are both {module}", **evidence)
+
+
+@check(
+    id="DLD-DRV-004", slug="nouveau-active",
+    title="nouveau does not hold the NVIDIA GPUs",
+    tags=("driver", "gpu", "kernel"), requires=("gpu_pci",), applies=(needs_nvidia_gpu,),
+    what="""Checks /proc/modules and each GPU's bound driver for nouveau, and the modprobe.d files and kernel
+    command line for a nouveau blacklist.""",
+    why="""The in-tree nouveau driver binds the GPUs first when it is not blacklisted (or is still in the initramfs);
+    the NVIDIA driver then logs 'The NVIDIA probe routine was not called' and CUDA sees no device.""",
+    fix="""Blacklist nouveau in /etc/modprobe.d, regenerate the initramfs (dracut --force on RHEL, update-initramfs -u
+    on Ubuntu) and reboot.""",
+)
+def nouveau_active(facts: Facts) -> Result:
+    gpus = nvidia_gpus(facts)
+    bound = [g["bdf"] for g in gpus if g.get("driver") == "nouveau"]
+    loaded = facts.get("kmod.nouveau.loaded")
+    if loaded is None:
+        loaded = "nouveau" in (facts.get("nvidia_driver.modules") or []) or None
+    blacklisted = facts.get("kmod.nouveau.blacklisted")
+    evidence = {"gpus_bound_to_nouveau": bound, "kmod.nouveau": facts.get("kmod.nouveau")}
+    regen = "sudo update-initramfs -u" if os_family(facts) == "debian" else "sudo dracut --force"
+    fix = Fix("Blacklist nouveau, rebuild the initramfs and reboot.",
+              ("printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee /etc/modprobe.d/blacklist-nouveau.conf",
+               regen, "sudo reboot"))
+    if bound or loaded:
+        what = f"nouveau is bound to {', '.join(bound)}" if bound else "the nouveau module is loaded"
+        return fail(f"{what}: the NVIDIA driver cannot take the GPUs", evidence, fix)
+    nvidia_bound = gpus and all(g.get("driver") == "nvidia" for g in gpus)
+    if blacklisted is False and not nvidia_bound and facts.get("kmod") is not None:
+        return warn("nouveau is not blacklisted and the NVIDIA driver does not hold the GPUs: nouveau may take them at "
+                    "the next boot", evidence, fix)
+    return passed("nouveau is not loaded" + (" and is blacklisted" if blacklisted else ""), **evidence)
+
+
+@check(
+    id="DLD-DRV-005", slug="secure-boot-blocks-module",
+    title="Secure Boot does not block the NVIDIA module",
+    tags=("driver", "kernel", "security"), requires=("kmod.secure_boot",), applies=(needs_nvidia_gpu,),
+    what="""Reads the SecureBoot EFI variable; when Secure Boot is on and the nvidia module is not loaded, checks
+    whether the module on disk is signed and whether the kernel log shows 'Key was rejected by service'.""",
+    why="""With Secure Boot on, the kernel refuses modules not signed by an enrolled key. A DKMS-built module is
+    signed with a machine owner key (MOK) that must be confirmed at the boot-time MOK screen, which a cloud VM
+    reached over SSH never shows, so the driver silently fails to load.""",
+    fix="""Enroll the DKMS/akmods signing key (mokutil --import, then confirm at the console on reboot), use a
+    pre-signed driver package, or turn Secure Boot off for the instance.""",
+)
+def secure_boot_blocks_module(facts: Facts) -> Result:
+    sb = facts.get("kmod.secure_boot") or {}
+    enabled = sb.get("enabled")
+    evidence = {"kmod.secure_boot": sb, "nvidia_driver.kernel_module.loaded": facts.get("nvidia_driver.kernel_module.loaded"),
+                "kernel_log.module_key_rejected": facts.get("kernel_log.module_key_rejected")}
+    if enabled is None:
+        return skip("whether Secure Boot is on is unknown here", **evidence)
+    if not enabled:
+        return passed("Secure Boot is off", **evidence)
+    if facts.get("nvidia_driver.kernel_module.loaded"):
+        return passed("Secure Boot is on and the nvidia module is loaded (it is signed by an enrolled key)", **evidence)
+    running = facts.get("kmod.running_kernel")
+    mods = [m for m in facts.get("kmod.nvidia_modules") or [] if m["kernel"] == running]
+    unsigned = [m["path"] for m in mods if m.get("signed") is False]
+    evidence["unsigned_modules"] = unsigned
+    fix = Fix("Enroll the module signing key and confirm it at the console on the next boot (or disable Secure Boot).",
+              ("mokutil --sb-state", "sudo mokutil --import /var/lib/dkms/mok.pub   # akmods: /etc/pki/akmods/certs/public_key.der",
+               "sudo reboot   # confirm the key on the MOK screen (serial console on a cloud VM)"))
+    if unsigned:
+        return fail(f"Secure Boot is on and {unsigned[0]} is not signed: the kernel refuses to load it", evidence, fix)
+    if facts.get("kernel_log.module_key_rejected"):
+        return fail("Secure Boot is on and the kernel rejected the nvidia module's signing key (not enrolled)",
+                    evidence, fix)
+    return warn("Secure Boot is on and the nvidia module is not loaded; check that its signing key is enrolled",
+                evidence, fix)

@@ -1,0 +1,35 @@
+"""Cloud identity from DMI files (EC2 instance type). No network here; IMDS is a separate probe."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from doctor.probes import ProbeContext, Unavailable, probe
+
+DMI = "/sys/class/dmi/id"
+
+
+def is_ec2(dmi: Dict[str, Optional[str]], hypervisor_uuid: Optional[str]) -> bool:
+    """EC2 per DMI: Nitro instances say sys_vendor 'Amazon EC2'; Xen ones have a hypervisor UUID 'ec2...'."""
+    if (dmi.get("sys_vendor") or "").strip() == "Amazon EC2":
+        return True
+    return (hypervisor_uuid or "").strip().lower().startswith("ec2")
+
+
+@probe("cloud", "cloud identity from DMI (/sys/class/dmi/id): EC2 and the instance type")
+def cloud_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    if not host.is_dir(DMI) and not host.is_dir("/sys/hypervisor"):
+        raise Unavailable("no /sys/class/dmi/id (an image that has not booted, or no DMI in this container)")
+    dmi: Dict[str, Optional[str]] = {}
+    for name in ("sys_vendor", "product_name", "product_version", "board_asset_tag", "bios_vendor", "chassis_asset_tag"):
+        text = host.try_read(f"{DMI}/{name}", 256)
+        dmi[name] = text.strip() if text else None
+    hv = host.try_read("/sys/hypervisor/uuid", 256)
+    ec2 = is_ec2(dmi, hv.strip() if hv else None)
+    instance_type = None
+    if ec2 and dmi.get("product_name") and "." in dmi["product_name"]:
+        instance_type = dmi["product_name"]  # Nitro: product_name is the instance type
+    return {"provider": "aws" if ec2 else None, "ec2": ec2, "instance_type": instance_type,
+            "instance_type_source": "dmi product_name" if instance_type else None,
+            "board_asset_tag": dmi.get("board_asset_tag") if ec2 else None, "dmi": dmi}

@@ -1,0 +1,91 @@
+"""CUDA toolkits installed on the host: /usr/local/cuda-*, the /usr/local/cuda link, CUDA_HOME, nvcc."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from doctor.probes import ProbeContext, probe
+
+_CUDA_H = re.compile(r"^#define\s+CUDA_VERSION\s+(\d+)", re.M)
+_VERSION_TXT = re.compile(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)")
+_NVCC = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
+_DIST = re.compile(r"^nvidia_cuda_(?:nvcc|runtime)-(\d+\.\d+)\.\d+\.dist-info$")
+
+
+def cuda_h_version(text: str) -> Optional[str]:
+    """``#define CUDA_VERSION 12020`` -> ``12.2``."""
+    m = _CUDA_H.search(text)
+    if not m:
+        return None
+    n = int(m.group(1))
+    return f"{n // 1000}.{(n % 1000) // 10}"
+
+
+def toolkit_version(ctx: ProbeContext, root: str) -> Tuple[Optional[str], Optional[str]]:
+    host = ctx.host
+    text = host.try_read(f"{root}/version.json", 1 << 20)
+    if text:
+        try:
+            version = json.loads(text).get("cuda", {}).get("version")
+            if version:
+                return version, "version.json"
+        except ValueError:
+            pass
+    text = host.try_read(f"{root}/version.txt", 4096)
+    if text:
+        m = _VERSION_TXT.search(text)
+        if m:
+            return m.group(1), "version.txt"
+    text = host.try_read(f"{root}/include/cuda.h", 1 << 20)
+    if text and cuda_h_version(text):
+        return cuda_h_version(text), "include/cuda.h"
+    for name in host.listdir(f"{root}/dist-info"):
+        m = _DIST.match(name)
+        if m:
+            return m.group(1), f"dist-info/{name}"
+    if host.live and host.exists(f"{root}/bin/nvcc"):
+        result = host.run([host.resolve(f"{root}/bin/nvcc"), "--version"], timeout=5)
+        m = _NVCC.search(result.stdout)
+        if m:
+            return m.group(2), "nvcc --version"
+    return None, None
+
+
+@probe("cuda_toolkits", "CUDA toolkits: /usr/local/cuda-*, the /usr/local/cuda link, CUDA_HOME and nvcc on PATH")
+def cuda_toolkits_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    env = host.environ()
+    roots: List[str] = [p for p in host.glob("/usr/local/cuda-*") if host.is_dir(p)]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        value = env.get(var)
+        if value and value.startswith("/") and host.is_dir(value):
+            real = host.tree_path(value)
+            if real not in roots:
+                roots.append(real)
+    toolkits = []
+    for root in sorted(set(roots)):
+        version, source = toolkit_version(ctx, root)
+        toolkits.append({"path": root, "version": version, "source": source,
+                         "nvcc": host.exists(f"{root}/bin/nvcc")})
+    link = host.readlink("/usr/local/cuda")
+    default = None
+    if link is not None or host.is_dir("/usr/local/cuda"):
+        target = host.tree_path("/usr/local/cuda") if host.exists("/usr/local/cuda") else None
+        default = {"path": "/usr/local/cuda", "link": link, "target": target,
+                   "version": next((t["version"] for t in toolkits if t["path"] == target), None)}
+        if target and not any(t["path"] == target for t in toolkits):
+            version, source = toolkit_version(ctx, target)
+            toolkits.append({"path": target, "version": version, "source": source,
+                             "nvcc": host.exists(f"{target}/bin/nvcc")})
+            default["version"] = version
+    nvcc = host.which("nvcc")
+    return {
+        "toolkits": toolkits,
+        "default": default,
+        "cuda_home": env.get("CUDA_HOME") or env.get("CUDA_PATH"),
+        "nvcc_on_path": host.tree_path(nvcc) if nvcc else None,
+        "container_env": {k: env[k] for k in ("NVIDIA_REQUIRE_CUDA", "CUDA_VERSION", "NV_CUDA_CUDART_VERSION",
+                                              "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES") if k in env},
+    }

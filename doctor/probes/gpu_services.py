@@ -1,0 +1,84 @@
+"""GPU services and the container runtime: fabric manager, persistence daemon, NVIDIA container toolkit."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, List, Optional
+
+from doctor.probes import ProbeContext, probe
+
+UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system", "/run/systemd/system")
+_FM_VERSION = re.compile(r"(\d{3}\.\d{1,3}(?:\.\d{1,3})?)")
+
+
+def _unit(ctx: ProbeContext, name: str) -> Dict[str, Any]:
+    host = ctx.host
+    path = next((f"{d}/{name}" for d in UNIT_DIRS if host.exists(f"{d}/{name}")), None)
+    enabled = any(host.lexists(p) for p in host.glob(f"/etc/systemd/system/*.wants/{name}"))
+    active = None
+    if host.live and path and host.which("systemctl"):
+        result = host.run(["systemctl", "is-active", name], timeout=3)
+        active = result.stdout.strip() or None
+    return {"installed": path is not None, "unit_path": path, "enabled": enabled, "active": active}
+
+
+def fabric_manager_version(ctx: ProbeContext, packages: Optional[List[Dict[str, str]]]) -> Optional[Dict[str, str]]:
+    """From dpkg, the package docs directory, or `nv-fabricmanager --version` (live)."""
+    host = ctx.host
+    for pkg in packages or []:
+        if pkg["package"].startswith(("nvidia-fabricmanager", "cuda-drivers-fabricmanager")):
+            m = _FM_VERSION.search(pkg["version"])
+            if m:
+                return {"version": m.group(1), "source": f"dpkg {pkg['package']} {pkg['version']}"}
+    for path in host.glob("/usr/share/doc/nvidia-fabricmanager*"):
+        m = _FM_VERSION.search(path)
+        if m:
+            return {"version": m.group(1), "source": path}
+    if host.live:
+        exe = host.which("nv-fabricmanager") or ("/usr/bin/nv-fabricmanager" if host.exists("/usr/bin/nv-fabricmanager") else None)
+        if exe:
+            result = host.run([exe, "--version"], timeout=3)
+            m = _FM_VERSION.search(result.stdout + result.stderr)
+            if m:
+                return {"version": m.group(1), "source": "nv-fabricmanager --version"}
+    return None
+
+
+@probe("gpu_services", "nvidia-fabricmanager, nvidia-persistenced and the NVIDIA container toolkit")
+def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    from doctor.probes.kmod import parse_dpkg_status
+
+    dpkg = host.try_read("/var/lib/dpkg/status", 64 * 1024 * 1024)
+    packages = parse_dpkg_status(dpkg) if dpkg else None
+    fm = _unit(ctx, "nvidia-fabricmanager.service")
+    fm["version"] = fabric_manager_version(ctx, packages)
+    persistenced = _unit(ctx, "nvidia-persistenced.service")
+    persistenced["running"] = host.exists("/run/nvidia-persistenced/nvidia-persistenced.pid") if host.live else None
+
+    toolkit_bins = [b for b in ("/usr/bin/nvidia-container-toolkit", "/usr/bin/nvidia-container-runtime",
+                                "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-cli") if host.exists(b)]
+    docker_installed = any(host.exists(p) for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd"))
+    runtimes: Optional[List[str]] = None
+    daemon_error = None
+    text = host.try_read("/etc/docker/daemon.json", 1 << 20)
+    if text is not None:
+        try:
+            runtimes = sorted((json.loads(text) or {}).get("runtimes", {}) or {})
+        except (ValueError, AttributeError) as exc:
+            daemon_error = f"/etc/docker/daemon.json is not valid JSON: {exc}"
+    containerd = host.try_read("/etc/containerd/config.toml", 1 << 20)
+    cdi = sorted(host.glob("/etc/cdi/nvidia*.yaml") + host.glob("/var/run/cdi/nvidia*.yaml"))
+    return {
+        "fabric_manager": fm,
+        "persistenced": persistenced,
+        "container_toolkit": {
+            "binaries": toolkit_bins,
+            "docker_installed": docker_installed,
+            "docker_runtimes": runtimes,
+            "docker_daemon_json_error": daemon_error,
+            "containerd_nvidia_runtime": ("nvidia" in containerd) if containerd is not None else None,
+            "cdi_specs": cdi,
+        },
+    }

@@ -1,0 +1,95 @@
+"""NVIDIA lines in the kernel log of the current boot: Xid errors, adapter init failures, API mismatches."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional
+
+from doctor.host import CommandUnavailable
+from doctor.probes import ProbeContext, Unavailable, probe
+
+LOG_FILES = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
+INTERESTING = re.compile(r"NVRM|nvidia|Xid|RmInitAdapter|fallen off the bus|nouveau|NVSwitch|nvidia-nvswitch|"
+                         r"Key was rejected|module verification failed", re.I)
+BOOT_MARKER = re.compile(r"kernel: (Linux version \d|Command line: )")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?|[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\): "
+                  r"(?P<code>\d+)(?:, pid=(?P<pid>[^,]*))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<text>.*)$")
+_RMINIT = re.compile(r"NVRM: (?:GPU (?P<bus>[0-9A-Fa-f:.]+): )?RmInitAdapter failed!?\s*(?P<code>\([^)]*\))?")
+_MISMATCH = re.compile(r"NVRM: API mismatch: the client has the version (?P<client>[\d.]+), but(?: NVRM:)? "
+                       r"this kernel module has the version (?P<kernel>[\d.]+)")
+_FALLEN = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?(?P<bus>[0-9A-Fa-f:.]+):? (?:has )?fallen off the bus")
+MAX_LINES = 400
+
+
+def current_boot(lines: List[str]) -> List[str]:
+    """Lines after the last boot marker of a syslog file (all lines if there is none)."""
+    last = 0
+    for i, line in enumerate(lines):
+        if BOOT_MARKER.search(line):
+            last = i
+    return lines[last:]
+
+
+def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
+    xids: List[Dict[str, Any]] = []
+    init_failures: List[Dict[str, Any]] = []
+    mismatches: List[Dict[str, str]] = []
+    fallen: List[str] = []
+    key_rejected = False
+    for line in lines:
+        m = _XID.search(line)
+        if m:
+            xids.append({"code": int(m.group("code")), "bus": m.group("bus").lower(),
+                         "pid": (m.group("pid") or "").strip() or None, "text": m.group("text").strip(),
+                         "line": line.strip()[-300:]})
+            continue
+        m = _RMINIT.search(line)
+        if m:
+            init_failures.append({"bus": (m.group("bus") or "").lower() or None, "code": m.group("code"),
+                                  "line": line.strip()[-300:]})
+            continue
+        m = _MISMATCH.search(line)
+        if m:
+            mismatches.append({"client": m.group("client"), "kernel_module": m.group("kernel")})
+            continue
+        m = _FALLEN.search(line)
+        if m:
+            fallen.append(m.group("bus").lower())
+        if "Key was rejected by service" in line or "module verification failed" in line:
+            key_rejected = True
+    return {"xids": xids, "init_failures": init_failures, "api_mismatches": mismatches,
+            "fallen_off_bus": sorted(set(fallen)), "module_key_rejected": key_rejected}
+
+
+@probe("kernel_log", "NVIDIA messages in the kernel log of this boot (Xid errors, RmInitAdapter, API mismatch)",
+       root_adds="the kernel log (/dev/kmsg, /var/log/messages), where Xid errors and driver load failures appear")
+def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    lines: Optional[List[str]] = None
+    source = None
+    if host.live:
+        try:
+            lines, source = host.read_kmsg(), "/dev/kmsg"
+        except PermissionError:
+            ctx.denied("the kernel log (/dev/kmsg): Xid errors and driver load failures of this boot")
+        except (OSError, CommandUnavailable):
+            lines = None
+    if lines is None:
+        denied = []
+        for path in LOG_FILES:
+            try:
+                text = host.try_read(path, 64 * 1024 * 1024)
+            except PermissionError:
+                denied.append(path)
+                continue
+            if text is not None:
+                lines, source = current_boot(text.splitlines()), path
+                break
+        if lines is None and denied:
+            raise PermissionError(f"cannot read {', '.join(denied)}")
+    if lines is None:
+        raise Unavailable("no kernel log: /dev/kmsg is not readable here and no /var/log/{kern.log,messages,syslog}")
+    relevant = [l for l in lines if INTERESTING.search(l)]
+    out = parse_kernel_log(relevant)
+    out.update(source=source, lines=relevant[-MAX_LINES:], truncated=len(relevant) > MAX_LINES)
+    return out

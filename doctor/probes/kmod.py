@@ -1,0 +1,265 @@
+"""Kernels and NVIDIA kernel modules on disk: per-kernel modules, boot default, DKMS/akmods/kmod
+streams, nouveau blacklists, Secure Boot. Files only, so it works on a mounted image."""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+import os
+import re
+from functools import cmp_to_key
+from typing import Any, Dict, List, Optional
+
+from doctor.probes import ProbeContext, Unavailable, probe
+
+MODULE_NAMES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.gz", "nvidia.ko.zst")
+MAX_MODULE_BYTES = 256 * 1024 * 1024
+SIGNATURE_MAGIC = b"~Module signature appended~\n"
+SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+_MODINFO = re.compile(rb"(?:^|\0)(vermagic|version|signer|sig_id|license)=([^\0]{1,200})")
+
+
+def kernel_sort_key(release: str) -> List[Any]:
+    """Sort kernel releases the way `rpm`/`dpkg` would for practical purposes (numbers numerically)."""
+    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-_+~]", release) if p]
+
+
+def _cmp(a: str, b: str) -> int:
+    ka, kb = kernel_sort_key(a), kernel_sort_key(b)
+    return (ka > kb) - (ka < kb)
+
+
+def newest_kernel(releases: List[str]) -> Optional[str]:
+    return sorted(releases, key=cmp_to_key(_cmp))[-1] if releases else None
+
+
+def parse_modinfo(data: bytes) -> Dict[str, Any]:
+    """``vermagic``/``version``/``signer`` from a module's .modinfo strings, and whether it is signed."""
+    info: Dict[str, Any] = {}
+    for m in _MODINFO.finditer(data):
+        key = m.group(1).decode()
+        info.setdefault(key, m.group(2).decode("utf-8", "replace").strip())
+    info["signed"] = data.endswith(SIGNATURE_MAGIC)
+    return info
+
+
+def classify_module_path(path: str) -> str:
+    if "/weak-updates/" in path:
+        return "weak-updates"
+    if "/updates/dkms/" in path:
+        return "dkms"
+    if "/extra/" in path:
+        return "extra"
+    if "/updates/" in path:
+        return "updates"
+    return "kernel"
+
+
+def parse_grubenv(text: str) -> Dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, _, v = line.partition("=")
+            out[k.strip()] = v.strip()
+    return out
+
+
+def parse_bls_entry(text: str) -> Dict[str, str]:
+    """A Boot Loader Specification entry (``linux /vmlinuz-4.18.0-513.el8.x86_64`` ...)."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.strip().split(None, 1)
+        if len(parts) == 2:
+            out[parts[0]] = parts[1]
+    return out
+
+
+def parse_dnf_module(text: str) -> Dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if "=" in line:
+            k, _, v = line.partition("=")
+            out[k.strip()] = v.strip()
+    return out
+
+
+def parse_dpkg_status(text: str, prefixes=("nvidia", "libnvidia", "linux-modules-nvidia", "cuda",
+                                           "linux-image", "dkms", "nvidia-container")) -> List[Dict[str, str]]:
+    """Installed packages of interest from ``/var/lib/dpkg/status``."""
+    out = []
+    for block in text.split("\n\n"):
+        fields: Dict[str, str] = {}
+        for line in block.splitlines():
+            if line[:1] in (" ", "\t") or ":" not in line:
+                continue
+            k, _, v = line.partition(":")
+            fields[k] = v.strip()
+        name = fields.get("Package", "")
+        if name.startswith(prefixes) and "installed" in fields.get("Status", "").split():
+            out.append({"package": name, "version": fields.get("Version", "")})
+    return out
+
+
+def _module_info(ctx: ProbeContext, path: str) -> Dict[str, Any]:
+    host = ctx.host
+    try:
+        size = host.stat(path).st_size
+        if size > MAX_MODULE_BYTES:
+            return {"note": "too large to read"}
+        raw = host.read_bytes(path, MAX_MODULE_BYTES)
+        if path.endswith(".xz"):
+            raw = lzma.decompress(raw)
+        elif path.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        elif path.endswith(".zst"):
+            return {"note": "zstd-compressed; not read"}
+    except (OSError, lzma.LZMAError, EOFError) as exc:
+        return {"note": f"unreadable: {exc}"}
+    return parse_modinfo(raw)
+
+
+def _find_modules(ctx: ProbeContext, kernel: str) -> List[str]:
+    """nvidia.ko* below /lib/modules/KERNEL, not following directory symlinks (build/, source/)."""
+    host = ctx.host
+    base = f"/lib/modules/{kernel}"
+    found: List[str] = []
+    stack = [(base, 0)]
+    while stack:
+        directory, depth = stack.pop()
+        try:
+            real = host.resolve(directory)
+            entries = list(os.scandir(real))
+        except OSError:
+            continue
+        for entry in entries:
+            path = f"{directory}/{entry.name}"
+            if entry.name in MODULE_NAMES:
+                found.append(path)
+            elif entry.is_dir(follow_symlinks=False) and depth < 6 and entry.name not in ("build", "source"):
+                stack.append((path, depth + 1))
+    return sorted(found)
+
+
+@probe("kmod", "installed kernels, the NVIDIA module built for each, boot default, DKMS/akmods, nouveau, Secure Boot")
+def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    if not host.is_dir("/lib/modules") and not host.is_dir("/boot"):
+        raise Unavailable("no /lib/modules or /boot (not a root filesystem)")
+    module_dirs = [k for k in host.listdir("/lib/modules") if host.is_dir(f"/lib/modules/{k}")]
+    boot_images = [n[len("vmlinuz-"):] for n in host.listdir("/boot") if n.startswith("vmlinuz-")
+                   and "rescue" not in n]
+    installed = sorted({k for k in module_dirs if k in boot_images or host.exists(f"/lib/modules/{k}/vmlinuz")}
+                       | set(boot_images), key=cmp_to_key(_cmp))
+
+    # NVIDIA modules per kernel; read module metadata for the kernels that matter most.
+    running = (host.try_read("/proc/sys/kernel/osrelease", 256) or "").strip() or None
+    if host.live and not running:
+        running = os.uname().release
+    modules: List[Dict[str, Any]] = []
+    for kernel in module_dirs:
+        for path in _find_modules(ctx, kernel):
+            entry: Dict[str, Any] = {"kernel": kernel, "path": path, "kind": classify_module_path(path)}
+            link = host.readlink(path)
+            if link:
+                entry["link"] = link
+                m = re.search(r"/lib/modules/([^/]+)/", link if link.startswith("/") else
+                              os.path.normpath(os.path.join(os.path.dirname(path), link)))
+                entry["link_kernel"] = m.group(1) if m else None
+            modules.append(entry)
+
+    default = _boot_default(ctx, installed)
+    interesting = {running, default.get("kernel")}
+    for entry in modules:
+        if entry["kernel"] in interesting:
+            entry.update(_module_info(ctx, entry["path"]))
+
+    dkms = []
+    for version in host.listdir("/var/lib/dkms/nvidia"):
+        for kernel in host.listdir(f"/var/lib/dkms/nvidia/{version}"):
+            if host.is_dir(f"/var/lib/dkms/nvidia/{version}/{kernel}") and kernel not in ("source", "build"):
+                dkms.append({"version": version, "kernel": kernel})
+    dnf_stream = None
+    text = host.try_read("/etc/dnf/modules.d/nvidia-driver.module")
+    if text:
+        info = parse_dnf_module(text)
+        dnf_stream = {"stream": info.get("stream"), "state": info.get("state")}
+    dpkg = host.try_read("/var/lib/dpkg/status", 64 * 1024 * 1024)
+    packages = parse_dpkg_status(dpkg) if dpkg else None
+
+    return {
+        "running_kernel": running,
+        "installed_kernels": installed,
+        "boot_default": default,
+        "nvidia_modules": modules,
+        "dkms": {"registered": host.is_dir("/var/lib/dkms/nvidia"), "builds": dkms},
+        "akmods": host.is_dir("/var/cache/akmods/nvidia") or bool(host.glob("/usr/src/akmods/nvidia-kmod*")),
+        "dnf_module": dnf_stream,
+        "runfile_installer": host.exists("/usr/bin/nvidia-uninstall") or host.exists("/var/log/nvidia-installer.log"),
+        "dpkg_packages": packages,
+        "nouveau": _nouveau(ctx),
+        "secure_boot": _secure_boot(ctx),
+    }
+
+
+def _boot_default(ctx: ProbeContext, installed: List[str]) -> Dict[str, Any]:
+    host = ctx.host
+    env_text = host.try_read("/boot/grub2/grubenv") or host.try_read("/boot/grub/grubenv")
+    env = parse_grubenv(env_text) if env_text else {}
+    saved = env.get("saved_entry")
+    if saved:
+        entry_text = host.try_read(f"/boot/loader/entries/{saved}.conf")
+        if entry_text:
+            linux = parse_bls_entry(entry_text).get("linux", "")
+            m = re.search(r"vmlinuz-(\S+)", linux)
+            if m:
+                return {"kernel": m.group(1), "source": f"/boot/grub2/grubenv saved_entry -> /boot/loader/entries/{saved}.conf"}
+        for kernel in installed:
+            if saved.endswith(kernel):
+                return {"kernel": kernel, "source": "/boot/grub2/grubenv saved_entry"}
+    link = host.readlink("/boot/vmlinuz")
+    if link:
+        m = re.search(r"vmlinuz-(\S+)$", link)
+        if m:
+            return {"kernel": m.group(1), "source": "/boot/vmlinuz symlink"}
+    newest = newest_kernel(installed)
+    return {"kernel": newest, "source": "newest installed kernel (no explicit default found)" if newest else None}
+
+
+def _nouveau(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    sources: List[str] = []
+    for pattern in ("/etc/modprobe.d/*.conf", "/usr/lib/modprobe.d/*.conf", "/lib/modprobe.d/*.conf",
+                    "/run/modprobe.d/*.conf"):
+        for path in host.glob(pattern):
+            text = host.try_read(path, 65536) or ""
+            for line in text.splitlines():
+                words = line.split("#", 1)[0].split()
+                if words[:2] == ["blacklist", "nouveau"] or (words[:2] == ["install", "nouveau"] and
+                                                             any(w.endswith(("/false", "/true")) for w in words[2:])):
+                    sources.append(path)
+    cmdline = host.try_read("/proc/cmdline", 65536) or ""
+    for token in cmdline.split():
+        key, _, value = token.partition("=")
+        if key in ("modprobe.blacklist", "rd.driver.blacklist", "module_blacklist") and "nouveau" in value.split(","):
+            sources.append(f"/proc/cmdline {token}")
+        if token == "nouveau.modeset=0":
+            sources.append(f"/proc/cmdline {token}")
+    modules = host.try_read("/proc/modules")
+    loaded = None if modules is None else any(line.split()[:1] == ["nouveau"] for line in modules.splitlines())
+    return {"loaded": loaded, "blacklisted": bool(sources), "blacklist_sources": sorted(set(sources))}
+
+
+def _secure_boot(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    try:
+        raw = host.read_bytes(SECURE_BOOT_VAR, 64)
+        return {"enabled": len(raw) >= 5 and raw[4] == 1, "source": "efivars SecureBoot"}
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return {"enabled": None, "source": f"efivars unreadable: {exc.strerror}"}
+    if host.is_dir("/sys/firmware"):
+        if not host.is_dir("/sys/firmware/efi"):
+            return {"enabled": False, "source": "legacy BIOS boot (no /sys/firmware/efi)"}
+        return {"enabled": None, "source": "EFI without a SecureBoot variable"}
+    return {"enabled": None, "source": None}

@@ -1,0 +1,145 @@
+"""GPU state through NVML (nvidia-ml-py), live only.
+
+``collect_nvml(nv)`` takes the ``pynvml`` module or anything with the same functions
+(the tests use a fake built from recorded JSON), so every health state is testable
+without a GPU. Each per-device query that fails is recorded, not fatal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+from doctor.probes import ProbeContext, Unavailable, probe
+
+# nvmlClocksEventReasons / ClocksThrottleReasons bits (nvml.h).
+THROTTLE_REASONS = {
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_TEMPERATURE_GPU = 0
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """NVML's ``00000000:10:1C.0`` -> sysfs' ``0000:10:1c.0``."""
+    text = _text(bus_id).strip().lower()
+    domain, _, rest = text.partition(":")
+    return f"{domain[-4:]}:{rest}" if rest else text
+
+
+def throttle_names(mask: int) -> List[str]:
+    return [name for bit, name in sorted(THROTTLE_REASONS.items()) if mask & bit]
+
+
+def collect_nvml(nv: Any) -> Dict[str, Any]:
+    error_type = getattr(nv, "NVMLError", Exception)
+    try:
+        nv.nvmlInit()
+    except error_type as exc:
+        code = getattr(exc, "value", None)
+        if code == NVML_ERROR_LIBRARY_NOT_FOUND:
+            raise Unavailable("libnvidia-ml.so.1 was not found: no NVIDIA driver user space on this host")
+        if code == NVML_ERROR_NO_PERMISSION:
+            raise PermissionError(f"NVML: {exc}")
+        return {"init_error": _text(exc), "init_error_code": code, "devices": []}
+    try:
+        out: Dict[str, Any] = {"driver_version": _text(nv.nvmlSystemGetDriverVersion())}
+        try:
+            cuda = int(nv.nvmlSystemGetCudaDriverVersion_v2())
+            out["cuda_driver_version"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+        except error_type:
+            out["cuda_driver_version"] = None
+        count = int(nv.nvmlDeviceGetCount())
+        out["device_count"] = count
+        out["devices"] = [_device(nv, error_type, i) for i in range(count)]
+        return out
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except error_type:
+            pass
+
+
+def _device(nv: Any, error_type: type, index: int) -> Dict[str, Any]:
+    dev: Dict[str, Any] = {"index": index, "unsupported": [], "errors": {}}
+    try:
+        handle = nv.nvmlDeviceGetHandleByIndex(index)
+    except error_type as exc:
+        dev["errors"]["handle"] = _text(exc)
+        return dev
+
+    def q(name: str, fn: Callable[[], Any]) -> Optional[Any]:
+        try:
+            return fn()
+        except error_type as exc:
+            if getattr(exc, "value", None) == NVML_ERROR_NOT_SUPPORTED:
+                dev["unsupported"].append(name)
+            else:
+                dev["errors"][name] = _text(exc)
+            return None
+        except AttributeError:  # an older nvidia-ml-py without this function
+            dev["unsupported"].append(name)
+            return None
+
+    dev["name"] = q("name", lambda: _text(nv.nvmlDeviceGetName(handle)))
+    dev["uuid"] = q("uuid", lambda: _text(nv.nvmlDeviceGetUUID(handle)))
+    pci = q("pci", lambda: nv.nvmlDeviceGetPciInfo(handle))
+    dev["bus_id"] = normalize_bus_id(pci.busId) if pci is not None else None
+    mem = q("memory", lambda: nv.nvmlDeviceGetMemoryInfo(handle))
+    dev["memory_total_bytes"] = int(mem.total) if mem is not None else None
+    dev["memory_used_bytes"] = int(mem.used) if mem is not None else None
+    cc = q("compute_capability", lambda: nv.nvmlDeviceGetCudaComputeCapability(handle))
+    dev["compute_capability"] = f"{cc[0]}.{cc[1]}" if cc else None
+    pm = q("persistence_mode", lambda: nv.nvmlDeviceGetPersistenceMode(handle))
+    dev["persistence_mode"] = bool(pm) if pm is not None else None
+    ecc = q("ecc_mode", lambda: nv.nvmlDeviceGetEccMode(handle))
+    dev["ecc_mode"] = bool(ecc[0]) if ecc else None
+    dev["ecc_uncorrected_volatile"] = q("ecc_errors", lambda: int(nv.nvmlDeviceGetTotalEccErrors(
+        handle, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)))
+    dev["ecc_uncorrected_aggregate"] = q("ecc_errors_aggregate", lambda: int(nv.nvmlDeviceGetTotalEccErrors(
+        handle, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC)))
+    pending = q("retired_pages_pending", lambda: nv.nvmlDeviceGetRetiredPagesPendingStatus(handle))
+    dev["retired_pages_pending"] = bool(pending) if pending is not None else None
+    rows = q("remapped_rows", lambda: nv.nvmlDeviceGetRemappedRows(handle))
+    dev["remapped_rows"] = ({"correctable": int(rows[0]), "uncorrectable": int(rows[1]), "pending": bool(rows[2]),
+                             "failure": bool(rows[3])} if rows is not None else None)
+    reasons = q("throttle_reasons", lambda: int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(handle)))
+    dev["throttle_mask"] = reasons
+    dev["throttle_reasons"] = throttle_names(reasons) if reasons is not None else None
+    dev["pcie"] = {
+        "gen": q("pcie_gen", lambda: int(nv.nvmlDeviceGetCurrPcieLinkGeneration(handle))),
+        "max_gen": q("pcie_max_gen", lambda: int(nv.nvmlDeviceGetMaxPcieLinkGeneration(handle))),
+        "width": q("pcie_width", lambda: int(nv.nvmlDeviceGetCurrPcieLinkWidth(handle))),
+        "max_width": q("pcie_max_width", lambda: int(nv.nvmlDeviceGetMaxPcieLinkWidth(handle))),
+    }
+    mig = q("mig_mode", lambda: nv.nvmlDeviceGetMigMode(handle))
+    dev["mig_mode"] = {"current": bool(mig[0]), "pending": bool(mig[1])} if mig else None
+    procs = q("processes", lambda: nv.nvmlDeviceGetComputeRunningProcesses(handle))
+    dev["processes"] = ([{"pid": int(p.pid), "used_memory_bytes": int(p.usedGpuMemory or 0)} for p in procs]
+                        if procs is not None else None)
+    dev["temperature_c"] = q("temperature", lambda: int(nv.nvmlDeviceGetTemperature(handle, NVML_TEMPERATURE_GPU)))
+    util = q("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(handle))
+    dev["utilization_gpu"] = int(util.gpu) if util is not None else None
+    return dev
+
+
+@probe("nvml", "GPU health through NVML: memory, ECC, row remapping, throttling, PCIe link, MIG, processes",
+       root_adds="NVML queries that need access to /dev/nvidiactl (ECC counters, processes of other users)")
+def nvml_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    if not ctx.host.live:
+        raise Unavailable("NVML talks to the running driver; not under a sysroot")
+    try:
+        import pynvml
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise Unavailable(f"nvidia-ml-py is not installed: {exc}")
+    return collect_nvml(pynvml)
