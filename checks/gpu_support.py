@@ -175,6 +175,11 @@ def fabric_manager(facts: Facts, matrix) -> Result:
             problems.append(f"nvidia-fabricmanager is {fm['active']}")
         if version and driver and version != driver:
             problems.append(f"nvidia-fabricmanager is {version} but the driver is {driver}")
+            if version in (facts.get("nvidia_driver.userspace.versions") or []):
+                return fail(f"nvidia-fabricmanager {version} matches the newly installed driver, but the loaded module "
+                            f"is still {driver}: the fabric manager cannot start until the new module is loaded",
+                            evidence, Fix("Reboot to load the new driver (see DLD-DRV-003); the fabric manager then "
+                                          "starts with it.", ("sudo reboot", "systemctl status nvidia-fabricmanager --no-pager")))
     if problems:
         return fail("; ".join(problems) + ": the NVSwitch fabric is not initialised (CUDA error 802)", evidence,
                     Fix("Install the fabric manager of the driver's exact version and start it.",

@@ -15,9 +15,12 @@ BOOT_MARKER = re.compile(r"kernel: (Linux version \d|Command line: )")
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?|[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\): "
                   r"(?P<code>\d+)(?:, pid=(?P<pid>[^,]*))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<text>.*)$")
 _RMINIT = re.compile(r"NVRM: (?:GPU (?P<bus>[0-9A-Fa-f:.]+): )?RmInitAdapter failed!?\s*(?P<code>\([^)]*\))?")
-_MISMATCH = re.compile(r"NVRM: API mismatch: the client has the version (?P<client>[\d.]+), but(?: NVRM:)? "
-                       r"this kernel module has the version (?P<kernel>[\d.]+)")
-_FALLEN = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?(?P<bus>[0-9A-Fa-f:.]+):? (?:has )?fallen off the bus")
+# The driver prints the mismatch over two lines ("... the client has the version X, but" /
+# "NVRM: this kernel module has the version Y.  Please").
+_MISMATCH_CLIENT = re.compile(r"NVRM: API mismatch: the client has the version (?P<client>[\d.\-]+), but")
+_MISMATCH_KERNEL = re.compile(r"this kernel module has the version (?P<kernel>[\d.]+)")
+_FALLEN = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?(?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?):?\s+"
+                     r"(?:GPU\s+)?(?:has\s+)?fallen off the bus")
 MAX_LINES = 400
 
 
@@ -36,6 +39,7 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
     mismatches: List[Dict[str, str]] = []
     fallen: List[str] = []
     key_rejected = False
+    pending_client: Optional[str] = None
     for line in lines:
         m = _XID.search(line)
         if m:
@@ -48,9 +52,18 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
             init_failures.append({"bus": (m.group("bus") or "").lower() or None, "code": m.group("code"),
                                   "line": line.strip()[-300:]})
             continue
-        m = _MISMATCH.search(line)
+        m = _MISMATCH_CLIENT.search(line)
         if m:
-            mismatches.append({"client": m.group("client"), "kernel_module": m.group("kernel")})
+            pending_client = m.group("client")
+            m2 = _MISMATCH_KERNEL.search(line)  # both halves on one line (some log shippers join them)
+            if m2:
+                mismatches.append({"client": pending_client.rstrip("."), "kernel_module": m2.group("kernel").rstrip(".")})
+                pending_client = None
+            continue
+        m = _MISMATCH_KERNEL.search(line)
+        if m and pending_client:
+            mismatches.append({"client": pending_client.rstrip("."), "kernel_module": m.group("kernel").rstrip(".")})
+            pending_client = None
             continue
         m = _FALLEN.search(line)
         if m:
