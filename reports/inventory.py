@@ -16,6 +16,17 @@ def _get(facts: Dict[str, Any], path: str) -> Any:
     return node
 
 
+def _gpu_name(pci_id: str) -> str:
+    """``10de:20b0`` -> ``NVIDIA A100 SXM4 40GB (10de:20b0)`` when the matrix knows it."""
+    try:
+        import compat_matrix
+
+        entry = compat_matrix.load().gpu_by_pci(pci_id)
+    except Exception:  # noqa: BLE001 - a name is a nicety; the ID is the fact
+        entry = None
+    return f"{entry['name']} ({pci_id})" if entry else pci_id
+
+
 def inventory(report: Dict[str, Any]) -> List[Tuple[str, str]]:
     """(item, value) rows built from the report's facts; unknown items are left out."""
     facts = report.get("facts", {}) or {}
@@ -37,17 +48,24 @@ def inventory(report: Dict[str, Any]) -> List[Tuple[str, str]]:
         add("NVIDIA kernel module", f"{module['version']} ({module.get('flavor') or 'flavour unknown'})")
     elif module.get("loaded") is False:
         add("NVIDIA kernel module", "not loaded")
+    add("User-space driver", ", ".join(_get(facts, "nvidia_driver.userspace.versions") or []))
     gpus = [d for d in (_get(facts, "gpu_pci.devices") or []) if d.get("kind") == "gpu"]
     if gpus:
         ids: Dict[str, int] = {}
         for g in gpus:
             key = f"10de:{g.get('device_id')}"
             ids[key] = ids.get(key, 0) + 1
-        models = sorted({g.get("model") for g in (_get(facts, "nvidia_driver.proc_gpus") or []) if g.get("model")})
-        add("NVIDIA GPUs", ", ".join(f"{n} × {k}" for k, n in sorted(ids.items()))
-            + (f" — {', '.join(models)}" if models else ""))
+        add("NVIDIA GPUs", ", ".join(f"{n} × {_gpu_name(k)}" for k, n in sorted(ids.items())))
     elif _get(facts, "gpu_pci.gpu_count") == 0:
         add("NVIDIA GPUs", "none")
+    if _get(facts, "gpu_pci.nvswitch_count"):
+        add("NVSwitches", _get(facts, "gpu_pci.nvswitch_count"))
+    fm = (_get(facts, "gpu_services.fabric_manager.version") or {}).get("version")
+    add("Fabric manager", fm)
+    add("NVML CUDA version", _get(facts, "nvml.cuda_driver_version"))
+    for tk in _get(facts, "cuda_toolkits.toolkits") or []:
+        add(f"CUDA toolkit {tk.get('path')}", tk.get("version") or "version unknown")
+    add("EC2 instance type", _get(facts, "cloud.instance_type"))
     for interp in _get(facts, "python.interpreters") or []:
         label = "Python (dl-doctor)" if interp.get("role") == "dl-doctor" else "Python"
         add(label, f"{interp.get('version') or interp.get('error')} — {interp.get('path')}")
