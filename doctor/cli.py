@@ -94,6 +94,11 @@ def collect_options(func):
         click.option("--timeout", type=click.FloatRange(0.1, 600.0), default=DEFAULT_TIMEOUT, show_default=True,
                      metavar="SECONDS", help="Time limit of each probe."),
         click.option("--python", "pythons", multiple=True, metavar="PATH", help="Another interpreter to inspect (repeatable)."),
+        click.option("--deep", is_flag=True, help="Also import the frameworks (in a subprocess per environment) and "
+                     "record what really loads."),
+        click.option("--no-env-scan", is_flag=True, help="Inspect only dl-doctor's interpreter and each --python."),
+        click.option("--env-limit", type=click.IntRange(1, 1000), default=32, show_default=True, metavar="N",
+                     help="At most this many Python environments."),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -126,12 +131,16 @@ def _matrix(overlays: Sequence[str]):
         raise UsageProblem(f"invalid compatibility matrix: {exc.errors[0]}{more}")
 
 
-def _collect(registry: Registry, sysroot: Optional[str], timeout: float, pythons: Sequence[str]) -> Dict[str, Any]:
+def _collect(registry: Registry, sysroot: Optional[str], timeout: float, pythons: Sequence[str], deep: bool = False,
+             no_env_scan: bool = False, env_limit: int = 32) -> Dict[str, Any]:
     try:
         host = Host(sysroot=sysroot, command_timeout=timeout)
     except NotADirectoryError as exc:
         raise UsageProblem(str(exc))
-    return collect(registry.probes, host, {"timeout": timeout, "python": list(pythons)}, timeout=timeout)
+    options = {"timeout": timeout, "python": list(pythons), "deep": deep, "no_env_scan": no_env_scan,
+               "env_limit": env_limit, "env_timeout": max(timeout, 10.0),
+               "python_envs_timeout": 600.0 if deep else max(timeout, 60.0)}
+    return collect(registry.probes, host, options, timeout=timeout)
 
 
 def _safe_name(text: Optional[str]) -> str:
@@ -204,30 +213,31 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
 @cli.command("run")
 @collect_options
 @report_options
-def run_cmd(sysroot, timeout, pythons, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet,
+def run_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet,
             no_color, overlays) -> int:
     """Collect facts from this host (or --sysroot), run every check and write the reports."""
     started, t0 = utc_now(), time.monotonic()
     registry = _registry()
     _select(registry, only, skip_)  # reject bad input before spending time on probes
     _matrix(overlays)
-    snapshot = _collect(registry, sysroot, timeout, pythons)
+    snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit)
     return _emit_report(snapshot, registry, mode=snapshot["mode"], started=started, t0=t0, json_path=json_path,
                         html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
                         redact_more=redact, quiet=quiet, no_color=no_color, overlays=overlays,
-                        extra_options={"timeout": timeout, "python": list(pythons)})
+                        extra_options={"timeout": timeout, "python": list(pythons), "deep": deep,
+                                       "env_scan": not no_env_scan, "env_limit": env_limit})
 
 
 @cli.command("collect")
 @collect_options
 @click.option("-o", "--output", required=True, metavar="FACTS.json", help="Where to write the facts ('-' = stdout).")
 @click.option("--redact", is_flag=True, help="Also mask host names, IP/MAC addresses, user names and home paths.")
-def collect_cmd(sysroot, timeout, pythons, output, redact) -> int:
+def collect_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, output, redact) -> int:
     """Collect facts only, for `dl-doctor check` later or elsewhere."""
     from reports import to_json, write_atomic
 
     registry = _registry()
-    snapshot = _collect(registry, sysroot, timeout, pythons)
+    snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit)
     text = to_json(redact_document(snapshot, extended=redact))
     if output == "-":
         sys.stdout.write(text)

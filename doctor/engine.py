@@ -75,9 +75,12 @@ def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[s
     runs = [_ProbeRun(spec, ProbeContext(host=host, options=options)) for spec in probes]
     for run in runs:
         run.thread.start()
-    deadline = t0 + timeout
+    def limit_of(spec: ProbeSpec) -> float:
+        own = options.get(spec.timeout_option) if spec.timeout_option else None
+        return max(timeout, float(own)) if own else timeout
+
     for run in runs:
-        run.done.wait(max(0.0, deadline - time.monotonic()))
+        run.done.wait(max(0.0, t0 + limit_of(run.spec) - time.monotonic()))
 
     facts: Dict[str, Any] = {}
     status: Dict[str, Dict[str, Any]] = {}
@@ -89,7 +92,7 @@ def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[s
         if not run.done.is_set():
             elapsed = round(time.monotonic() - t0, 3)
             errors.append({"probe": name, "kind": "timeout",
-                           "error": f"timed out after {timeout:g}s (still running; its facts are missing)",
+                           "error": f"timed out after {limit_of(run.spec):g}s (still running; its facts are missing)",
                            "duration_s": elapsed})
             status[name] = {"status": "timeout", "duration_s": elapsed}
             continue

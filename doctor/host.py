@@ -145,6 +145,10 @@ class Host:
     def read_text(self, path: str, max_bytes: int = MAX_READ_BYTES) -> str:
         return self.read_bytes(path, max_bytes).decode("utf-8", errors="replace")
 
+    def open_binary(self, path: str):
+        """A read-only binary file object (for parsers that seek, such as the ELF reader)."""
+        return open(self.resolve(path), "rb")
+
     def try_read(self, path: str, max_bytes: int = MAX_READ_BYTES) -> Optional[str]:
         """The file's text, or ``None`` when it does not exist or is not a file.
 

@@ -66,9 +66,22 @@ def inventory(report: Dict[str, Any]) -> List[Tuple[str, str]]:
     for tk in _get(facts, "cuda_toolkits.toolkits") or []:
         add(f"CUDA toolkit {tk.get('path')}", tk.get("version") or "version unknown")
     add("EC2 instance type", _get(facts, "cloud.instance_type"))
-    for interp in _get(facts, "python.interpreters") or []:
-        label = "Python (dl-doctor)" if interp.get("role") == "dl-doctor" else "Python"
-        add(label, f"{interp.get('version') or interp.get('error')} — {interp.get('path')}")
+    for env in _get(facts, "python_envs.environments") or []:
+        fw = env.get("frameworks") or {}
+        parts = [f"Python {env.get('python_version') or '?'}"]
+        torch = fw.get("torch")
+        if torch:
+            parts.append(f"torch {torch.get('version')}" + (" (CPU build)" if torch.get("cpu_only") else
+                                                           f" (CUDA {torch.get('cuda')})"))
+        for name in ("torchvision", "tensorflow", "jax", "numpy"):
+            if fw.get(name):
+                parts.append(f"{name} {fw[name].get('version')}")
+        resolved = ((env.get("resolution") or {}).get("libraries") or {})
+        for key in ("cudnn", "nccl"):
+            if resolved.get(key):
+                parts.append(f"{key} {resolved[key].get('version') or '?'}")
+        label = f"Python env {env.get('name')} ({env.get('kind')})"
+        add(label, ", ".join(parts) + f" — {env.get('prefix')}")
     shm = _get(facts, "mounts.shm") or {}
     if shm.get("size_bytes") is not None:
         add("/dev/shm", human_bytes(shm["size_bytes"]))

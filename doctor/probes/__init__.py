@@ -42,13 +42,16 @@ class ProbeSpec:
     description: str
     root_adds: Optional[str] = None
     module: str = ""
+    # Probes that legitimately take longer (running every interpreter) name the option that holds
+    # their own time limit; the run's --timeout is the floor.
+    timeout_option: Optional[str] = None
 
 
-def probe(name: str, description: str, root_adds: Optional[str] = None):
+def probe(name: str, description: str, root_adds: Optional[str] = None, timeout_option: Optional[str] = None):
     """Declare a probe whose facts are stored under ``name``."""
 
     def wrap(func: Callable[[ProbeContext], Dict[str, Any]]) -> ProbeSpec:
         return ProbeSpec(name=name, func=func, description=description, root_adds=root_adds,
-                         module=getattr(func, "__module__", ""))
+                         module=getattr(func, "__module__", ""), timeout_option=timeout_option)
 
     return wrap

@@ -1,0 +1,507 @@
+"""Python environments and their framework stacks: builds, architectures, which CUDA libraries load,
+companions, NumPy 2, the user site, CUDA_HOME/nvcc, RHEL 8 system Python."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from checks.common import driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
+from doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+
+
+def _envs(facts: Facts) -> List[Dict[str, Any]]:
+    return [e for e in facts.get("python_envs.environments") or [] if not e.get("error")]
+
+
+def _torch_envs(facts: Facts) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
+    return [(e, e["frameworks"]["torch"]) for e in _envs(facts) if (e.get("frameworks") or {}).get("torch")]
+
+
+def _label(env: Dict[str, Any]) -> str:
+    return f"{env.get('name')} ({env.get('prefix')})"
+
+
+def _vt(text: Optional[str]) -> Tuple[int, ...]:
+    out = []
+    for part in (text or "").split("+")[0].split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
+
+
+def _pip_index(cuda: Optional[str]) -> str:
+    return f"https://download.pytorch.org/whl/cu{cuda.replace('.', '')}" if cuda else "https://download.pytorch.org/whl/cpu"
+
+
+def needs_torch(facts: Facts) -> Optional[str]:
+    if facts.has("python_envs") and not _torch_envs(facts):
+        return "no Python environment here has PyTorch"
+    return None
+
+
+def _best_variant(matrix, torch_version: str, driver: Optional[str]) -> Optional[str]:
+    """The newest CUDA variant of this torch release that the driver supports fully."""
+    info = matrix.torch(torch_version.split("+")[0]) if torch_version else None
+    if not info:
+        return None
+    ok = [c for c in info["cuda_variants"] if not driver or matrix.driver_supports_cuda(driver, c)["support"] == "full"]
+    return max(ok, key=_vt) if ok else None
+
+
+@check(
+    id="DLD-PY-001", slug="cpu-only-framework-on-gpu-host", title="The framework build can use the GPUs",
+    tags=("python", "torch", "gpu"), requires=("python_envs",), applies=(needs_nvidia_gpu, needs_torch),
+    what="""Reads each environment's torch build (torch/version.py: cuda = None, a +cpu version, conda's cpuonly or
+    pytorch-mutex=cpu) on a host that has NVIDIA GPUs.""",
+    why="""A CPU-only build installs and imports fine, then torch.cuda.is_available() is False and training runs on
+    the CPU, hundreds of times slower. It happens when pip resolves torch from the CPU index, or conda picks the cpu
+    variant.""",
+    fix="""Reinstall the CUDA build for the driver: pip with the matching --index-url (cu121, cu124, cu126, ...), or
+    conda without cpuonly and with pytorch-cuda.""",
+)
+def cpu_only(facts: Facts, matrix) -> Result:
+    envs = _torch_envs(facts)
+    cpu = [(e, t) for e, t in envs if t.get("cpu_only")]
+    cuda = [(e, t) for e, t in envs if not t.get("cpu_only")]
+    evidence = {"cpu_only": [{"env": _label(e), "torch": t.get("version")} for e, t in cpu],
+                "cuda_builds": [{"env": _label(e), "torch": t.get("version"), "cuda": t.get("cuda")} for e, t in cuda]}
+    if not cpu:
+        return passed("every PyTorch here is a CUDA build: " + ", ".join(f"{t.get('version')} in {e.get('name')}"
+                                                                           for e, t in cuda), **evidence)
+    e, t = cpu[0]
+    variant = _best_variant(matrix, t.get("version") or "", driver_version(facts))
+    base = (t.get("version") or "").split("+")[0]
+    commands = [f"{e.get('prefix')}/bin/pip install --force-reinstall 'torch=={base}' --index-url {_pip_index(variant)}"]
+    if e.get("kind") == "conda":
+        commands = [f"conda remove -p {e.get('prefix')} cpuonly",
+                    f"conda install -p {e.get('prefix')} pytorch pytorch-cuda={variant or '<cuda>'} -c pytorch -c nvidia"]
+    fix = Fix(f"Install the CUDA {variant or ''} build of torch {base} in that environment.".replace("  ", " "),
+              tuple(commands))
+    names = ", ".join(f"{t.get('version')} in {_label(e)}" for e, t in cpu)
+    if cuda:
+        return warn(f"CPU-only PyTorch on a GPU host: {names} (other environments have CUDA builds)", evidence, fix)
+    return fail(f"CPU-only PyTorch on a GPU host: {names}; torch.cuda.is_available() is False there", evidence, fix)
+
+
+@check(
+    id="DLD-PY-002", slug="framework-cuda-unusable", title="CUDA builds of the framework can reach a GPU",
+    tags=("python", "torch", "gpu"), requires=("python_envs",), applies=(needs_torch,),
+    what="""For each CUDA build of torch, says whether it can use a GPU here and, if not, why: no NVIDIA GPU, no
+    driver loaded, no libcuda, or (with --deep) the exact error torch.cuda.is_available() swallowed.""",
+    why="""torch.cuda.is_available() just returns False; the reason (no driver, a container started without --gpus,
+    a driver too old) is hidden in a warning most people never see, and training quietly runs on the CPU.""",
+    fix="""Fix the reason named: load or install the NVIDIA driver, start the container with --gpus, or install a
+    build for the CUDA version the driver supports.""",
+)
+def cuda_unusable(facts: Facts) -> Result:
+    builds = [(e, t) for e, t in _torch_envs(facts) if not t.get("cpu_only")]
+    if not builds:
+        return skip("no CUDA build of torch here")
+    gpus = facts.get("gpu_pci.gpu_count")
+    loaded = facts.get("nvidia_driver.kernel_module.loaded")
+    libcuda = [l for l in facts.get("nvidia_driver.userspace.libraries") or [] if l.get("library") == "libcuda"]
+    names = ", ".join(f"torch {t.get('version')} in {_label(e)}" for e, t in builds)
+    evidence = {"builds": [{"env": _label(e), "torch": t.get("version"), "cuda": t.get("cuda"),
+                            "deep": {k: (e.get("deep") or {}).get(k) for k in ("cuda_available", "device_count",
+                                                                               "cuda_error", "import_error")}}
+                           for e, t in builds], "gpu_pci.gpu_count": gpus, "driver_loaded": loaded,
+                "libcuda": [l["path"] for l in libcuda]}
+    if gpus == 0:
+        reason = "no NVIDIA GPU on the PCI bus" + ("" if libcuda else " and no NVIDIA driver (no libcuda.so)")
+        return warn(f"{names}: a CUDA build on a host with {reason}; torch.cuda.is_available() is False and it runs "
+                    f"on the CPU", evidence,
+                    Fix("Run on a GPU instance, or install the smaller CPU build here.",
+                        ("pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cpu",)))
+    if loaded is False or (gpus and not libcuda and facts.get("nvidia_driver.userspace") is not None):
+        what = "the nvidia kernel module is not loaded" if loaded is False else "no libcuda.so (driver user space)"
+        return fail(f"{names}: {what}, so these CUDA builds cannot use the {gpus} GPU(s) (see DLD-GPU-001)", evidence,
+                    Fix("Get the NVIDIA driver loaded first.", ("nvidia-smi", "dl-doctor explain DLD-GPU-001")))
+    broken = [(e, t) for e, t in builds if (e.get("deep") or {}).get("cuda_available") is False
+              or (e.get("deep") or {}).get("import_error")]
+    if broken:
+        e, t = broken[0]
+        deep = e.get("deep") or {}
+        why = deep.get("import_error") or deep.get("cuda_error") or (deep.get("stderr_tail") or "").splitlines()[-1:] or             ["torch.cuda.is_available() returned False"]
+        why = why if isinstance(why, str) else why[0]
+        return fail(f"torch {t.get('version')} in {_label(e)} cannot use the GPUs: {why}", evidence,
+                    Fix("Address the error torch reports.", (f"{e.get('python') or 'python'} -c 'import torch; "
+                                                             f"print(torch.cuda.is_available())'",)))
+    checked = [e for e, _ in builds if (e.get("deep") or {}).get("cuda_available")]
+    how = "torch.cuda.is_available() is True (--deep)" if checked else "driver loaded and libcuda present"
+    return passed(f"{names}: {how}", **evidence)
+
+
+def _arch_entries(env: Dict[str, Any], torch: Dict[str, Any], matrix) -> Tuple[Optional[List[str]], str, bool]:
+    """(entries like '8.0' / '9.0+PTX', where they came from, verified)."""
+    deep = env.get("deep") or {}
+    if deep.get("arch_list"):
+        out = []
+        for a in deep["arch_list"]:
+            num = a.split("_", 1)[-1]
+            cc = f"{num[:-1]}.{num[-1]}" if num.isdigit() else None
+            if cc:
+                out.append(cc + ("+PTX" if a.startswith("compute_") else ""))
+        return out, "torch.cuda.get_arch_list() (--deep)", True
+    variant = matrix.torch_variant(torch.get("version") or "", torch.get("cuda"))
+    if variant and variant.get("arch_list"):
+        return variant["arch_list"], f"compatibility matrix (torch {torch.get('version')})", \
+            "arch_list" not in (variant.get("unverified") or [])
+    return None, "unknown", False
+
+
+def runs_on(cc: str, entries: List[str]) -> bool:
+    """A cubin runs on the same major with minor >= its own; PTX is JIT-compiled for any newer GPU."""
+    major, minor = _vt(cc)[:2]
+    for e in entries:
+        base = e.replace("+PTX", "")
+        em, en = _vt(base)[:2]
+        if em == major and en <= minor:
+            return True
+        if e.endswith("+PTX") and (em, en) <= (major, minor):
+            return True
+    return False
+
+
+@check(
+    id="DLD-PY-003", slug="gpu-arch-missing-from-build", title="The framework build has code for these GPUs",
+    tags=("python", "torch", "gpu", "cuda"), requires=("python_envs", "gpu_pci"), applies=(needs_nvidia_gpu, needs_torch),
+    what="""Holds each GPU's compute capability (PCI ID -> matrix) against the architectures compiled into each torch
+    CUDA build: torch.cuda.get_arch_list() with --deep, else the matrix's arch list for that release and variant.""",
+    why="""A build without SASS for the GPU's architecture, and without PTX the driver could compile, fails at the
+    first kernel with 'CUDA error: no kernel image is available for execution on the device' (torch for CUDA 11.7 on
+    an H100; a cu128 wheel on a Pascal or Maxwell GPU).""",
+    fix="""Install a build whose arch list covers the GPU: a newer CUDA variant for new GPUs (sm_90 needs cu118+,
+    sm_100/sm_120 need cu128+), an older one (cu126) for Maxwell, Pascal and, from 2.11, Volta.""",
+)
+def arch_missing(facts: Facts, matrix) -> Result:
+    gpus = {}
+    for g in nvidia_gpus(facts):
+        entry = matrix.gpu_by_pci(g.get("device_id") or "")
+        if entry and entry.get("compute_capability"):
+            gpus[entry["name"]] = entry["compute_capability"]
+    if not gpus:
+        return skip("the GPU models are not in the compatibility matrix")
+    problems, unknown, ok, weak = [], [], [], []
+    for env, t in _torch_envs(facts):
+        if t.get("cpu_only"):
+            continue
+        entries, source, verified = _arch_entries(env, t, matrix)
+        if entries is None:
+            unknown.append(_label(env))
+            continue
+        for name, cc in gpus.items():
+            if runs_on(cc, entries):
+                ok.append(f"torch {t.get('version')} has code for {name} (sm_{cc.replace('.', '')})")
+            else:
+                row = (f"torch {t.get('version')} in {_label(env)} has no code for {name} (compute capability {cc}; "
+                       f"built for {', '.join(entries)} per {source})")
+                (problems if verified else weak).append(row)
+    evidence = {"gpus": gpus, "unknown_arch_lists": unknown}
+    fix = Fix("Install a torch build whose CUDA variant covers this GPU.",
+              ("dl-doctor matrix torch <version>   # arch_list per CUDA variant",
+               "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu<XY>"))
+    if problems:
+        return fail("; ".join(problems) + ": 'no kernel image is available for execution on the device'", evidence, fix)
+    if weak:
+        return warn("; ".join(weak) + " (the arch list is not verified in the matrix; run with --deep to read it)",
+                    evidence, fix)
+    if not ok:
+        return skip("no CUDA build of torch with a known arch list", **evidence)
+    return passed("; ".join(dict.fromkeys(ok)), **evidence)
+
+
+def _own_copies(env: Dict[str, Any], key: str) -> List[Dict[str, Any]]:
+    return (env.get("cuda_libraries") or {}).get(key) or []
+
+
+def _really_loaded(env: Dict[str, Any], soname: str) -> Optional[str]:
+    mapped = (env.get("deep") or {}).get("mapped") or []
+    return next((m for m in mapped if m.rsplit("/", 1)[-1].startswith(soname.split(".so")[0] + ".so")), None)
+
+
+@check(
+    id="DLD-PY-004", slug="cuda-library-shadowed",
+    title="The framework loads its own CUDA libraries (cuDNN, NCCL, cuBLAS, cudart, nvJitLink, cuSPARSE)",
+    tags=("python", "torch", "cuda", "ldpath"), requires=("python_envs",), applies=(needs_torch,),
+    what="""For each environment, simulates glibc's search (DT_RPATH of the loading chain, LD_LIBRARY_PATH, DT_RUNPATH,
+    ld.so.cache, default directories; breadth-first over DT_NEEDED, sonames reused) together with the framework's own
+    preloading by absolute path, and compares the copy each key CUDA library resolves to with the one the environment
+    ships (nvidia-* wheels, torch/lib, the conda env). With --deep, what /proc/self/maps shows after import wins.""",
+    why="""When LD_LIBRARY_PATH (or an RPATH-less library) lets an older system copy win, torch fails at import or at
+    the first call: 'undefined symbol: __nvJitLinkComplete_12_4', 'cuDNN version incompatibility', NCCL errors that
+    only appear on some nodes. cu11 and cu12 wheels side by side make it worse.""",
+    fix="""Remove the CUDA directories from LD_LIBRARY_PATH for this environment (or put the environment's first), and
+    uninstall stray nvidia-*-cu11 wheels next to cu12 ones.""",
+)
+def library_shadowed(facts: Facts) -> Result:
+    problems, checked, mixed = [], [], []
+    for env, t in _torch_envs(facts):
+        res = env.get("resolution") or {}
+        libs = res.get("libraries") or {}
+        for key, own in ((k, _own_copies(env, k)) for k in ("cudart", "cublas", "cudnn", "nccl", "nvjitlink", "cusparse")):
+            if not own:
+                continue
+            own_paths = {c["path"] for c in own}
+            got = libs.get(key)
+            truth = _really_loaded(env, got["soname"]) if got else None
+            path = truth or (got or {}).get("path")
+            if not path:
+                if any(m[0].startswith(f"lib{key}") for m in res.get("missing") or []):
+                    problems.append(f"{_label(env)}: {key} is not found by the loader")
+                continue
+            checked.append(key)
+            if path not in own_paths:
+                own_v = own[0].get("version")
+                how = "loaded (seen in /proc/self/maps)" if truth else f"resolved via {got.get('via')}"
+                problems.append(f"{_label(env)}: {key} {how} from {path} (version {got.get('version') or '?'}), not "
+                                f"the environment's own {own[0]['path']} ({own_v or '?'})")
+        dists = env.get("distributions") or {}
+        for lib in ("nccl", "cudnn", "cublas", "cuda-runtime"):
+            flavours = sorted(k for k in dists if k.startswith(f"nvidia-{lib}-cu"))
+            if len(flavours) > 1:
+                mixed.append(f"{_label(env)}: {', '.join(flavours)}")
+    evidence = {"problems": problems, "mixed_wheels": mixed,
+                "LD_LIBRARY_PATH": (facts.get("environment.variables") or {}).get("LD_LIBRARY_PATH")}
+    fix = Fix("Let the environment's own CUDA libraries load: keep other CUDA directories off LD_LIBRARY_PATH.",
+              ("echo $LD_LIBRARY_PATH", "unset LD_LIBRARY_PATH   # or drop the /usr/local/cuda*/lib64 entries from it",
+               "pip uninstall -y nvidia-nccl-cu11 nvidia-cudnn-cu11 nvidia-cublas-cu11   # if cu12 wheels are used"))
+    if problems:
+        return fail("; ".join(problems), evidence, fix)
+    if mixed:
+        return warn("CUDA library wheels for two CUDA majors side by side: " + "; ".join(mixed), evidence, fix)
+    ld = [d for d in (evidence["LD_LIBRARY_PATH"] or "").split(":") if d]
+    toolkits = {t["path"]: t.get("version") for t in facts.get("cuda_toolkits.toolkits") or []}
+    majors = {(t.get("cuda") or "").split(".")[0] for _, t in _torch_envs(facts) if t.get("cuda")}
+    foreign = [f"{d} (CUDA {v})" for d in ld for root, v in toolkits.items()
+               if v and (d == root or d.startswith(root.rstrip("/") + "/")) and majors and v.split(".")[0] not in majors]
+    if foreign and len(toolkits) > 1:
+        return warn(f"LD_LIBRARY_PATH points at a CUDA toolkit the frameworks do not use: {', '.join(foreign)}; nothing "
+                    f"is shadowed now, but any library the framework does not ship will come from there", evidence, fix)
+    if not checked:
+        return skip("no environment ships its own CUDA libraries (or resolution was not possible)", **evidence)
+    return passed(f"each environment loads its own {', '.join(sorted(set(checked)))}", **evidence)
+
+
+@check(
+    id="DLD-PY-005", slug="torchvision-mismatch", title="torchvision and torchaudio match the installed torch",
+    tags=("python", "torch"), requires=("python_envs",), applies=(needs_torch,),
+    what="""Holds torchvision's and torchaudio's versions against the companions the matrix lists for the installed
+    torch, and torchvision's CUDA variant against torch's.""",
+    why="""torchvision is built against one torch release; with another it fails at import with 'operator
+    torchvision::nms does not exist' or undefined symbols, typically after 'pip install -U torch' alone.""",
+    fix="""Install the matching pair in one command (pip install torch==X torchvision==Y from the same index).""",
+)
+def torchvision_mismatch(facts: Facts, matrix) -> Result:
+    problems, ok = [], []
+    for env, t in _torch_envs(facts):
+        fw = env.get("frameworks") or {}
+        info = matrix.torch((t.get("version") or "").split("+")[0])
+        for comp in ("torchvision", "torchaudio"):
+            have = fw.get(comp)
+            if not have:
+                continue
+            want = (info or {}).get(comp)
+            if want and _vt(have.get("version"))[:2] != _vt(want)[:2]:
+                problems.append(f"{_label(env)}: {comp} {have.get('version')} was built for another torch; torch "
+                                f"{t.get('version')} needs {comp} {want}")
+            elif comp == "torchvision" and have.get("cuda") != t.get("cuda") and have.get("cuda") is not None \
+                    and t.get("cuda") is not None:
+                problems.append(f"{_label(env)}: torchvision is a CUDA {have.get('cuda')} build, torch a CUDA "
+                                f"{t.get('cuda')} build")
+            elif want:
+                ok.append(f"{comp} {have.get('version')} with torch {t.get('version')}")
+    evidence = {"problems": problems}
+    if problems:
+        env, t = _torch_envs(facts)[0]
+        info = matrix.torch((t.get("version") or "").split("+")[0]) or {}
+        base = (t.get("version") or "").split("+")[0]
+        return fail("; ".join(problems), evidence,
+                    Fix("Install torch and its companions together, from the same index.",
+                        (f"pip install 'torch=={base}' 'torchvision=={info.get('torchvision')}' "
+                         f"'torchaudio=={info.get('torchaudio')}' --index-url {_pip_index(t.get('cuda'))}",)))
+    if not ok:
+        return skip("no torchvision or torchaudio installed next to a torch the matrix knows")
+    return passed("; ".join(ok), **evidence)
+
+
+@check(
+    id="DLD-PY-006", slug="numpy2-with-old-torch", title="NumPy is a version the installed torch was built for",
+    tags=("python", "torch", "numpy"), requires=("python_envs",), applies=(needs_torch,),
+    what="Holds NumPy's major version against the matrix's NumPy 2 boundary for the installed torch release.",
+    why="""torch releases before 2.3 were compiled against NumPy 1.x: with NumPy 2 they print 'A module that was
+    compiled using NumPy 1.x cannot be run in NumPy 2' and tensor.numpy() raises 'Numpy is not available'.""",
+    fix="Pin numpy<2 in that environment, or upgrade torch to 2.3 or later.",
+)
+def numpy2(facts: Facts, matrix) -> Result:
+    problems, ok = [], []
+    for env, t in _torch_envs(facts):
+        np = ((env.get("frameworks") or {}).get("numpy") or {}).get("version")
+        info = matrix.torch((t.get("version") or "").split("+")[0])
+        if not np or not info:
+            continue
+        if _vt(np)[:1] >= (2,) and info.get("numpy2") is False:
+            problems.append(f"{_label(env)}: numpy {np} with torch {t.get('version')}")
+        else:
+            ok.append(f"numpy {np} with torch {t.get('version')}")
+    evidence = {"problems": problems}
+    if problems:
+        # The boundary itself is marked unverified in the matrix: a warning, not a failure.
+        return warn("NumPy 2 under a torch built for NumPy 1.x: " + "; ".join(problems), evidence,
+                    Fix("Pin NumPy 1.x (or upgrade torch to 2.3+).", ("pip install 'numpy<2'",)))
+    if not ok:
+        return skip("no environment has both numpy and a torch the matrix knows")
+    return passed("; ".join(ok), **evidence)
+
+
+@check(
+    id="DLD-PY-007", slug="user-site-shadows-env", title="The user site does not shadow an environment's packages",
+    tags=("python", "environment"), requires=("python_envs",),
+    what="""For each environment whose interpreter enables the user site (~/.local/lib/pythonX.Y/site-packages) and
+    puts it before the environment's own site-packages on sys.path, lists the packages installed in both.""",
+    why="""A 'pip install --user' (or a pip run outside any environment) puts packages into the user site, which conda
+    environments and system Pythons search first: the environment's torch or numpy is silently replaced by another
+    version, so a carefully built environment imports the wrong one.""",
+    fix="""Remove the user-site copies (pip uninstall --user ...) or start Python with PYTHONNOUSERSITE=1 (conda:
+    conda env config vars set PYTHONNOUSERSITE=1).""",
+)
+def user_site(facts: Facts) -> Result:
+    envs = _envs(facts)
+    user_sites = {e["prefix"] + "/site-packages": e for e in envs if e.get("kind") == "user-site"}
+    problems, checked = [], 0
+    for env in envs:
+        live = env.get("live") or {}
+        us = live.get("user_site")
+        if not live or not live.get("user_site_enabled") or not us or us not in live.get("sys_path", []):
+            continue
+        checked += 1
+        own = env.get("site_packages") or []
+        path = live["sys_path"]
+        first_own = min((path.index(s) for s in own if s in path), default=len(path))
+        if path.index(us) > first_own:
+            continue
+        user = user_sites.get(us) or {}
+        overlap = sorted(set(user.get("distributions") or {}) & set(env.get("distributions") or {}))
+        if overlap:
+            both = ", ".join(f"{n} {user['distributions'][n]} (user) over {env['distributions'][n]}" for n in overlap[:8])
+            problems.append(f"{_label(env)}: {both}")
+    evidence = {"problems": problems, "environments_checked": checked}
+    if problems:
+        return fail("packages in the user site shadow the environment's own: " + "; ".join(problems), evidence,
+                    Fix("Remove the user-site copies, or disable the user site for that environment.",
+                        ("python -m pip uninstall --user <package>", "export PYTHONNOUSERSITE=1")))
+    if not checked:
+        return skip("no live interpreter with the user site enabled was inspected")
+    return passed(f"no user-site package shadows an environment's ({checked} interpreter(s) checked)", **evidence)
+
+
+@check(
+    id="DLD-PY-008", slug="cuda-home-mismatch",
+    title="CUDA_HOME, nvcc and /usr/local/cuda agree with each other and with the framework's CUDA",
+    tags=("cuda", "python", "build"), requires=("cuda_toolkits",),
+    what="""Compares the CUDA version of CUDA_HOME, of the nvcc first on PATH and of the /usr/local/cuda link, and
+    holds them against the CUDA major of each torch build found.""",
+    why="""Building CUDA extensions (DeepSpeed ops, apex, flash-attn, custom kernels) uses CUDA_HOME or nvcc and checks
+    it against torch.version.cuda: 'The detected CUDA version (11.8) mismatches the version that was used to compile
+    PyTorch (12.1)', or a silent build against the wrong headers.""",
+    fix="""Point CUDA_HOME and PATH at the toolkit whose major matches the framework build (and move the
+    /usr/local/cuda link), or install that toolkit.""",
+)
+def cuda_home(facts: Facts) -> Result:
+    toolkits = {t["path"]: t.get("version") for t in facts.get("cuda_toolkits.toolkits") or []}
+    default = facts.get("cuda_toolkits.default") or {}
+    home = facts.get("cuda_toolkits.cuda_home")
+    nvcc = facts.get("cuda_toolkits.nvcc_on_path")
+
+    def version_at(path: Optional[str]) -> Optional[str]:
+        if not path:
+            return None
+        for root, v in toolkits.items():
+            if path == root or path.startswith(root.rstrip("/") + "/"):
+                return v
+        return None
+
+    seen = {"CUDA_HOME": (home, version_at(home)), "nvcc on PATH": (nvcc, version_at(nvcc)),
+            "/usr/local/cuda": (default.get("target"), default.get("version"))}
+    known = {k: v for k, v in seen.items() if v[1]}
+    evidence = {k: {"path": p, "version": v} for k, (p, v) in seen.items()}
+    if not toolkits:
+        return skip("no CUDA toolkit is installed", **evidence)
+    problems = []
+    majors = {k: _vt(v)[:2] for k, (_, v) in known.items()}
+    if len(set(majors.values())) > 1:
+        problems.append("they disagree: " + ", ".join(f"{k} -> CUDA {v}" for k, (_, v) in known.items()))
+    fw = [(e, t) for e, t in _torch_envs(facts) if t.get("cuda")]
+    build_tool = known.get("CUDA_HOME") or known.get("nvcc on PATH") or known.get("/usr/local/cuda")
+    for env, t in fw:
+        if build_tool and _vt(build_tool[1])[:1] != _vt(t["cuda"])[:1]:
+            problems.append(f"torch {t.get('version')} in {_label(env)} is a CUDA {t['cuda']} build but extensions "
+                            f"would build with CUDA {build_tool[1]} ({build_tool[0]})")
+    if problems:
+        want = fw[0][1]["cuda"] if fw else None
+        match = next((p for p, v in toolkits.items() if want and _vt(v)[:1] == _vt(want)[:1]), None)
+        commands = ([f"export CUDA_HOME={match}", f"export PATH={match}/bin:$PATH",
+                     f"sudo ln -sfn {match} /usr/local/cuda"] if match else
+                    [f"# install a CUDA {want} toolkit, then point CUDA_HOME and PATH at it"])
+        return warn("; ".join(problems), evidence, Fix("Make CUDA_HOME, nvcc and the framework agree.", tuple(commands)))
+    summary = ", ".join(f"{k} = CUDA {v}" for k, (_, v) in known.items()) or "only one toolkit, not on PATH"
+    return passed(summary, **evidence)
+
+
+@check(
+    id="DLD-PY-010", slug="rhel8-system-python-polluted", title="RHEL 8's system Python is left to RPM",
+    tags=("python", "rhel"), requires=("python_envs", "os"),
+    what="""On RHEL 8 (and rebuilds), looks for distributions pip installed into the platform Python's directories:
+    RPM-owned site-packages with INSTALLER=pip, packages under /usr/local/lib*/python3.6/site-packages (sudo pip3)
+    that shadow RPM-owned modules, and a pip on PATH that belongs to the system Python.""",
+    why="""dnf and yum run on /usr/libexec/platform-python. 'sudo pip3 install' puts newer requests, urllib3, six or
+    python-dateutil into /usr/local/lib/python3.6/site-packages, which that interpreter imports first; dnf then
+    breaks with ImportError or version conflicts, and the system cannot be updated.""",
+    fix="""Remove what pip put into the system directories (sudo pip3 uninstall ..., then dnf reinstall the RPMs it
+    shadowed) and use conda environments or venvs for ML work.""",
+)
+def rhel8_system_python(facts: Facts, matrix) -> Result:
+    if os_family(facts) != "rhel" or not str(facts.get("os.version_id") or "").startswith("8"):
+        return skip("not RHEL 8 (or a rebuild)")
+    sp = next((e for e in matrix.entries("system_python") if e["os"] == "rhel8"), None)
+    if sp is None:
+        return skip("the matrix has no RHEL 8 system Python entry")
+    rpm_dirs, pip_dirs = set(sp["rpm_dirs"]), set(sp["pip_install_dirs"])
+    rpm_owned: Dict[str, Dict[str, Any]] = {}
+    local: Dict[str, Dict[str, Any]] = {}
+    for env in _envs(facts):
+        for site, dists in (env.get("site_distributions") or {}).items():
+            if site in rpm_dirs:
+                rpm_owned.update(dists)
+            elif site in pip_dirs:
+                local.update(dists)
+    overwritten = sorted(n for n, d in rpm_owned.items() if (d.get("installer") or "").lower() == "pip")
+    shadowing = sorted(n for n in local if n in rpm_owned)
+    pip_path = facts.get("python_envs.pip_on_path")
+    pip_entry = next((p for p in facts.get("python_envs.pip_commands") or [] if p["path"] == pip_path), None)
+    system_pip = bool(pip_entry and (pip_entry.get("shebang") or "").startswith(("/usr/bin/python3",
+                                                                                 "/usr/libexec/platform-python")))
+    evidence = {"rpm_dirs_written_by_pip": overwritten, "usr_local_shadowing_rpm": shadowing,
+                "usr_local_packages": sorted(local), "pip_on_path": pip_entry}
+    fix = Fix("Take pip's files out of the system Python and reinstall the RPMs.",
+              tuple([f"sudo pip3 uninstall -y {' '.join(shadowing or overwritten or sorted(local))}"] +
+                    ["sudo dnf reinstall -y " + " ".join(f"python3-{n}" for n in (shadowing or overwritten))]
+                    if (shadowing or overwritten) else []) +
+              ("dnf --version   # check that dnf runs again",))
+    if overwritten or shadowing:
+        parts = []
+        if shadowing:
+            parts.append(f"pip-installed copies in /usr/local shadow RPM-owned modules: {', '.join(shadowing)}")
+        if overwritten:
+            parts.append(f"pip overwrote RPM-owned packages: {', '.join(overwritten)}")
+        return fail("; ".join(parts) + " (dnf/yum run on this interpreter)", evidence, fix)
+    if local or system_pip:
+        parts = []
+        if local:
+            parts.append(f"sudo pip installed into the system Python: {', '.join(sorted(local)[:10])}")
+        if system_pip:
+            parts.append(f"'pip' on PATH ({pip_path}) belongs to the system Python")
+        return warn("; ".join(parts), evidence, Fix("Use a conda environment or venv instead of the system Python.",
+                                                    ("python3 -m venv ~/venvs/ml && . ~/venvs/ml/bin/activate",)))
+    return passed("the system Python's directories hold only RPM-installed packages", **evidence)

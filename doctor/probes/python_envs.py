@@ -1,0 +1,496 @@
+"""Every Python environment on the host: discovery, static inspection, a live probe, optional deep import,
+and which CUDA libraries the framework would really load.
+
+Static inspection reads files only (dist-info, conda-meta, torch/version.py, wheel RECORDs, ELF dynamic
+sections) and works under --sysroot. The live probe runs a stdlib-only script in each interpreter (valid on
+Python 3.6, RHEL 8's platform-python) and never imports the frameworks; --deep does, in a subprocess with a
+timeout, and records what was really mapped (/proc/self/maps).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Tuple
+
+from doctor.host import Host
+from doctor.ldso import Loader
+from doctor.probes import ProbeContext, probe
+
+DEFAULT_ENV_LIMIT = 32
+FRAMEWORKS = ("torch", "torchvision", "torchaudio", "tensorflow", "jax", "jaxlib", "deepspeed", "apex", "xformers",
+              "flash-attn", "triton", "numpy")
+# Key CUDA libraries a framework loads, by soname prefix.
+KEY_LIBS = {"cudart": "libcudart.so", "cublas": "libcublas.so", "cudnn": "libcudnn.so", "nccl": "libnccl.so",
+            "nvjitlink": "libnvJitLink.so", "cusparse": "libcusparse.so"}
+CONDA_ROOT_NAMES = ("anaconda3", "miniconda3", "miniforge3", "mambaforge", "conda")
+SKIP_DIRS = {"node_modules", ".cache", "site-packages", "dist-packages", ".git", "proc", "sys", "__pycache__", "pkgs"}
+_DIST = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[^-]+?)\.(dist-info|egg-info)$")
+_VERSION_PY = re.compile(r"""^(__version__|cuda|git_version)\s*(?::\s*[^=]+)?=\s*['"]?([^'"\n]*?)['"]?\s*$""", re.M)
+_PY_DIR = re.compile(r"^python(3\.\d+)$")
+_PRELOAD_ITEM = re.compile(r'\(\s*"(\w+)"\s*,\s*"(lib[^"]+)"\s*\)')
+_CUDNN_H = re.compile(r"#define CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)")
+_NCCL_H = re.compile(r"#define NCCL_(MAJOR|MINOR|PATCH)\s+(\d+)")
+
+# Runs inside each interpreter: stdlib only, Python 3.6 syntax, imports no framework.
+LIVE_SCRIPT = r"""
+import json, os, site, sys
+try:
+    import importlib.util as iu
+except ImportError:
+    iu = None
+def origin(name):
+    try:
+        spec = iu.find_spec(name) if iu else None
+        return spec.origin if spec else None
+    except Exception as exc:
+        return "error: %s" % exc
+sites = []
+try:
+    sites = list(site.getsitepackages())
+except Exception:
+    pass
+pth = []
+for d in sites + [getattr(site, "USER_SITE", None) or ""]:
+    try:
+        pth += [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".pth")]
+    except OSError:
+        pass
+print(json.dumps({
+    "version": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable, "prefix": sys.prefix,
+    "base_prefix": getattr(sys, "base_prefix", sys.prefix), "sys_path": sys.path,
+    "user_site": getattr(site, "USER_SITE", None), "user_site_enabled": bool(getattr(site, "ENABLE_USER_SITE", False)),
+    "site_packages": sites, "pythonpath": os.environ.get("PYTHONPATH"), "pth_files": pth,
+    "origins": dict((n, origin(n)) for n in ("torch", "numpy", "tensorflow", "jax")),
+}))
+"""
+
+# --deep: import the framework for real, in its own process, and report what the loader did.
+DEEP_SCRIPT = r"""
+import json, sys
+out = {"imported": False}
+try:
+    import torch
+    out["imported"] = True
+    out["version"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    try:
+        out["cuda_available"] = bool(torch.cuda.is_available())
+        out["device_count"] = torch.cuda.device_count()
+    except Exception as exc:
+        out["cuda_error"] = "%s: %s" % (type(exc).__name__, exc)
+    try:
+        out["arch_list"] = torch.cuda.get_arch_list()
+    except Exception as exc:
+        out["arch_list_error"] = str(exc)
+    try:
+        out["cudnn"] = torch.backends.cudnn.version()
+    except Exception as exc:
+        out["cudnn_error"] = str(exc)
+    try:
+        out["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+    except Exception as exc:
+        out["nccl_error"] = str(exc)
+except BaseException as exc:
+    out["import_error"] = "%s: %s" % (type(exc).__name__, exc)
+try:
+    out["mapped"] = sorted(set(l.split()[-1] for l in open("/proc/self/maps") if ".so" in l.split()[-1]))
+except OSError:
+    out["mapped"] = None
+print("DLDOCTOR-DEEP " + json.dumps(out))
+"""
+
+
+# -- discovery -------------------------------------------------------------------
+
+def _homes(host: Host) -> List[str]:
+    homes = ["/root"] + [f"/home/{n}" for n in host.listdir("/home")]
+    env_home = host.environ().get("HOME")
+    if env_home and env_home not in homes:
+        homes.append(env_home)
+    return [h for h in homes if host.is_dir(h)]
+
+
+def _walk_pyvenv(host: Host, base: str, depth: int, found: List[str], limit: int) -> None:
+    if depth < 0 or len(found) >= limit:
+        return
+    if host.is_file(f"{base}/pyvenv.cfg"):
+        found.append(base)
+        return
+    for name in host.listdir(base):
+        if name in SKIP_DIRS or name.startswith("."):
+            if name not in (".venv", ".virtualenvs", ".conda"):
+                continue
+        path = posixpath.join(base, name)
+        if host.is_dir(path) and not host.readlink(path):
+            _walk_pyvenv(host, path, depth - 1, found, limit)
+
+
+def discover(ctx: ProbeContext, limit: int) -> Tuple[List[Dict[str, Any]], bool]:
+    """Candidate environments, most relevant first, at most ``limit``."""
+    host = ctx.host
+    out: List[Dict[str, Any]] = []
+
+    def add(prefix: str, kind: str, python: Optional[str] = None, name: Optional[str] = None, role: Optional[str] = None):
+        prefix = prefix.rstrip("/") or "/"
+        for e in out:
+            if e["prefix"] == prefix and e["kind"] == kind:
+                return
+        out.append({"prefix": prefix, "kind": kind, "python": python, "name": name or posixpath.basename(prefix),
+                    "role": role})
+
+    if host.live:
+        add(sys.prefix, "venv" if sys.prefix != getattr(sys, "base_prefix", sys.prefix) else "interpreter",
+            sys.executable, role="dl-doctor")
+    for path in ctx.options.get("python") or []:
+        if path.endswith(tuple(f"/bin/{n}" for n in ("python", "python3"))) or re.search(r"/bin/python3(\.\d+)?$", path):
+            add(posixpath.dirname(posixpath.dirname(path)), "requested", path, role="requested")
+        else:
+            add(posixpath.dirname(path), "requested", path, role="requested")
+    if ctx.options.get("no_env_scan"):
+        return out[:limit], False
+
+    homes = _homes(host)
+    conda_roots = ["/opt/conda", "/opt/miniconda3", "/opt/anaconda3", "/usr/local/anaconda3", "/usr/local/miniconda3"]
+    for home in homes:
+        conda_roots += [f"{home}/{n}" for n in CONDA_ROOT_NAMES] + [f"{home}/.conda"]
+    env_files = [f"{home}/.conda/environments.txt" for home in homes]
+    for root in conda_roots:
+        if host.is_dir(f"{root}/conda-meta"):
+            add(root, "conda", f"{root}/bin/python", name=f"{posixpath.basename(root)} (base)")
+        for name in host.listdir(f"{root}/envs"):
+            if host.is_dir(f"{root}/envs/{name}/conda-meta"):
+                add(f"{root}/envs/{name}", "conda", f"{root}/envs/{name}/bin/python", name=name)
+    for listing in env_files:
+        for line in (host.try_read(listing, 1 << 20) or "").splitlines():
+            line = line.strip()
+            if line.startswith("/") and host.is_dir(f"{line}/conda-meta"):
+                add(line, "conda", f"{line}/bin/python")
+    venvs: List[str] = []
+    for base in homes + ["/opt"]:
+        _walk_pyvenv(host, base, 3, venvs, limit * 2)
+    for v in venvs:
+        add(v, "venv", f"{v}/bin/python")
+    for exe in ["/usr/libexec/platform-python"] + host.glob("/usr/bin/python3*") + host.glob("/usr/local/bin/python3*"):
+        if re.search(r"(platform-python|python3(\.\d+)?)$", exe) and host.is_file(exe):
+            prefix = "/usr/local" if exe.startswith("/usr/local/") else "/usr"
+            add(prefix, "system", exe, name=f"system ({prefix})")
+    for home in homes:
+        for d in host.glob(f"{home}/.local/lib/python3.*/site-packages"):
+            add(posixpath.dirname(posixpath.dirname(d)), "user-site", None, name=f"user site of {home}")
+    truncated = len(out) > limit
+    return out[:limit], truncated
+
+
+# -- static inspection -----------------------------------------------------------------
+
+def site_dirs(host: Host, env: Dict[str, Any]) -> List[str]:
+    prefix = env["prefix"]
+    if env["kind"] == "user-site":
+        return [f"{prefix}/site-packages"] if host.is_dir(f"{prefix}/site-packages") else []
+    pats = [f"{prefix}/lib/python3*/site-packages", f"{prefix}/lib64/python3*/site-packages"]
+    if env["kind"] == "system":
+        pats += [f"{prefix}/lib/python3*/dist-packages", f"{prefix}/lib/python3/dist-packages"]
+    dirs = []
+    for pat in pats:
+        dirs += [d for d in host.glob(pat) if host.is_dir(d)]
+    return list(dict.fromkeys(dirs))
+
+
+def parse_version_py(text: str) -> Dict[str, Optional[str]]:
+    out: Dict[str, Optional[str]] = {}
+    for key, value in _VERSION_PY.findall(text):
+        out[key] = None if value in ("None", "") else value
+    return out
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_distributions(host: Host, site: str) -> Dict[str, Dict[str, Any]]:
+    dists: Dict[str, Dict[str, Any]] = {}
+    for entry in host.listdir(site):
+        m = _DIST.match(entry)
+        if not m:
+            continue
+        name = normalize(m.group("name"))
+        path = f"{site}/{entry}"
+        installer = None
+        if entry.endswith(".dist-info"):
+            installer = (host.try_read(f"{path}/INSTALLER", 256) or "").strip() or None
+        dists.setdefault(name, {"name": name, "version": m.group("version"), "installer": installer,
+                                "location": site, "metadata": path})
+    return dists
+
+
+def read_conda_meta(host: Host, prefix: str) -> Dict[str, Dict[str, Any]]:
+    out: Dict[str, Dict[str, Any]] = {}
+    for entry in host.listdir(f"{prefix}/conda-meta"):
+        if not entry.endswith(".json"):
+            continue
+        parts = entry[:-5].rsplit("-", 2)
+        if len(parts) != 3:
+            continue
+        name, version, build = parts
+        out[normalize(name)] = {"name": normalize(name), "version": version, "build": build, "installer": "conda"}
+    return out
+
+
+def wheel_files(host: Host, dists: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[str, str]]:
+    """Shared libraries installed by ``nvidia-*`` wheels: in-site path -> (distribution, version)."""
+    owned: Dict[str, Tuple[str, str]] = {}
+    for d in dists.values():
+        if not (d["name"].startswith("nvidia-") or d["name"] == "cuda-toolkit") or not d["metadata"].endswith(".dist-info"):
+            continue
+        record = host.try_read(f"{d['metadata']}/RECORD", 8 << 20) or ""
+        for line in record.splitlines():
+            rel = line.split(",", 1)[0]
+            if ".so" in rel:
+                owned[posixpath.normpath(f"{d['location']}/{rel}")] = (d["name"], d["version"])
+    return owned
+
+
+def _header_version(host: Host, path: str, pattern: re.Pattern) -> Optional[str]:
+    text = host.try_read(path, 1 << 20)
+    if not text:
+        return None
+    parts = dict(pattern.findall(text))
+    keys = [k for k in ("MAJOR", "MINOR", "PATCHLEVEL", "PATCH") if k in parts]
+    return ".".join(parts[k] for k in keys) if len(keys) >= 2 else None
+
+
+def lib_version(host: Host, path: str, owned: Dict[str, Tuple[str, str]]) -> Tuple[Optional[str], str]:
+    """A CUDA library's version: the wheel that installed it, a fully versioned file name, or a header."""
+    if path in owned:
+        return owned[path][1], f"wheel {owned[path][0]}"
+    base = posixpath.basename(path)
+    target = host.readlink(path)
+    for name in ([posixpath.basename(target)] if target else []) + [base]:
+        m = re.search(r"\.so\.(\d+\.\d+(?:\.\d+)*)$", name)
+        if m:
+            return m.group(1), f"file name {name}"
+    directory = posixpath.dirname(path)
+    if base.startswith("libcudnn"):
+        for h in (f"{directory}/../include/cudnn_version.h", f"{directory}/../include/cudnn.h"):
+            v = _header_version(host, posixpath.normpath(h), _CUDNN_H)
+            if v:
+                return v, f"header {posixpath.normpath(h)}"
+    if base.startswith("libnccl"):
+        v = _header_version(host, posixpath.normpath(f"{directory}/../include/nccl.h"), _NCCL_H)
+        if v:
+            return v, "header nccl.h"
+    return None, "unknown"
+
+
+def inspect_static(host: Host, env: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Tuple[str, str]]]:
+    """The environment's facts, and the map of wheel-owned libraries (kept out of the facts)."""
+    sites = site_dirs(host, env)
+    dists: Dict[str, Dict[str, Any]] = {}
+    for site in sites:
+        for name, d in read_distributions(host, site).items():
+            dists.setdefault(name, d)
+    conda = read_conda_meta(host, env["prefix"]) if host.is_dir(f"{env['prefix']}/conda-meta") else {}
+    py = None
+    for site in sites:
+        m = _PY_DIR.match(posixpath.basename(posixpath.dirname(site)))
+        if m:
+            py = m.group(1)
+            break
+    cfg = host.try_read(f"{env['prefix']}/pyvenv.cfg", 65536) if env["kind"] == "venv" else None
+    if cfg:
+        m = re.search(r"^version(?:_info)?\s*=\s*(\d+\.\d+(?:\.\d+)?)", cfg, re.M)
+        py = m.group(1) if m else py
+        env["include_system_site_packages"] = "include-system-site-packages = true" in cfg.lower()
+
+    frameworks: Dict[str, Any] = {}
+    for fw in FRAMEWORKS:
+        key = normalize(fw)
+        d = dists.get(key) or conda.get(key) or (conda.get("pytorch") if fw == "torch" else None)
+        if d:
+            frameworks[fw] = {"version": d["version"], "installer": d.get("installer"), "location": d.get("location")}
+    torch_dir = next((f"{s}/torch" for s in sites if host.is_dir(f"{s}/torch")), None)
+    if torch_dir:
+        info = parse_version_py(host.try_read(f"{torch_dir}/version.py", 65536) or "")
+        t = frameworks.setdefault("torch", {})
+        t.update(path=torch_dir, version=info.get("__version__") or t.get("version"), cuda=info.get("cuda"),
+                 git_version=info.get("git_version"))
+        conda_torch = conda.get("pytorch") or {}
+        t["cpu_only"] = (t.get("cuda") is None or "+cpu" in (t.get("version") or "") or "cpu" in conda_torch.get("build", "")
+                         or (conda.get("pytorch-mutex") or {}).get("build", "").startswith("cpu") or "cpuonly" in conda)
+        init = host.try_read(f"{torch_dir}/__init__.py", 4 << 20) or ""
+        t["preload"] = torch_preload_model(init)
+    tv_dir = next((f"{s}/torchvision" for s in sites if host.is_dir(f"{s}/torchvision")), None)
+    if tv_dir and "torchvision" in frameworks:
+        info = parse_version_py(host.try_read(f"{tv_dir}/version.py", 65536) or "")
+        frameworks["torchvision"].update(version=info.get("__version__") or frameworks["torchvision"]["version"],
+                                         cuda=info.get("cuda"))
+
+    owned = wheel_files(host, dists)
+    libs: Dict[str, List[Dict[str, Any]]] = {k: [] for k in KEY_LIBS}
+    candidates = list(owned)
+    for site in sites:
+        if torch_dir and torch_dir.startswith(site):
+            candidates += [f"{torch_dir}/lib/{n}" for n in host.listdir(f"{torch_dir}/lib")]
+    if conda:
+        candidates += [f"{env['prefix']}/lib/{n}" for n in host.listdir(f"{env['prefix']}/lib") if n.startswith("lib")]
+    for path in sorted(set(candidates)):
+        base = posixpath.basename(path)
+        for key, prefix in KEY_LIBS.items():
+            if base.startswith(prefix + ".") and not (key == "cublas" and base.startswith("libcublasLt")):
+                version, how = lib_version(host, path, owned)
+                libs[key].append({"path": path, "version": version, "version_source": how,
+                                  "origin": "wheel" if path in owned else ("torch/lib" if "/torch/lib/" in path else "conda")})
+    per_site = None
+    if env["kind"] == "system":  # which copy lives where matters for RPM-owned vs pip-installed modules
+        per_site = {site: {k: {"version": v["version"], "installer": v.get("installer")}
+                           for k, v in read_distributions(host, site).items()} for site in sites}
+    return ({"python_version": py, "site_packages": sites, "site_distributions": per_site, "distributions": {k: v["version"] for k, v in dists.items()},
+             "installers": {k: v["installer"] for k, v in dists.items() if v.get("installer")},
+             "conda_packages": {k: f"{v['version']} {v['build']}" for k, v in conda.items()} if conda else None,
+             "frameworks": frameworks, "cuda_libraries": {k: v for k, v in libs.items() if v}}, owned)
+
+
+def torch_preload_model(init_text: str) -> Dict[str, Any]:
+    """How this torch preloads CUDA wheels by absolute path, read from its own __init__.py.
+
+    ``always``: after libtorch_global_deps, when libcudart got loaded (2.14-era);
+    ``on-failure``: only when libtorch_global_deps fails to load (older 2.x); ``none``.
+    """
+    start = init_text.find("def _load_global_deps")
+    if start < 0 or "_preload_cuda_deps" not in init_text:
+        return {"mode": "none", "libraries": []}
+    body = init_text[start:start + 8000]
+    cut = body.find("\nif ")
+    body = body[:cut] if cut > 0 else body
+    before_except = body.split("except OSError", 1)[0]
+    mode = "always" if "_preload_cuda_deps(" in before_except else "on-failure"
+    deps_at = init_text.find("def _preload_cuda_deps")
+    items = _PRELOAD_ITEM.findall(init_text[deps_at:deps_at + 6000]) if deps_at >= 0 else []
+    if not items:  # older releases keep the table inside _load_global_deps
+        items = _PRELOAD_ITEM.findall(body) + re.findall(r'"(\w+)"\s*:\s*"(lib[^"]+)"', body)
+    return {"mode": mode, "libraries": [list(i) for i in items]}
+
+
+def resolve_torch_libraries(host: Host, env: Dict[str, Any], static: Dict[str, Any], owned: Dict[str, Tuple[str, str]],
+                            ld_library_path: List[str], sys_path: Optional[List[str]] = None) -> Optional[Dict[str, Any]]:
+    """Which file each key CUDA library resolves to when this environment imports torch."""
+    t = static["frameworks"].get("torch") or {}
+    torch_dir = t.get("path")
+    if not torch_dir or t.get("cpu_only"):
+        return None
+    python = env.get("python")
+    loader = Loader(host, ld_library_path=ld_library_path,
+                    executable=python if python and host.is_file(python) else None)
+    gdeps = f"{torch_dir}/lib/libtorch_global_deps.so"
+    steps = []
+    if host.is_file(gdeps):
+        loader.load(gdeps, via="dlopen (libtorch_global_deps)")
+        steps.append("libtorch_global_deps.so")
+    preload = t.get("preload") or {}
+    cudart_loaded = any(o.soname.startswith("libcudart.so") for o in loader.objects)
+    if (preload.get("mode") == "always" and cudart_loaded) or (preload.get("mode") == "on-failure" and not cudart_loaded):
+        paths = sys_path or static["site_packages"]
+        major = (t.get("cuda") or "").split(".")[0]
+        for folder, pattern in preload.get("libraries", []):
+            for base in paths:
+                hits = (host.glob(f"{base}/nvidia/{folder}/lib/{pattern}")
+                        + (host.glob(f"{base}/nvidia/cu{major}/lib/{pattern}") if major else [])
+                        + host.glob(f"{base}/{folder}/lib/{pattern}"))
+                if hits:
+                    loader.load(hits[0], via=f"preloaded by torch ({preload['mode']})")
+                    break
+        steps.append(f"preload ({preload['mode']})")
+    ext = next(iter(host.glob(f"{torch_dir}/_C.cpython-*.so") + host.glob(f"{torch_dir}/_C.so")), None)
+    if ext:
+        loader.load(ext, via="import torch._C")
+        steps.append(posixpath.basename(ext))
+    resolved: Dict[str, Any] = {}
+    for key, prefix in KEY_LIBS.items():
+        obj = next((o for o in loader.objects if o.soname.startswith(prefix + ".")
+                    and not (key == "cublas" and o.soname.startswith("libcublasLt"))), None)
+        if obj:
+            version, how = lib_version(host, obj.path, owned)
+            resolved[key] = {"soname": obj.soname, "path": obj.path, "version": version, "version_source": how,
+                             "via": obj.via, "requested_by": obj.requested_by}
+    return {"steps": steps, "libraries": resolved, "missing": [list(m) for m in loader.missing[:20]],
+            "ld_library_path": ld_library_path, "loaded_count": len(loader.objects)}
+
+
+# -- live and deep ---------------------------------------------------------------------------
+
+def run_live(host: Host, python: str, timeout: float) -> Dict[str, Any]:
+    try:
+        result = host.run([python, "-c", LIVE_SCRIPT], timeout=timeout)
+    except OSError as exc:
+        return {"error": f"cannot run {python}: {exc.strerror or exc}"}
+    if result.timed_out:
+        return {"error": f"timed out after {timeout:g}s"}
+    if result.returncode != 0:
+        return {"error": f"exit {result.returncode}: {(result.stderr or result.stdout).strip()[-400:]}"}
+    try:
+        return json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        return {"error": f"unreadable output: {exc}"}
+
+
+def run_deep(host: Host, python: str, timeout: float) -> Dict[str, Any]:
+    try:
+        result = host.run([python, "-c", DEEP_SCRIPT], timeout=timeout)
+    except OSError as exc:
+        return {"error": f"cannot run {python}: {exc.strerror or exc}"}
+    if result.timed_out:
+        return {"error": f"import timed out after {timeout:g}s"}
+    line = next((l for l in result.stdout.splitlines() if l.startswith("DLDOCTOR-DEEP ")), None)
+    if line is None:
+        return {"error": f"exit {result.returncode}: {(result.stderr or result.stdout).strip()[-600:]}"}
+    out = json.loads(line[len("DLDOCTOR-DEEP "):])
+    out["stderr_tail"] = result.stderr.strip()[-600:] or None
+    return out
+
+
+def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
+    host = ctx.host
+    out = dict(env)
+    try:
+        static, owned = inspect_static(host, env)
+        out.update(static)
+    except Exception as exc:  # noqa: BLE001 - one broken environment costs only itself
+        out["error"] = f"static inspection failed: {type(exc).__name__}: {exc}"
+        return out
+    timeout = float(ctx.options.get("env_timeout") or 10.0)
+    python = env.get("python")
+    if host.live and python and host.is_file(python) and env["kind"] != "user-site":
+        out["live"] = run_live(host, python, timeout)
+        if ctx.options.get("deep") and "torch" in out["frameworks"]:
+            out["deep"] = run_deep(host, python, float(ctx.options.get("deep_timeout") or 120.0))
+    ld = [d for d in host.environ().get("LD_LIBRARY_PATH", "").split(":") if d]
+    live_path = (out.get("live") or {}).get("sys_path")
+    try:
+        out["resolution"] = resolve_torch_libraries(host, env, out, owned, ld, live_path)
+    except Exception as exc:  # noqa: BLE001
+        out["resolution_error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+@probe("python_envs", "every Python environment: frameworks, bundled CUDA libraries, which copy would load",
+       timeout_option="python_envs_timeout")
+def python_envs_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    limit = int(ctx.options.get("env_limit") or DEFAULT_ENV_LIMIT)
+    envs, truncated = discover(ctx, limit)
+    workers = max(1, min(8, len(envs)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(lambda e: inspect(ctx, e), envs))
+    pips = []
+    for path in ctx.host.glob("/usr/bin/pip*") + ctx.host.glob("/usr/local/bin/pip*"):
+        first = (ctx.host.try_read(path, 512) or "").splitlines()[:1]
+        pips.append({"path": path, "shebang": first[0][2:].strip() if first and first[0].startswith("#!") else None})
+    on_path = ctx.host.which("pip") or ctx.host.which("pip3")
+    return {"environments": results, "pip_commands": pips,
+            "pip_on_path": ctx.host.tree_path(on_path) if on_path else None,
+            "scan": {"limit": limit, "truncated": truncated,
+                                              "env_scan": not ctx.options.get("no_env_scan"),
+                                              "deep": bool(ctx.options.get("deep"))}}
