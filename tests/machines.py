@@ -214,7 +214,7 @@ def snapshot_of(name: str) -> Dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         root = build_tree(Path(tmp), machine["tree"]())
         registry = load_registry()
-        snap = collect([p for p in registry.probes if p.name not in ("python", "nvml")], Host(sysroot=str(root)),
+        snap = collect([p for p in registry.probes if p.name not in ("nvml",)], Host(sysroot=str(root)),
                        {}, timeout=10)
     # What only the live machine has: NVML, and real disks.
     nvml_doc = FakeNVML.from_file(FIXTURES / "nvml" / f"{machine['nvml']}.json")

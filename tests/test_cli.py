@@ -216,12 +216,15 @@ def test_a_hanging_probe_is_cut_at_its_timeout_and_the_run_completes(run_cli, tm
 
 
 def test_python_option_inspects_more_interpreters(run_cli, tmp_path):
-    r = run_cli("run", "--python", sys.executable, "--python", str(tmp_path / "nope" / "python3"), "--json", "-")
-    interps = json.loads(r.stdout)["facts"]["python"]["interpreters"]
-    by_path = {i["path"]: i for i in interps}
-    assert by_path[sys.executable]["version"] == "%d.%d.%d" % sys.version_info[:3]
-    assert "cannot run" in by_path[str(tmp_path / "nope" / "python3")]["error"]
-    assert json.loads(r.stdout)["run"]["options"]["python"][1].endswith("nope/python3")
+    missing = str(tmp_path / "nope" / "bin" / "python3")
+    r = run_cli("run", "--python", sys.executable, "--python", missing, "--no-env-scan", "--json", "-")
+    report = json.loads(r.stdout)
+    envs = report["facts"]["python_envs"]["environments"]
+    by_python = {e.get("python"): e for e in envs}
+    assert by_python[sys.executable]["live"]["version"] == "%d.%d.%d" % sys.version_info[:3]
+    assert by_python[missing]["prefix"] == str(tmp_path / "nope") and "live" not in by_python[missing]
+    assert report["facts"]["python_envs"]["scan"]["env_scan"] is False
+    assert report["run"]["options"]["python"][1] == missing
 
 
 def test_collect_writes_a_schema_valid_snapshot(run_cli, tmp_path, tree):

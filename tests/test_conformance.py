@@ -47,7 +47,10 @@ def set_path(doc, path, value):
         node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
     last = parts[-1]
     if isinstance(node, list):
-        node[int(last)] = value
+        if int(last) == len(node):
+            node.append(value)  # one past the end adds an item
+        else:
+            node[int(last)] = value
     else:
         node[last] = value
 
@@ -79,7 +82,7 @@ def test_registry_loads_builtins_through_entry_points_without_errors():
     assert REGISTRY.load_errors == []
     assert {s.id for s in BUILTIN} >= {"DLD-SYS-001", "DLD-MEM-001", "DLD-DISK-001", "DLD-GPU-001"}
     assert {p.name for p in REGISTRY.probes} >= {"os", "kernel", "system", "environment", "memory", "mounts",
-                                                   "disks", "gpu_pci", "nvidia_driver", "python"}
+                                                   "disks", "gpu_pci", "nvidia_driver", "python_envs", "kmod", "nvml"}
 
 
 @pytest.mark.parametrize("spec", CHECKS, ids=lambda s: s.id)

@@ -31,7 +31,8 @@ SKIP_DIRS = {"node_modules", ".cache", "site-packages", "dist-packages", ".git",
 _DIST = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[^-]+?)\.(dist-info|egg-info)$")
 _VERSION_PY = re.compile(r"""^(__version__|cuda|git_version)\s*(?::\s*[^=]+)?=\s*['"]?([^'"\n]*?)['"]?\s*$""", re.M)
 _PY_DIR = re.compile(r"^python(3\.\d+)$")
-_PRELOAD_ITEM = re.compile(r'\(\s*"(\w+)"\s*,\s*"(lib[^"]+)"\s*\)')
+_PRELOAD_ITEM = re.compile(r"""\(\s*["'](\w+)["']\s*,\s*["'](lib[^"']+)["']\s*\)""")
+_PRELOAD_DICT_ITEM = re.compile(r"""["'](\w+)["']\s*:\s*["'](lib[^"']+)["']""")
 _CUDNN_H = re.compile(r"#define CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)")
 _NCCL_H = re.compile(r"#define NCCL_(MAJOR|MINOR|PATCH)\s+(\d+)")
 
@@ -180,7 +181,7 @@ def discover(ctx: ProbeContext, limit: int) -> Tuple[List[Dict[str, Any]], bool]
             add(prefix, "system", exe, name=f"system ({prefix})")
     for home in homes:
         for d in host.glob(f"{home}/.local/lib/python3.*/site-packages"):
-            add(posixpath.dirname(posixpath.dirname(d)), "user-site", None, name=f"user site of {home}")
+            add(posixpath.dirname(d), "user-site", None, name=f"user site of {home}")
     truncated = len(out) > limit
     return out[:limit], truncated
 
@@ -194,6 +195,9 @@ def site_dirs(host: Host, env: Dict[str, Any]) -> List[str]:
     pats = [f"{prefix}/lib/python3*/site-packages", f"{prefix}/lib64/python3*/site-packages"]
     if env["kind"] == "system":
         pats += [f"{prefix}/lib/python3*/dist-packages", f"{prefix}/lib/python3/dist-packages"]
+        if prefix == "/usr":  # the system interpreter also imports what (sudo) pip put under /usr/local
+            pats += ["/usr/local/lib/python3*/site-packages", "/usr/local/lib64/python3*/site-packages",
+                     "/usr/local/lib/python3*/dist-packages"]
     dirs = []
     for pat in pats:
         dirs += [d for d in host.glob(pat) if host.is_dir(d)]
@@ -371,7 +375,7 @@ def torch_preload_model(init_text: str) -> Dict[str, Any]:
     deps_at = init_text.find("def _preload_cuda_deps")
     items = _PRELOAD_ITEM.findall(init_text[deps_at:deps_at + 6000]) if deps_at >= 0 else []
     if not items:  # older releases keep the table inside _load_global_deps
-        items = _PRELOAD_ITEM.findall(body) + re.findall(r'"(\w+)"\s*:\s*"(lib[^"]+)"', body)
+        items = _PRELOAD_ITEM.findall(body) + _PRELOAD_DICT_ITEM.findall(body)
     return {"mode": mode, "libraries": [list(i) for i in items]}
 
 
@@ -383,18 +387,17 @@ def resolve_torch_libraries(host: Host, env: Dict[str, Any], static: Dict[str, A
     if not torch_dir or t.get("cpu_only"):
         return None
     python = env.get("python")
-    loader = Loader(host, ld_library_path=ld_library_path,
-                    executable=python if python and host.is_file(python) else None)
-    gdeps = f"{torch_dir}/lib/libtorch_global_deps.so"
-    steps = []
-    if host.is_file(gdeps):
-        loader.load(gdeps, via="dlopen (libtorch_global_deps)")
-        steps.append("libtorch_global_deps.so")
+    executable = python if python and host.is_file(python) else None
     preload = t.get("preload") or {}
-    cudart_loaded = any(o.soname.startswith("libcudart.so") for o in loader.objects)
-    if (preload.get("mode") == "always" and cudart_loaded) or (preload.get("mode") == "on-failure" and not cudart_loaded):
-        paths = sys_path or static["site_packages"]
-        major = (t.get("cuda") or "").split(".")[0]
+    prefixes = [pattern.split(".", 1)[0] for _, pattern in preload.get("libraries", [])]
+    paths = sys_path or static["site_packages"]
+    major = (t.get("cuda") or "").split(".")[0]
+
+    def new_loader() -> Loader:
+        return Loader(host, ld_library_path=ld_library_path, executable=executable)
+
+    def preload_all(loader: Loader) -> None:
+        # torch's _preload_cuda_deps: the first match on sys.path, loaded by absolute path
         for folder, pattern in preload.get("libraries", []):
             for base in paths:
                 hits = (host.glob(f"{base}/nvidia/{folder}/lib/{pattern}")
@@ -403,7 +406,23 @@ def resolve_torch_libraries(host: Host, env: Dict[str, Any], static: Dict[str, A
                 if hits:
                     loader.load(hits[0], via=f"preloaded by torch ({preload['mode']})")
                     break
-        steps.append(f"preload ({preload['mode']})")
+
+    gdeps = f"{torch_dir}/lib/libtorch_global_deps.so"
+    steps: List[str] = []
+    loader = new_loader()
+    if host.is_file(gdeps):
+        loader.load(gdeps, via="dlopen (libtorch_global_deps)")
+        steps.append("libtorch_global_deps.so")
+        failed_on = [m for m, _ in loader.missing if any(m.startswith(p) for p in prefixes)]
+        if failed_on and preload.get("mode") in ("always", "on-failure"):
+            # CDLL raised OSError naming a CUDA library: torch preloads the wheels and tries again
+            loader = new_loader()
+            preload_all(loader)
+            loader.load(gdeps, via="dlopen (libtorch_global_deps, retried)")
+            steps.append(f"preload after failure ({', '.join(failed_on)})")
+        elif preload.get("mode") == "always" and any(o.soname.startswith("libcudart.so") for o in loader.objects):
+            preload_all(loader)
+            steps.append("preload (always)")
     ext = next(iter(host.glob(f"{torch_dir}/_C.cpython-*.so") + host.glob(f"{torch_dir}/_C.so")), None)
     if ext:
         loader.load(ext, via="import torch._C")
