@@ -120,6 +120,10 @@ class Loader:
 
     def cache(self) -> List[Tuple[str, str]]:
         if self._cache is None:
+            shared = getattr(self.host, "_ld_cache_entries", None)
+            if shared is not None:  # parsed once per host, not once per simulated process
+                self._cache = shared
+                return shared
             raw = None
             try:
                 raw = self.host.read_bytes("/etc/ld.so.cache", 64 << 20)
@@ -133,6 +137,10 @@ class Loader:
                         if ".so" in name:
                             parsed.append((name, f"{d}/{name}"))
             self._cache = parsed
+            try:
+                setattr(self.host, "_ld_cache_entries", parsed)
+            except AttributeError:
+                pass
         return self._cache
 
     def _search_dirs(self, name: str, dirs: Iterable[str], origin_of: str) -> Optional[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import threading
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -396,10 +397,13 @@ def resolve_torch_libraries(host: Host, env: Dict[str, Any], static: Dict[str, A
     def new_loader() -> Loader:
         return Loader(host, ld_library_path=ld_library_path, executable=executable)
 
+    # Only sys.path entries that hold wheel libraries can match torch's globs.
+    bases = [b for b in paths if b and b.startswith("/") and host.is_dir(f"{b}/nvidia")]
+
     def preload_all(loader: Loader) -> None:
         # torch's _preload_cuda_deps: the first match on sys.path, loaded by absolute path
         for folder, pattern in preload.get("libraries", []):
-            for base in paths:
+            for base in bases:
                 hits = (host.glob(f"{base}/nvidia/{folder}/lib/{pattern}")
                         + (host.glob(f"{base}/nvidia/cu{major}/lib/{pattern}") if major else [])
                         + host.glob(f"{base}/{folder}/lib/{pattern}"))
@@ -488,11 +492,27 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
             out["deep"] = run_deep(host, python, float(ctx.options.get("deep_timeout") or 120.0))
     ld = [d for d in host.environ().get("LD_LIBRARY_PATH", "").split(":") if d]
     live_path = (out.get("live") or {}).get("sys_path")
+    # Environments that are the same files (the same site-packages, reached through links) load the same libraries.
+    key = (host.sysroot, tuple(host.tree_path(s) for s in out.get("site_packages") or []), tuple(ld),
+           tuple(p for p in (live_path or []) if "site-packages" in p or "dist-packages" in p))
     try:
-        out["resolution"] = resolve_torch_libraries(host, env, out, owned, ld, live_path)
+        if not key[1]:
+            out["resolution"] = resolve_torch_libraries(host, env, out, owned, ld, live_path)
+        else:
+            with _RESOLVED_LOCK:
+                lock = _RESOLVING.setdefault(key, threading.Lock())
+            with lock:  # the same files are resolved once, however many threads ask
+                if key not in _RESOLVED:
+                    _RESOLVED[key] = resolve_torch_libraries(host, env, out, owned, ld, live_path)
+                out["resolution"] = _RESOLVED[key]
     except Exception as exc:  # noqa: BLE001
         out["resolution_error"] = f"{type(exc).__name__}: {exc}"
     return out
+
+
+_RESOLVED: Dict[Tuple, Any] = {}
+_RESOLVING: Dict[Tuple, threading.Lock] = {}
+_RESOLVED_LOCK = threading.Lock()
 
 
 @probe("python_envs", "every Python environment: frameworks, bundled CUDA libraries, which copy would load",
