@@ -139,7 +139,9 @@ def _collect(registry: Registry, sysroot: Optional[str], timeout: float, pythons
         raise UsageProblem(str(exc))
     options = {"timeout": timeout, "python": list(pythons), "deep": deep, "no_env_scan": no_env_scan,
                "env_limit": env_limit, "env_timeout": max(timeout, 10.0),
-               "python_envs_timeout": 600.0 if deep else max(timeout, 60.0)}
+               "python_envs_timeout": 600.0 if deep else max(timeout, 60.0),
+               # tests point the metadata probe at a fake service on 127.0.0.1
+               "imds_endpoint": os.environ.get("DL_DOCTOR_IMDS_ENDPOINT")}
     return collect(registry.probes, host, options, timeout=timeout)
 
 

@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 MAX_READ_BYTES = 4 * 1024 * 1024
 MAX_SYMLINK_HOPS = 40
@@ -263,6 +263,29 @@ class Host:
         finally:
             os.close(fd)
         return lines
+
+    def http(self, method: str, url: str, headers: Optional[Mapping[str, str]] = None,
+             timeout: float = 1.0) -> Tuple[int, str]:
+        """One small HTTP request (the EC2 metadata service is the only caller). Live only.
+
+        Returns (status, body); raises OSError on connection failures and timeouts.
+        """
+        if not self.live:
+            raise CommandUnavailable("no network access under a sysroot")
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(url, method=method, headers=dict(headers or {}))
+        # no proxies: the metadata service is link-local, and a proxy would see the token
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(req, timeout=timeout) as resp:
+                return resp.status, resp.read(1 << 20).decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read(1 << 16).decode("utf-8", "replace") if exc.fp else ""
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            raise reason if isinstance(reason, OSError) else OSError(str(reason))
 
     # -- environment --------------------------------------------------------
 

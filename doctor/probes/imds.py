@@ -1,0 +1,75 @@
+"""The EC2 instance metadata service (IMDSv2), asked only when the DMI files say this host is EC2.
+
+No request is sent anywhere else, and none at all on other hosts or under a sysroot: the DMI
+check comes first. Token first (PUT), then a handful of GETs, each with a short timeout.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Optional
+
+from doctor.probes import ProbeContext, Unavailable, probe
+from doctor.probes.cloud import DMI, is_ec2
+
+DEFAULT_ENDPOINT = "http://169.254.169.254"
+PATHS = {
+    "instance_type": "meta-data/instance-type",
+    "instance_id": "meta-data/instance-id",
+    "availability_zone": "meta-data/placement/availability-zone",
+    "region": "meta-data/placement/region",
+    "life_cycle": "meta-data/instance-life-cycle",
+    "spot_instance_action": "meta-data/spot/instance-action",
+    "scheduled_events": "meta-data/events/maintenance/scheduled",
+}
+
+
+def imds_collect(host, endpoint: str, timeout: float) -> Dict[str, Any]:
+    """Ask IMDSv2. Raises Unavailable when the service does not answer (IMDS disabled, a container without hops)."""
+    try:
+        status, token = host.http("PUT", f"{endpoint}/latest/api/token",
+                                  {"X-aws-ec2-metadata-token-ttl-seconds": "60"}, timeout=timeout)
+    except OSError as exc:
+        raise Unavailable(f"the instance metadata service did not answer ({exc}); IMDS may be disabled, or the hop "
+                          f"limit too low for a container")
+    if status != 200 or not token:
+        raise Unavailable(f"IMDSv2 token request answered HTTP {status}")
+    out: Dict[str, Any] = {"endpoint": endpoint, "errors": {}}
+    for key, path in PATHS.items():
+        try:
+            status, body = host.http("GET", f"{endpoint}/latest/{path}", {"X-aws-ec2-metadata-token": token},
+                                     timeout=timeout)
+        except OSError as exc:
+            out["errors"][key] = str(exc)
+            out[key] = None
+            continue
+        if status == 404:
+            out[key] = None
+        elif status != 200:
+            out["errors"][key] = f"HTTP {status}"
+            out[key] = None
+        elif key in ("spot_instance_action", "scheduled_events"):
+            try:
+                out[key] = json.loads(body) if body.strip() else None
+            except ValueError:
+                out["errors"][key] = "not JSON"
+                out[key] = None
+        else:
+            out[key] = body.strip() or None
+    return out
+
+
+@probe("imds", "EC2 instance metadata (IMDSv2): instance type, zone, spot life-cycle, interruption and scheduled events")
+def imds_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    if not host.live:
+        raise Unavailable("the instance metadata service belongs to a running instance, not a sysroot")
+    dmi: Dict[str, Optional[str]] = {}
+    for name in ("sys_vendor", "product_name"):
+        text = host.try_read(f"{DMI}/{name}", 256)
+        dmi[name] = text.strip() if text else None
+    hv = host.try_read("/sys/hypervisor/uuid", 256)
+    if not is_ec2(dmi, hv.strip() if hv else None):
+        raise Unavailable("the DMI files do not say this is an EC2 instance; the metadata service was not contacted")
+    endpoint = ctx.options.get("imds_endpoint") or DEFAULT_ENDPOINT
+    return imds_collect(host, endpoint, float(ctx.options.get("imds_timeout") or 1.0))
