@@ -87,6 +87,17 @@ def report_options(func):
     return func
 
 
+def _check_ebs_types(ctx, param, values):
+    from doctor.probes.ebs import parse_volume_type_option
+
+    for v in values:
+        try:
+            parse_volume_type_option(v)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc))
+    return values
+
+
 def collect_options(func):
     opts = [
         click.option("--sysroot", type=click.Path(exists=True, file_okay=False, resolve_path=False), metavar="DIR",
@@ -99,6 +110,10 @@ def collect_options(func):
         click.option("--no-env-scan", is_flag=True, help="Inspect only dl-doctor's interpreter and each --python."),
         click.option("--env-limit", type=click.IntRange(1, 1000), default=32, show_default=True, metavar="N",
                      help="At most this many Python environments."),
+        click.option("--sample-seconds", type=click.FloatRange(0.1, 60.0), default=1.0, show_default=True,
+                     metavar="SECONDS", help="How long to sample disk I/O (while the other probes run)."),
+        click.option("--ebs-volume-type", "ebs_types", multiple=True, metavar="VOL=TYPE[:IOPS[:MBPS]]",
+                     callback=_check_ebs_types, help="An EBS volume's type (and provisioned IOPS/throughput)."),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -132,7 +147,8 @@ def _matrix(overlays: Sequence[str]):
 
 
 def _collect(registry: Registry, sysroot: Optional[str], timeout: float, pythons: Sequence[str], deep: bool = False,
-             no_env_scan: bool = False, env_limit: int = 32) -> Dict[str, Any]:
+             no_env_scan: bool = False, env_limit: int = 32, sample_seconds: float = 1.0,
+             ebs_types: Sequence[str] = ()) -> Dict[str, Any]:
     try:
         host = Host(sysroot=sysroot, command_timeout=timeout)
     except NotADirectoryError as exc:
@@ -141,7 +157,9 @@ def _collect(registry: Registry, sysroot: Optional[str], timeout: float, pythons
                "env_limit": env_limit, "env_timeout": max(timeout, 10.0),
                "python_envs_timeout": 600.0 if deep else max(timeout, 60.0),
                # tests point the metadata probe at a fake service on 127.0.0.1
-               "imds_endpoint": os.environ.get("DL_DOCTOR_IMDS_ENDPOINT")}
+               "imds_endpoint": os.environ.get("DL_DOCTOR_IMDS_ENDPOINT"),
+               "sample_seconds": sample_seconds, "ebs_timeout": timeout + sample_seconds,
+               "ebs_volume_types": list(ebs_types)}
     return collect(registry.probes, host, options, timeout=timeout)
 
 
@@ -215,14 +233,14 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
 @cli.command("run")
 @collect_options
 @report_options
-def run_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet,
+def run_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet,
             no_color, overlays) -> int:
     """Collect facts from this host (or --sysroot), run every check and write the reports."""
     started, t0 = utc_now(), time.monotonic()
     registry = _registry()
     _select(registry, only, skip_)  # reject bad input before spending time on probes
     _matrix(overlays)
-    snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit)
+    snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types)
     return _emit_report(snapshot, registry, mode=snapshot["mode"], started=started, t0=t0, json_path=json_path,
                         html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
                         redact_more=redact, quiet=quiet, no_color=no_color, overlays=overlays,
@@ -234,12 +252,13 @@ def run_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, json_path, 
 @collect_options
 @click.option("-o", "--output", required=True, metavar="FACTS.json", help="Where to write the facts ('-' = stdout).")
 @click.option("--redact", is_flag=True, help="Also mask host names, IP/MAC addresses, user names and home paths.")
-def collect_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, output, redact) -> int:
+def collect_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types, output,
+                redact) -> int:
     """Collect facts only, for `dl-doctor check` later or elsewhere."""
     from reports import to_json, write_atomic
 
     registry = _registry()
-    snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit)
+    snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types)
     text = to_json(redact_document(snapshot, extended=redact))
     if output == "-":
         sys.stdout.write(text)

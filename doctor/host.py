@@ -264,6 +264,26 @@ class Host:
             os.close(fd)
         return lines
 
+    def nvme_log_page(self, device: str, log_id: int, length: int = 4096) -> bytes:
+        """NVMe Get Log Page (admin opcode 0x02) on a controller such as /dev/nvme1. Live only; needs root."""
+        if not self.live:
+            raise CommandUnavailable("no devices under a sysroot")
+        import ctypes
+        import fcntl
+        import struct
+
+        buf = ctypes.create_string_buffer(length)
+        numd = length // 4
+        # struct nvme_admin_cmd (linux/nvme_ioctl.h), 72 bytes; NVME_IOCTL_ADMIN_CMD = _IOWR('N', 0x41, ...)
+        cmd = struct.pack("<BBHIIIQQII6III", 0x02, 0, 0, 1, 0, 0, 0, ctypes.addressof(buf), 0, length,
+                          log_id | (numd << 16), 0, 0, 0, 0, 0, 0, 0)
+        fd = os.open(device, os.O_RDONLY)
+        try:
+            fcntl.ioctl(fd, 0xC0484E41, bytearray(cmd))
+        finally:
+            os.close(fd)
+        return buf.raw
+
     def http(self, method: str, url: str, headers: Optional[Mapping[str, str]] = None,
              timeout: float = 1.0) -> Tuple[int, str]:
         """One small HTTP request (the EC2 metadata service is the only caller). Live only.
