@@ -1,0 +1,220 @@
+"""EFA and NCCL networking, memlock, and the kernel settings multi-GPU training depends on."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from checks.common import os_family
+from doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+
+
+def _instance(facts: Facts, matrix):
+    itype = facts.get("cloud.instance_type") or facts.get("imds.instance_type")
+    return itype, (matrix.instance(itype) if itype else None)
+
+
+def _plugin_version(facts: Facts) -> Optional[str]:
+    installed = facts.get("network.efa_installed") or {}
+    for key in ("aws-ofi-nccl", "libnccl-ofi", "aws-ofi-nccl-cuda"):
+        if installed.get(key):
+            return installed[key]
+    return None
+
+
+def _libfabric_version(facts: Facts) -> Optional[str]:
+    installed = facts.get("network.efa_installed") or {}
+    for key in ("libfabric-aws", "libfabric"):
+        if installed.get(key):
+            return installed[key].split("amzn")[0].rstrip(".")
+    versions = [l.get("version") for l in facts.get("network.libfabric") or [] if l.get("version")]
+    return versions[0] if versions else None
+
+
+@check(
+    id="DLD-NET-001", slug="efa-not-usable-by-nccl", title="EFA is present and NCCL can use it (libfabric, aws-ofi-nccl)",
+    tags=("network", "efa", "nccl"), requires=("network",),
+    what="""Holds the instance type's EFA interfaces (matrix) against the EFA devices present (/sys/class/infiniband),
+    then checks libfabric with its efa provider, the aws-ofi-nccl plugin and whether NCCL's dlopen of libnccl-net.so
+    (or NCCL_NET_PLUGIN) would find it, and the plugin/libfabric versions against the matrix's known issues.""",
+    why="""Without a working plugin NCCL silently falls back to TCP sockets: multi-node all-reduce runs at a fraction
+    of the bandwidth EFA gives (3,200 Gbps on p5) and nothing fails. On an instance without EFA that fallback is the
+    normal path, so it is not a failure there.""",
+    fix="""Launch with EFA interfaces, install the EFA installer (libfabric with the efa provider) and aws-ofi-nccl, and
+    put the plugin's directory on LD_LIBRARY_PATH (or set NCCL_NET_PLUGIN).""",
+)
+def efa_usable(facts: Facts, matrix) -> Result:
+    itype, inst = _instance(facts, matrix)
+    devices = facts.get("network.efa_devices") or []
+    expected = (inst or {}).get("efa_interfaces")
+    evidence = {"instance_type": itype, "efa_interfaces_expected": expected, "efa_devices": devices,
+                "libfabric": facts.get("network.libfabric"), "ofi_nccl_plugins": facts.get("network.ofi_nccl_plugins"),
+                "nccl_plugin_lookup": facts.get("network.nccl_plugin_lookup"),
+                "efa_installed": facts.get("network.efa_installed")}
+    if not devices:
+        if inst is not None and not expected:
+            return skip(f"{itype} has no EFA: NCCL uses TCP sockets, and aws-ofi-nccl's 'no EFA' warnings are harmless",
+                        **evidence)
+        if expected:
+            return warn(f"{itype} supports {expected} EFA interface(s) but none is attached: multi-node NCCL traffic "
+                        f"will use TCP sockets", evidence,
+                        Fix("Launch the instance with EFA network interfaces (InterfaceType=efa) in a cluster "
+                            "placement group, for multi-node jobs.",
+                            ("aws ec2 describe-instance-types --instance-types " + itype +
+                             " --query 'InstanceTypes[].NetworkInfo.EfaInfo'",)))
+        return skip("no EFA device on this host", **evidence)
+    problems: List[str] = []
+    installer = ("curl -O https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz && tar xf "
+                 "aws-efa-installer-latest.tar.gz && cd aws-efa-installer && sudo ./efa_installer.sh -y")
+    if not facts.get("network.libfabric"):
+        problems.append("libfabric is not installed")
+    elif not facts.get("network.efa_provider"):
+        problems.append("libfabric has no efa provider (not the EFA installer's build)")
+    if not facts.get("network.ofi_nccl_plugins"):
+        problems.append("the aws-ofi-nccl plugin is not installed: NCCL will use TCP sockets over EFA's ENA")
+    elif not (facts.get("network.nccl_plugin_lookup") or {}).get("found"):
+        name = (facts.get("network.nccl_plugin_lookup") or {}).get("name")
+        problems.append(f"NCCL cannot find {name}: the plugin's directory is not on LD_LIBRARY_PATH or in ld.so.conf")
+    if problems:
+        plugin_dir = ((facts.get("network.ofi_nccl_plugins") or [{}])[0].get("path") or "/opt/amazon/ofi-nccl/lib/x").rsplit("/", 1)[0]
+        return fail(f"{len(devices)} EFA device(s), but " + "; ".join(problems), evidence,
+                    Fix("Install the EFA software stack and make the plugin findable.",
+                        (installer, f"export LD_LIBRARY_PATH={plugin_dir}:$LD_LIBRARY_PATH",
+                         "NCCL_DEBUG=INFO torchrun ... 2>&1 | grep -E 'NET/OFI|NET/Socket'   # expect NET/OFI")))
+    plugin_v, fabric_v = _plugin_version(facts), _libfabric_version(facts)
+    family = itype.split(".")[0] if itype else None
+    issues = matrix.known_issues("aws-ofi-nccl", plugin_v, {"libfabric": fabric_v}, family) if plugin_v else []
+    if issues:
+        return warn("; ".join(i["summary"] for i in issues), {**evidence, "known_issues": [i["id"] for i in issues]},
+                    Fix(issues[0]["fix"], (installer,)))
+    if expected and len(devices) < expected:
+        return warn(f"{len(devices)} of the {expected} EFA interfaces of {itype} are attached: multi-node bandwidth is "
+                    f"reduced", evidence, Fix("Attach all EFA interfaces at launch (one per network card).",
+                                              ("fi_info -p efa -t FI_EP_RDM | grep -c domain",)))
+    return passed(f"{len(devices)} EFA device(s), libfabric {fabric_v or '?'} with efa, aws-ofi-nccl {plugin_v or '?'} "
+                  f"found by NCCL ({(facts.get('network.nccl_plugin_lookup') or {}).get('via')})", **evidence)
+
+
+def _memlock(facts: Facts) -> Optional[Any]:
+    r = (facts.get("limits.rlimits") or {}).get("memlock")
+    if r:
+        return r.get("soft")
+    for entry in facts.get("limits.limits_conf") or []:
+        if entry["item"] == "memlock" and entry["domain"] in ("*", "root") and entry["type"] in ("soft", "-"):
+            return entry["value"]
+    return None
+
+
+@check(
+    id="DLD-NET-002", slug="memlock-limited", title="Locked memory is unlimited where EFA needs it",
+    tags=("network", "efa", "limits"), requires=("limits",),
+    what="""Reads the session's RLIMIT_MEMLOCK (or the memlock entries of /etc/security/limits.conf and limits.d under
+    a sysroot) on hosts with EFA devices.""",
+    why="""EFA registers (pins) the communication buffers; with the default 64 KiB/8 MiB memlock limit libfabric
+    cannot register memory and NCCL fails with 'Cannot allocate memory' or falls back to sockets. Containers keep
+    their own default unless started with --ulimit memlock=-1.""",
+    fix="""Set memlock unlimited: '* - memlock unlimited' in /etc/security/limits.d/, LimitMEMLOCK=infinity for systemd
+    services and Slurm, --ulimit memlock=-1:-1 for containers.""",
+)
+def memlock(facts: Facts) -> Result:
+    value = _memlock(facts)
+    efa = facts.get("network.efa_devices") or []
+    evidence = {"memlock": value, "efa_devices": efa}
+    if not efa:
+        return skip("no EFA device: the memlock limit does not gate NCCL here", **evidence)
+    if value is None:
+        return skip("the memlock limit is unknown here", **evidence)
+    if str(value) in ("unlimited", "-1", "infinity"):
+        return passed("memlock is unlimited", **evidence)
+    in_container = facts.get("system.container.in_container")
+    return fail(f"memlock is limited to {value} on an EFA host: libfabric cannot register memory for NCCL", evidence,
+                Fix("Make locked memory unlimited for training processes.",
+                    ("docker run --ulimit memlock=-1:-1 ...",) if in_container else
+                    ("echo '* - memlock unlimited' | sudo tee /etc/security/limits.d/90-efa-memlock.conf",
+                     "# log in again (or LimitMEMLOCK=infinity in systemd units / Slurm's PropagateResourceLimits)",
+                     "ulimit -l")))
+
+
+@check(
+    id="DLD-NET-003", slug="nccl-env-misconfigured", title="NCCL and libfabric environment variables are sane",
+    tags=("network", "nccl", "environment"), requires=("network.env",),
+    what="""Reads NCCL_* and FI_* variables of the session: transports disabled globally (NCCL_P2P_DISABLE,
+    NCCL_SHM_DISABLE, NCCL_IB_DISABLE), NCCL_SOCKET_IFNAME naming interfaces that do not exist, FI_PROVIDER other than
+    efa on an EFA host.""",
+    why="""Launch scripts copy settings that once worked around a problem on another machine: NCCL_P2P_DISABLE=1 forces
+    GPU-to-GPU traffic through host memory (a fraction of NVLink bandwidth), NCCL_SOCKET_IFNAME=eth0 on an ens5 host
+    makes NCCL fail to find an interface, FI_PROVIDER=tcp on EFA hosts throws EFA away.""",
+    fix="""Unset the variables unless a current, understood problem needs them; name existing interfaces (or an
+    exclusion like ^lo,docker).""",
+)
+def nccl_env(facts: Facts) -> Result:
+    env = facts.get("network.env") or {}
+    interfaces = set(facts.get("network.interfaces") or [])
+    efa = facts.get("network.efa_devices") or []
+    problems, warnings = [], []
+    for var in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE"):
+        if env.get(var) == "1" and var != "NCCL_NVLS_ENABLE":
+            warnings.append(f"{var}=1 disables a transport for every job (costs bandwidth)")
+    if efa and env.get("NCCL_IB_DISABLE") == "1" and env.get("NCCL_NET") == "Socket":
+        warnings.append("NCCL_NET=Socket on an EFA host")
+    ifname = env.get("NCCL_SOCKET_IFNAME")
+    if ifname and interfaces and not ifname.startswith("^"):
+        names = [n.strip().lstrip("=") for n in ifname.split(",") if n.strip()]
+        missing = [n for n in names if not any(i == n or (not ifname.startswith("=") and i.startswith(n))
+                                               for i in interfaces)]
+        if missing:
+            problems.append(f"NCCL_SOCKET_IFNAME={ifname} names no interface here ({', '.join(missing)}; interfaces: "
+                            f"{', '.join(sorted(interfaces))})")
+    if efa and env.get("FI_PROVIDER") and env["FI_PROVIDER"] != "efa":
+        problems.append(f"FI_PROVIDER={env['FI_PROVIDER']} on an EFA host (expected efa)")
+    evidence = {"nccl_fi_env": env, "interfaces": sorted(interfaces)}
+    unset = " ".join(sorted({p.split("=")[0] for p in problems + warnings}))
+    fix = Fix("Unset (or correct) these variables in the launch environment.",
+              (f"unset {unset}", "NCCL_DEBUG=INFO torchrun ... 2>&1 | grep -E 'NCCL INFO (NET|Channel|P2P)'"))
+    if problems:
+        return fail("; ".join(problems + warnings), evidence, fix)
+    if warnings:
+        return warn("; ".join(warnings), evidence, fix)
+    return passed("no harmful NCCL/FI settings" + (f" ({', '.join(sorted(env))} set)" if env else ""), **evidence)
+
+
+@check(
+    id="DLD-SYS-002", slug="kernel-settings-hurt-training",
+    title="Kernel settings and limits suit multi-GPU training",
+    tags=("system", "kernel", "performance"), requires=("limits",),
+    what="""Reads the IOMMU flags on the kernel command line, automatic NUMA balancing, the CPU frequency governor and
+    the open-files limit.""",
+    why="""With the IOMMU in translation mode (intel_iommu=on / amd_iommu=on without iommu=pt), GPU peer-to-peer traffic
+    through the PCIe switches stalls and NCCL hangs or crawls; the 'powersave' governor slows data loading; a
+    1,024 open-files limit breaks DataLoader workers ('Too many open files'). Automatic NUMA balancing migrates pages
+    under running GPU jobs.""",
+    fix="""Add iommu=pt to the kernel command line (or disable the IOMMU), set the governor to performance, raise nofile
+    to 65536 or more (below 8192 is reported), and disable automatic NUMA balancing (sysctl kernel.numa_balancing=0) on multi-socket GPU hosts.""",
+)
+def kernel_settings(facts: Facts) -> Result:
+    iommu = facts.get("limits.iommu_cmdline") or []
+    problems = []
+    cmds: List[str] = []
+    enabled = any(t in ("intel_iommu=on", "amd_iommu=on", "amd_iommu=force") for t in iommu)
+    if enabled and "iommu=pt" not in iommu and (facts.get("gpu_pci.gpu_count") or 0) > 1:
+        problems.append(f"the IOMMU translates DMA ({' '.join(iommu)}) on a {facts.get('gpu_pci.gpu_count')}-GPU host: "
+                        "peer-to-peer traffic can hang NCCL")
+        cmds.append("sudo grubby --update-kernel=ALL --args=iommu=pt" if os_family(facts) != "debian" else
+                    "# add iommu=pt to GRUB_CMDLINE_LINUX in /etc/default/grub, then: sudo update-grub")
+    gov = facts.get("limits.cpu_governor")
+    if gov == "powersave":
+        problems.append("the CPU frequency governor is powersave")
+        cmds.append("sudo cpupower frequency-set -g performance")
+    nofile = ((facts.get("limits.rlimits") or {}).get("nofile") or {}).get("soft")
+    if isinstance(nofile, int) and nofile < 8192:
+        problems.append(f"the open-files limit is {nofile} (DataLoader workers need more)")
+        cmds.append("echo '* - nofile 1048576' | sudo tee /etc/security/limits.d/90-nofile.conf   # then log in again")
+    if facts.get("limits.numa_balancing") == 1 and (facts.get("limits.numa_nodes") or 1) > 1 and \
+            (facts.get("gpu_pci.gpu_count") or 0) > 0:
+        problems.append("automatic NUMA balancing is on (kernel.numa_balancing=1) on a multi-socket GPU host")
+        cmds.append("echo 'kernel.numa_balancing = 0' | sudo tee /etc/sysctl.d/90-numa.conf && sudo sysctl --system")
+    evidence = {"iommu_cmdline": iommu, "cpu_governor": gov, "nofile": nofile,
+                "numa_balancing": facts.get("limits.numa_balancing"), "numa_nodes": facts.get("limits.numa_nodes"),
+                "transparent_hugepage": facts.get("limits.transparent_hugepage")}
+    if problems:
+        return warn("; ".join(problems), evidence, Fix("Adjust these settings for GPU training.", tuple(cmds)))
+    return passed("IOMMU, CPU governor, open-files limit and NUMA balancing are fine for training", **evidence)

@@ -1,0 +1,120 @@
+"""EFA devices, libfabric, the aws-ofi-nccl plugin, network interfaces, and the limits and kernel settings that
+training depends on (memlock, nofile, IOMMU, NUMA balancing, transparent hugepages, CPU governor)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional
+
+from doctor.ldso import Loader
+from doctor.probes import ProbeContext, probe
+
+PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64", "/opt/aws-ofi-nccl/lib",
+               "/usr/local/cuda/efa/lib", "/usr/local/lib", "/usr/lib64", "/usr/lib/x86_64-linux-gnu")
+LIBFABRIC_DIRS = ("/opt/amazon/efa/lib", "/opt/amazon/efa/lib64", "/usr/lib64", "/usr/lib/x86_64-linux-gnu",
+                  "/usr/local/lib")
+_PKG = re.compile(r"^(?P<name>[a-z][a-z0-9_.+-]*?)-(?P<version>\d+\.\d+(?:\.\d+)?[0-9a-z.]*)-", re.M)
+
+
+def parse_limits_conf(text: str) -> List[Dict[str, str]]:
+    """``/etc/security/limits.conf`` lines: domain, type (soft/hard/-), item, value."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split("#", 1)[0].split()
+        if len(parts) == 4:
+            out.append({"domain": parts[0], "type": parts[1], "item": parts[2], "value": parts[3]})
+    return out
+
+
+def parse_installed_packages(text: str) -> Dict[str, str]:
+    """``/opt/amazon/efa_installed_packages``: the installer version and package versions."""
+    out: Dict[str, str] = {}
+    m = re.search(r"EFA installer version:\s*(\S+)", text)
+    if m:
+        out["efa-installer"] = m.group(1)
+    for pm in _PKG.finditer(text):
+        out.setdefault(pm.group("name"), pm.group("version"))
+    return out
+
+
+def _version_from_name(name: str) -> Optional[str]:
+    m = re.search(r"\.so\.(\d+\.\d+(?:\.\d+)?)$", name)
+    return m.group(1) if m else None
+
+
+@probe("network", "EFA devices, libfabric and the aws-ofi-nccl plugin, network interfaces, NCCL/FI settings")
+def network_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    devices = []
+    for name in host.listdir("/sys/class/infiniband"):
+        driver = host.readlink(f"/sys/class/infiniband/{name}/device/driver")
+        devices.append({"name": name, "driver": driver.rsplit("/", 1)[-1] if driver else None})
+    efa = [d for d in devices if d["driver"] == "efa" or d["name"].startswith(("efa", "rdmap"))]
+    uverbs = sorted(n for n in host.listdir("/dev/infiniband") if n.startswith("uverbs")) if host.live else None
+
+    installed_text = host.try_read("/opt/amazon/efa_installed_packages", 1 << 20)
+    installed = parse_installed_packages(installed_text) if installed_text else {}
+    libfabric = []
+    for d in LIBFABRIC_DIRS:
+        for n in host.listdir(d):
+            if n.startswith("libfabric.so"):
+                libfabric.append({"path": f"{d}/{n}", "version": _version_from_name(n)})
+    efa_provider = bool(host.glob("/opt/amazon/efa/lib*/libfabric/libefa-fi.so") or
+                        (libfabric and any(p["path"].startswith("/opt/amazon/efa/") for p in libfabric)))
+    plugins = []
+    for d in PLUGIN_DIRS:
+        for n in host.listdir(d):
+            if n.startswith("libnccl-net") and ".so" in n:
+                plugins.append({"path": f"{d}/{n}", "link": host.readlink(f"{d}/{n}")})
+    env = host.environ()
+    ld = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    wanted = env.get("NCCL_NET_PLUGIN")
+    name = "libnccl-net.so" if not wanted else (wanted if wanted.endswith(".so") else f"libnccl-net-{wanted}.so")
+    found, via = Loader(host, ld_library_path=ld).search(name, None) if "/" not in name else (
+        name if host.is_file(name) else None, "path")
+    interfaces = [n for n in host.listdir("/sys/class/net")]
+    nccl_env = {k: v for k, v in env.items() if k.startswith(("NCCL_", "FI_"))}
+    return {
+        "infiniband_devices": devices, "efa_devices": [d["name"] for d in efa], "uverbs": uverbs,
+        "libfabric": libfabric, "efa_provider": efa_provider,
+        "efa_installed": installed or None,
+        "ofi_nccl_plugins": plugins,
+        "nccl_plugin_lookup": {"name": name, "found": found, "via": via if found else None},
+        "interfaces": interfaces, "env": nccl_env if host.environ_known else None,
+    }
+
+
+@probe("limits", "resource limits (memlock, nofile, core) and kernel settings (IOMMU, NUMA balancing, THP, governor)")
+def limits_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    host = ctx.host
+    rlimits: Optional[Dict[str, Any]] = None
+    if host.live:
+        import resource
+
+        def fmt(v):
+            return "unlimited" if v == resource.RLIM_INFINITY else v
+
+        rlimits = {}
+        for key, res in (("memlock", resource.RLIMIT_MEMLOCK), ("nofile", resource.RLIMIT_NOFILE),
+                         ("core", resource.RLIMIT_CORE)):
+            soft, hard = resource.getrlimit(res)
+            rlimits[key] = {"soft": fmt(soft), "hard": fmt(hard)}
+    conf: List[Dict[str, str]] = []
+    for path in ["/etc/security/limits.conf"] + host.glob("/etc/security/limits.d/*.conf"):
+        for entry in parse_limits_conf(host.try_read(path, 1 << 20) or ""):
+            conf.append({**entry, "file": path})
+    cmdline = (host.try_read("/proc/cmdline", 65536) or "").split()
+    thp = host.try_read("/sys/kernel/mm/transparent_hugepage/enabled", 256)
+    thp_mode = re.search(r"\[(\w+)\]", thp).group(1) if thp and re.search(r"\[(\w+)\]", thp) else None
+    numa = host.try_read("/proc/sys/kernel/numa_balancing", 64)
+    governor = host.try_read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", 64)
+    nodes = [n for n in host.listdir("/sys/devices/system/node") if re.match(r"^node\d+$", n)]
+    return {
+        "rlimits": rlimits, "limits_conf": conf,
+        "iommu_cmdline": [t for t in cmdline if "iommu" in t] if cmdline else None,
+        "cmdline_known": bool(cmdline),
+        "transparent_hugepage": thp_mode,
+        "numa_balancing": int(numa) if numa and numa.strip().isdigit() else None,
+        "numa_nodes": len(nodes) or None,
+        "cpu_governor": governor.strip() if governor else None,
+    }
