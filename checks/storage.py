@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from checks.common import GIB, MIB, container_kind, grow_partition_commands, human_bytes
-from doctor.model import Facts, Fix, Result, Status, check, fail, passed, warn
+from doctor.model import Facts, Fix, Result, Status, check, fail, passed, skip, warn
 
 # Policy thresholds (not version facts): below SHM_FAIL nothing multi-process works
 # reliably (Docker's default is 64 MiB); below SHM_PER_GPU x GPUs (at least 1 GiB)
@@ -81,8 +81,19 @@ def shm_too_small(facts: Facts) -> Result:
     return passed(f"/dev/shm is {human_bytes(size)}", **evidence)
 
 
+TMP_FAIL = 1 * GIB
+TMP_WARN = 5 * GIB
+
+
 def _volume_problem(vol: dict):
     free, total = vol.get("free_bytes"), vol.get("total_bytes") or 0
+    roles = set(vol.get("roles") or [])
+    if roles and roles <= {"tmp", "var-tmp"}:  # scratch space: nvcc, Triton and pip need a few GiB, not tens
+        if free is not None and free < TMP_FAIL:
+            return Status.FAIL, f"only {human_bytes(free)} free for temporary files"
+        if free is not None and free < TMP_WARN:
+            return Status.WARN, f"{human_bytes(free)} free for temporary files"
+        return None
     itotal, ifree = vol.get("inodes_total") or 0, vol.get("inodes_free")
     ipct = 100.0 * ifree / itotal if itotal and ifree is not None else None
     if free is not None and free < DISK_FAIL:
@@ -99,11 +110,12 @@ def _volume_problem(vol: dict):
 
 
 @check(
-    id="DLD-DISK-001", slug="disk-space-low", title="Enough free space on / and the home volume",
+    id="DLD-DISK-001", slug="disk-space-low", title="Enough free space on /, home, /tmp, caches and data mounts",
     tags=("storage", "disk"), requires=("disks.volumes",),
-    what="""Measures free space and free inodes on the root filesystem and on the volume that holds
-    the home directory. Less than 5 GiB free (or under 1% of inodes) fails; less than 20 GiB
-    free, 95% used or under 5% of inodes warns.""",
+    what="""Measures free space and free inodes on the root filesystem, the home volume, /tmp, /var/tmp,
+    the volumes holding the model/package caches and the data mounts. Less than 5 GiB free (or under 1% of
+    inodes) fails; less than 20 GiB free, 95% used or under 5% of inodes warns (for /tmp and /var/tmp:
+    under 1 GiB fails, under 5 GiB warns).""",
     why="""Installing a CUDA build of a framework unpacks several GiB into site-packages and the pip
     cache, nvcc and Triton write large temporary files, and checkpoints are written next to the
     code. A full root volume makes installs fail halfway and kills runs at their first
@@ -144,3 +156,95 @@ def disk_space_low(facts: Facts) -> Result:
     message = f"low disk space: {text}"
     failing = any(status == Status.FAIL for status, _, _ in problems)
     return (fail if failing else warn)(message, evidence, fix)
+
+
+CACHE_VARS = {"cache:huggingface": "HF_HOME", "cache:torch": "TORCH_HOME", "cache:pip": "PIP_CACHE_DIR",
+              "cache:conda-pkgs": "CONDA_PKGS_DIRS"}
+CACHE_SMALL = 50 * GIB
+CACHE_BIG = 200 * GIB
+
+
+@check(
+    id="DLD-DISK-002", slug="caches-on-small-volume", title="Model and package caches live where there is room",
+    tags=("storage", "disk"), requires=("disks.volumes",),
+    what="""Finds the volumes holding the Hugging Face, torch, pip and conda package caches (HF_HOME, TORCH_HOME,
+    PIP_CACHE_DIR, CONDA_PKGS_DIRS, or their defaults under ~/.cache) and compares them with the data mounts.""",
+    why="""Model downloads (tens to hundreds of GiB for current LLMs) and pip/conda caches default to the home
+    directory on the root volume, which fills while a multi-terabyte data volume or instance store sits empty;
+    downloads then fail halfway and the machine stops being usable.""",
+    fix="""Point the cache variables at the big volume (in the shell profile or the job's environment) and move the
+    existing caches there.""",
+)
+def caches_on_small_volume(facts: Facts) -> Result:
+    volumes = facts.get("disks.volumes") or []
+    caches = [(r, v) for v in volumes for r in v.get("roles") or [] if r.startswith("cache:")]
+    if not caches:
+        return skip("no cache directory was located (HOME unknown)")
+    biggest = max((v for v in volumes if "mount" in (v.get("roles") or [])), key=lambda v: v.get("free_bytes") or 0,
+                  default=None)
+    moves = []
+    for role, v in caches:
+        free = v.get("free_bytes") or 0
+        if biggest is not None and biggest is not v and free < CACHE_SMALL and \
+                (biggest.get("free_bytes") or 0) >= max(4 * free, CACHE_BIG):
+            moves.append((role, v))
+    evidence = {"caches": {r: {"volume": v.get("mountpoint"), "free_bytes": v.get("free_bytes")} for r, v in caches},
+                "largest_data_mount": {"mountpoint": biggest.get("mountpoint"), "free_bytes": biggest.get("free_bytes")}
+                if biggest else None}
+    if moves:
+        target = biggest["mountpoint"].rstrip("/")
+        names = ", ".join(sorted({r.split(":", 1)[1] for r, _ in moves}))
+        cmds = [f"export {CACHE_VARS[r]}={target}/cache/{r.split(':', 1)[1]}" for r, _ in moves]
+        cmds.append(f"mkdir -p {target}/cache   # add the exports to ~/.bashrc or the job environment")
+        return warn(f"the {names} cache(s) are on {moves[0][1].get('mountpoint') or '/'} with "
+                    f"{human_bytes(moves[0][1].get('free_bytes'))} free while {target} has "
+                    f"{human_bytes(biggest.get('free_bytes'))} free", evidence,
+                    Fix(f"Move the caches to {target}.", tuple(cmds)))
+    return passed("the caches are on volumes with room" if biggest else
+                  "the caches share the only data volume", **evidence)
+
+
+def _gpu_memory_total(facts: Facts, matrix):
+    devs = facts.get("nvml.devices") or []
+    if devs and all(d.get("memory_total_bytes") for d in devs):
+        return sum(d["memory_total_bytes"] for d in devs), "NVML"
+    total, source = 0, None
+    for g in [d for d in facts.get("gpu_pci.devices") or [] if d.get("kind") == "gpu"]:
+        entry = matrix.gpu_by_pci(g.get("device_id") or "")
+        if not entry or not entry.get("memory_mib"):
+            return None, None
+        total += entry["memory_mib"] * 2 ** 20
+        source = "compatibility matrix (GPU model)"
+    return (total or None), source
+
+
+@check(
+    id="DLD-MEM-002", slug="host-memory-below-gpu-memory",
+    title="Host memory (and the container's limit) is at least the GPUs' memory",
+    tags=("memory", "gpu", "container"), requires=("memory",),
+    what="""Compares host RAM, and the cgroup memory limit in a container, with the total memory of the NVIDIA GPUs
+    (NVML, else the GPU models in the matrix). Reports swap alongside.""",
+    why="""Loading a checkpoint, pinned-memory DataLoaders, DeepSpeed/FSDP CPU offload and torch.save all stage
+    tensors in host memory; with less RAM than GPU memory a job that fits on the GPUs dies with the OOM killer
+    ('Killed', exit 137) while saving or loading.""",
+    fix="""Use an instance with more memory per GPU, raise the container's memory limit (docker --memory, the pod's
+    limits.memory), or shard checkpoint loading (mmap, load per rank).""",
+)
+def host_memory(facts: Facts, matrix) -> Result:
+    ram = facts.get("memory.total_bytes")
+    limit = facts.get("system.cgroup.memory_limit_bytes")
+    gpu_total, source = _gpu_memory_total(facts, matrix)
+    evidence = {"memory.total_bytes": ram, "cgroup_memory_limit": limit, "gpu_memory_total": gpu_total,
+                "gpu_memory_source": source, "swap_total_bytes": facts.get("memory.swap_total_bytes")}
+    if not gpu_total:
+        return skip("no NVIDIA GPU memory to compare with", **evidence)
+    usable = min(x for x in (ram, limit) if x) if (ram or limit) else None
+    if not usable:
+        return skip("host memory is unknown", **evidence)
+    where = "the container's memory limit" if limit and usable == limit else "host RAM"
+    if usable < gpu_total:
+        cmds = (("docker run --memory=<size> ...   # or the pod's resources.limits.memory",) if where.startswith("the container")
+                else ("free -g", "# a larger instance size, or load checkpoints with torch.load(..., mmap=True)"))
+        return warn(f"{where} is {human_bytes(usable)} but the GPUs have {human_bytes(gpu_total)}: loading or saving a "
+                    f"full checkpoint can be OOM-killed", evidence, Fix("Give the job more host memory.", cmds))
+    return passed(f"{where} {human_bytes(usable)} for {human_bytes(gpu_total)} of GPU memory", **evidence)

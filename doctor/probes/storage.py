@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from doctor.probes import ProbeContext, Unavailable, probe
 from doctor.probes.system import parse_meminfo
@@ -92,51 +93,84 @@ def mounts_probe(ctx: ProbeContext) -> Dict[str, Any]:
     return {"entries": entries, "shm": shm}
 
 
-def _home_dirs(ctx: ProbeContext) -> List[str]:
+PSEUDO_FS = {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs", "tracefs",
+             "pstore", "bpf", "mqueue", "hugetlbfs", "configfs", "fusectl", "autofs", "binfmt_misc", "rpc_pipefs",
+             "nsfs", "efivarfs", "selinuxfs", "squashfs", "overlay", "tmpfs", "ramfs"}
+NETWORK_FS = {"nfs", "nfs4", "lustre", "efs", "fuse.s3fs", "fuse.mountpoint-s3", "cifs", "smb3", "fuse.gcsfuse"}
+
+
+def _targets(ctx: ProbeContext) -> List[Tuple[str, str]]:
+    """(path, role): the system locations and where the common caches live (or would be created)."""
     env = ctx.host.environ()
-    home = env.get("HOME")
-    return [home] if home and home.startswith("/") else []
+    home = env.get("HOME") if (env.get("HOME") or "").startswith("/") else None
+    out = [("/", "root")]
+    if home:
+        out.append((home, "home"))
+    out += [("/tmp", "tmp"), ("/var/tmp", "var-tmp")]
+    caches = {
+        "cache:huggingface": env.get("HF_HOME") or (env.get("XDG_CACHE_HOME") or (f"{home}/.cache" if home else "")) + "/huggingface",
+        "cache:torch": env.get("TORCH_HOME") or (f"{home}/.cache/torch" if home else ""),
+        "cache:pip": env.get("PIP_CACHE_DIR") or (f"{home}/.cache/pip" if home else ""),
+        "cache:conda-pkgs": (env.get("CONDA_PKGS_DIRS") or "").split(",")[0] or next(
+            (p for p in ["/opt/conda/pkgs"] + ([f"{home}/anaconda3/pkgs", f"{home}/miniconda3/pkgs"] if home else [])
+             if ctx.host.is_dir(p)), ""),
+    }
+    for role, path in caches.items():
+        if path and path.startswith("/") and not path.startswith("/huggingface"):
+            out.append((path, role))
+    return out
 
 
-@probe("disks", "free space and inodes on / and the home volume")
+def _existing(host, path: str) -> str:
+    """The path itself or its nearest existing parent (where a cache would be created)."""
+    while path != "/" and not host.exists(path):
+        path = posixpath.dirname(path)
+    return path
+
+
+@probe("disks", "free space and inodes on /, home, /tmp, /var/tmp, the cache directories and the data mounts")
 def disks_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     # Under a sysroot, statvfs measures the filesystem holding the tree, so the
     # tree's own /proc/mounts (another machine's) would describe something else.
     mounts_text = host.try_read("/proc/self/mounts") if host.live else None
     entries = parse_mounts(mounts_text) if mounts_text else []
-    targets = [("/", "root")] + [(h, "home") for h in _home_dirs(ctx)]
+    targets = _targets(ctx)
+    for e in entries:
+        if e["fstype"] not in PSEUDO_FS and (e["device"].startswith("/dev/") or e["fstype"] in NETWORK_FS) \
+                and not e["mountpoint"].startswith(("/boot", "/snap", "/var/lib/docker", "/etc/", "/proc", "/sys")) \
+                and e["mountpoint"] not in ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf"):
+            targets.append((e["mountpoint"], "mount"))
     volumes: List[Dict[str, Any]] = []
     errors: Dict[str, str] = {}
     for path, role in targets:
-        if not host.exists(path):
-            errors[path] = "does not exist"
-            continue
+        real = _existing(host, path)
         try:
-            st = host.statvfs(path)
+            st = host.statvfs(real)
         except OSError as exc:
             errors[path] = f"{type(exc).__name__}: {exc}"
             continue
-        entry = mount_for(path, entries)
+        entry = mount_for(real, entries)
         mountpoint = entry["mountpoint"] if entry else None
-        existing = next((v for v in volumes if mountpoint and v["mountpoint"] == mountpoint), None)
+        key = mountpoint or (f"dev:{host.stat(real).st_dev}" if host.live else "/")
+        existing = next((v for v in volumes if v["_key"] == key), None)
         if existing:
-            existing["roles"].append(role)
-            existing["paths"].append(path)
+            if role not in existing["roles"]:
+                existing["roles"].append(role)
+            if path not in existing["paths"] and role != "mount":
+                existing["paths"].append(path)
             continue
         total = st.f_blocks * st.f_frsize
         free = st.f_bavail * st.f_frsize
         volumes.append({
-            "paths": [path],
-            "roles": [role],
-            "mountpoint": mountpoint,
-            "fstype": entry["fstype"] if entry else None,
-            "device": entry["device"] if entry else None,
-            "total_bytes": total,
-            "free_bytes": free,
+            "_key": key, "paths": [path], "roles": [role], "mountpoint": mountpoint,
+            "fstype": entry["fstype"] if entry else None, "device": entry["device"] if entry else None,
+            "network": (entry["fstype"] in NETWORK_FS) if entry else None,
+            "total_bytes": total, "free_bytes": free,
             "used_pct": round(100.0 * (total - free) / total, 1) if total else None,
-            "inodes_total": st.f_files,
-            "inodes_free": st.f_favail,
+            "inodes_total": st.f_files, "inodes_free": st.f_favail,
             "measured": "live" if host.live else "filesystem holding the sysroot tree",
         })
+    for v in volumes:
+        del v["_key"]
     return {"volumes": volumes, "errors": errors}

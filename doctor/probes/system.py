@@ -152,7 +152,30 @@ def system_probe(ctx: ProbeContext) -> Dict[str, Any]:
              for p in ("/.dockerenv", "/run/.containerenv", "/proc/1/cgroup")}
     if host.lexists("/.dockerenv") and files["/.dockerenv"] is None:
         files["/.dockerenv"] = ""
-    return {"hostname": hostname, "container": detect_container(files, host.environ())}
+    return {"hostname": hostname, "container": detect_container(files, host.environ()), "cgroup": cgroup_limits(host)}
+
+
+def cgroup_limits(host) -> Dict[str, Any]:
+    """Memory and CPU limits of this process's cgroup (v2, else v1); None where unlimited or unknown."""
+    out: Dict[str, Any] = {"version": None, "memory_limit_bytes": None, "cpu_limit": None}
+    mem = host.try_read("/sys/fs/cgroup/memory.max", 64)
+    if mem is not None:
+        out["version"] = 2
+        out["memory_limit_bytes"] = int(mem) if mem.strip().isdigit() else None
+        cpu = (host.try_read("/sys/fs/cgroup/cpu.max", 64) or "").split()
+        if len(cpu) == 2 and cpu[0].isdigit() and cpu[1].isdigit() and int(cpu[1]):
+            out["cpu_limit"] = round(int(cpu[0]) / int(cpu[1]), 2)
+        return out
+    mem = host.try_read("/sys/fs/cgroup/memory/memory.limit_in_bytes", 64)
+    if mem is not None:
+        out["version"] = 1
+        value = int(mem) if mem.strip().isdigit() else None
+        out["memory_limit_bytes"] = value if value and value < 2 ** 60 else None  # v1 "unlimited" is a huge number
+        quota = (host.try_read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", 64) or "").strip()
+        period = (host.try_read("/sys/fs/cgroup/cpu/cpu.cfs_period_us", 64) or "").strip()
+        if quota.lstrip("-").isdigit() and period.isdigit() and int(quota) > 0 and int(period):
+            out["cpu_limit"] = round(int(quota) / int(period), 2)
+    return out
 
 
 @probe("environment", "environment variables of the session (secrets are redacted in every report)")
