@@ -95,3 +95,25 @@ def container_toolkit(facts: Facts) -> Result:
                     "(--runtime=nvidia and Kubernetes' device plugin fail)", evidence,
                     Fix("Register the runtime and restart Docker.", configure))
     return passed("the NVIDIA container toolkit is installed and registered with Docker", **evidence)
+
+
+@check(
+    id="DLD-CTR-003", slug="container-cpu-limit-low", title="The container has CPUs to feed its GPUs",
+    tags=("container", "gpu", "performance"), requires=("system.cgroup",), applies=(in_container,),
+    what="Reads the container's CPU quota (cgroup cpu.max / cfs_quota_us) and holds it against the GPUs it can see.",
+    why="""Data loading, augmentation and the Python training loop run on CPUs: a container limited to one or two CPUs
+    per node starves eight GPUs, which then sit mostly idle while nvidia-smi shows low utilisation.""",
+    fix="""Give the container more CPUs (docker --cpus, the pod's resources.limits.cpu), at least a few per GPU, and size
+    DataLoader num_workers to them.""",
+)
+def container_cpu(facts: Facts) -> Result:
+    limit = facts.get("system.cgroup.cpu_limit")
+    gpus = facts.get("nvml.device_count") or len(nvidia_gpus(facts)) or 0
+    evidence = {"cpu_limit": limit, "gpus": gpus}
+    if not limit:
+        return passed("no CPU quota on this container", **evidence)
+    if gpus and limit < 2 * gpus:
+        return warn(f"the container may use {limit:g} CPU(s) for {gpus} GPU(s): data loading will starve them", evidence,
+                    Fix("Give the container more CPUs.", ("docker run --cpus=<2 or more per GPU> ...",
+                                                          "# Kubernetes: resources.limits.cpu")))
+    return passed(f"{limit:g} CPUs for {gpus} GPU(s)", **evidence)
