@@ -129,9 +129,14 @@ def disk_space_low(facts: Facts) -> Result:
     if not volumes:
         return warn("no volume could be measured", {"disks.errors": facts.get("disks.errors")})
     problems = [(found[0], vol, found[1]) for vol in volumes for found in [_volume_problem(vol)] if found]
-    summary = "; ".join(
-        f"{', '.join(v['paths'])}: {human_bytes(v.get('free_bytes'))} free of {human_bytes(v.get('total_bytes'))}"
-        for v in volumes)
+    def name(v: dict) -> str:
+        roles = [r for r in v.get("roles") or [] if r != "mount"]
+        caches = [r for r in roles if r.startswith("cache:")]
+        shown = [r for r in roles if not r.startswith("cache:")] + ([f"{len(caches)} cache(s)"] if caches else [])
+        return f"{v.get('mountpoint') or v['paths'][0]}" + (f" ({', '.join(shown)})" if shown else "")
+
+    summary = "; ".join(f"{name(v)}: {human_bytes(v.get('free_bytes'))} free of {human_bytes(v.get('total_bytes'))}"
+                        for v in volumes)
     evidence = {"disks.volumes": [{k: v.get(k) for k in ("paths", "mountpoint", "fstype", "device", "free_bytes",
                                                          "total_bytes", "used_pct", "inodes_free", "inodes_total",
                                                          "measured")}
