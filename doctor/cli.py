@@ -81,6 +81,11 @@ def report_options(func):
         click.option("-q", "--quiet", is_flag=True, help="Print only problems and the summary line."),
         click.option("--no-color", is_flag=True, help="No colour (also when NO_COLOR is set or output is not a TTY)."),
         matrix_overlay_option,
+        click.option("--expect", "expect_file", metavar="EXPECT.toml",
+                     help="Golden-stack expectations to hold the host to (see `dl-doctor expect --from`)."),
+        click.option("--junit", "junit_path", metavar="PATH", help="Also write the findings as JUnit XML."),
+        click.option("--prometheus", "prom_path", metavar="PATH",
+                     help="Also write metrics in Prometheus text format (node_exporter textfile collector)."),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -146,6 +151,17 @@ def _matrix(overlays: Sequence[str]):
         raise UsageProblem(f"invalid compatibility matrix: {exc.errors[0]}{more}")
 
 
+def _expectations(path: Optional[str]) -> Optional[Dict[str, Any]]:
+    if not path:
+        return None
+    from doctor.expect import ExpectationError, load
+
+    try:
+        return load(path)
+    except ExpectationError as exc:
+        raise UsageProblem(str(exc))
+
+
 def _collect(registry: Registry, sysroot: Optional[str], timeout: float, pythons: Sequence[str], deep: bool = False,
              no_env_scan: bool = False, env_limit: int = 32, sample_seconds: float = 1.0,
              ebs_types: Sequence[str] = ()) -> Dict[str, Any]:
@@ -182,14 +198,18 @@ def _use_color(no_color: bool, stream=None) -> bool:
 def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, started: _dt.datetime, t0: float,
                  json_path: Optional[str], html_path: Optional[str], output_dir: str, fail_on: str,
                  only: Sequence[str], skip_: Sequence[str], redact_more: bool, quiet: bool, no_color: bool,
-                 overlays: Sequence[str] = (), extra_options: Optional[Dict[str, Any]] = None) -> int:
+                 overlays: Sequence[str] = (), extra_options: Optional[Dict[str, Any]] = None,
+                 expect_file: Optional[str] = None, junit_path: Optional[str] = None,
+                 prom_path: Optional[str] = None) -> int:
     from reports import html as html_report
-    from reports import terminal, to_json, write_atomic
+    from reports import junit, prometheus, terminal, to_json, write_atomic
 
     checks = _select(registry, only, skip_)
     matrix = _matrix(overlays)
-    findings = evaluate(snapshot, checks, matrix)
-    options = {"fail_on": fail_on, "only": _split(only), "skip": _split(skip_), "redact": redact_more}
+    expectations = _expectations(expect_file)
+    findings = evaluate(snapshot, checks, matrix, {"expectations": expectations})
+    options = {"fail_on": fail_on, "only": _split(only), "skip": _split(skip_), "redact": redact_more,
+               "expect": expect_file}
     options.update(extra_options or {})
     report = build_report(snapshot, findings, mode=mode, started_at=started, duration_s=time.monotonic() - t0,
                           options=options, load_errors=registry.load_errors)
@@ -205,6 +225,10 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
     if json_path != "-":
         targets.append((json_path or base + ".json", json_text))
     targets.append((html_path or base + ".html", html_report.render(report)))
+    if junit_path:
+        targets.append((junit_path, junit.render(report)))
+    if prom_path:
+        targets.append((prom_path, prometheus.render(report)))
     for path, text in targets:
         try:
             write_atomic(path, text)
@@ -233,17 +257,20 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
 @cli.command("run")
 @collect_options
 @report_options
-def run_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet,
-            no_color, overlays) -> int:
+def run_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types, json_path, html_path,
+            output_dir, fail_on, only, skip_, redact, quiet, no_color, overlays, expect_file, junit_path,
+            prom_path) -> int:
     """Collect facts from this host (or --sysroot), run every check and write the reports."""
     started, t0 = utc_now(), time.monotonic()
     registry = _registry()
     _select(registry, only, skip_)  # reject bad input before spending time on probes
     _matrix(overlays)
+    _expectations(expect_file)
     snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types)
     return _emit_report(snapshot, registry, mode=snapshot["mode"], started=started, t0=t0, json_path=json_path,
                         html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
                         redact_more=redact, quiet=quiet, no_color=no_color, overlays=overlays,
+                        expect_file=expect_file, junit_path=junit_path, prom_path=prom_path,
                         extra_options={"timeout": timeout, "python": list(pythons), "deep": deep,
                                        "env_scan": not no_env_scan, "env_limit": env_limit})
 
@@ -314,7 +341,7 @@ def load_snapshot(path: str) -> Dict[str, Any]:
 @click.argument("facts_file", metavar="FACTS.json")
 @report_options
 def check_cmd(facts_file, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet, no_color,
-              overlays) -> int:
+              overlays, expect_file, junit_path, prom_path) -> int:
     """Run today's checks on facts collected earlier (a facts file or a JSON report)."""
     started, t0 = utc_now(), time.monotonic()
     registry = _registry()
@@ -322,6 +349,7 @@ def check_cmd(facts_file, json_path, html_path, output_dir, fail_on, only, skip_
     return _emit_report(snapshot, registry, mode="facts", started=started, t0=t0, json_path=json_path,
                         html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
                         redact_more=redact, quiet=quiet, no_color=no_color, overlays=overlays,
+                        expect_file=expect_file, junit_path=junit_path, prom_path=prom_path,
                         extra_options={"facts_file": facts_file})
 
 
@@ -367,6 +395,7 @@ def explain_cmd(key) -> int:
 # -- entry point ----------------------------------------------------------------
 
 import doctor.cli_matrix  # noqa: E402,F401 - registers `dl-doctor matrix`
+import doctor.cli_ami  # noqa: E402,F401 - registers `dl-doctor expect` and `dl-doctor diff`
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     debug = bool(os.environ.get("DL_DOCTOR_DEBUG"))

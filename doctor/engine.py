@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from doctor import __version__
 from doctor.host import Host
-from doctor.model import (DISPLAY_ORDER, FACTS_SCHEMA_VERSION, REPORT_SCHEMA_VERSION, CheckSpec, Facts,
+from doctor.model import (DISPLAY_ORDER, FACTS_SCHEMA_VERSION, KEY_RE, REPORT_SCHEMA_VERSION, CheckSpec, Facts,
                           Finding, Result, Status, iter_statuses)
 from doctor.probes import ProbeContext, ProbeSpec, Unavailable
 
@@ -155,8 +155,8 @@ def _not_serialisable(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON-serialisable")
 
 
-def _call(spec: CheckSpec, facts: Facts, matrix: Any) -> Result:
-    available = {"facts": facts, "matrix": matrix}
+def _call(spec: CheckSpec, facts: Facts, matrix: Any, context: Optional[Mapping[str, Any]] = None) -> Any:
+    available = {"facts": facts, "matrix": matrix, **dict(context or {})}
     try:
         params = inspect.signature(spec.func).parameters
     except (TypeError, ValueError):
@@ -168,9 +168,17 @@ def _call(spec: CheckSpec, facts: Facts, matrix: Any) -> Result:
     return spec.func(**kwargs)
 
 
-def run_check(spec: CheckSpec, facts: Facts, matrix: Any = None) -> Finding:
-    def finding(status: Status, message: str, evidence=None, fix=None) -> Finding:
-        return Finding(spec.id, spec.slug, spec.title, status, message, dict(evidence or {}), fix, spec.tags)
+def run_check(spec: CheckSpec, facts: Facts, matrix: Any = None,
+              context: Optional[Mapping[str, Any]] = None) -> Finding:
+    """The finding of a check that judges one thing (the first, for one that returns several)."""
+    return run_check_all(spec, facts, matrix, context)[0]
+
+
+def run_check_all(spec: CheckSpec, facts: Facts, matrix: Any = None,
+                  context: Optional[Mapping[str, Any]] = None) -> List[Finding]:
+    def finding(status: Status, message: str, evidence=None, fix=None, key: Optional[str] = None) -> Finding:
+        fid = f"{spec.id}:{key}" if key else spec.id
+        return Finding(fid, spec.slug, spec.title, status, message, dict(evidence or {}), fix, spec.tags)
 
     # Preconditions first: "no NVIDIA GPU on this host" explains a skip better than the
     # missing facts that follow from it. A precondition answers None when it cannot tell.
@@ -178,35 +186,46 @@ def run_check(spec: CheckSpec, facts: Facts, matrix: Any = None) -> Finding:
         try:
             reason = precondition(facts)
         except Exception as exc:  # noqa: BLE001
-            return finding(Status.ERROR, f"precondition raised {type(exc).__name__}: {exc}",
-                           {"exception": f"{type(exc).__name__}: {exc}", "where": _where(exc)})
+            return [finding(Status.ERROR, f"precondition raised {type(exc).__name__}: {exc}",
+                            {"exception": f"{type(exc).__name__}: {exc}", "where": _where(exc)})]
         if reason:
-            return finding(Status.SKIP, reason)
+            return [finding(Status.SKIP, reason)]
     missing = [path for path in spec.requires if not facts.has(path)]
     if missing:
         reasons = "; ".join(facts.why_missing(p) for p in missing)
-        return finding(Status.SKIP, f"not checked: {reasons}", {"missing_facts": missing})
+        return [finding(Status.SKIP, f"not checked: {reasons}", {"missing_facts": missing})]
     try:
-        result = _call(spec, facts, matrix)
+        result = _call(spec, facts, matrix, context)
     except Exception as exc:  # noqa: BLE001 - a crashing check is an error finding
-        return finding(Status.ERROR, f"the check raised {type(exc).__name__}: {exc}",
-                       {"exception": f"{type(exc).__name__}: {exc}", "where": _where(exc)})
-    if not isinstance(result, Result) or not isinstance(result.status, Status):
-        return finding(Status.ERROR, f"the check returned {type(result).__name__}, not a Result")
-    try:
-        evidence = json.loads(json.dumps(result.evidence))
-    except (TypeError, ValueError) as exc:
-        return finding(Status.ERROR, f"the check returned evidence that is not JSON-serialisable: {exc}")
-    return finding(result.status, result.message, evidence, result.fix)
+        return [finding(Status.ERROR, f"the check raised {type(exc).__name__}: {exc}",
+                        {"exception": f"{type(exc).__name__}: {exc}", "where": _where(exc)})]
+    results = result if isinstance(result, list) and result else [result]
+    out: List[Finding] = []
+    for r in results:
+        if not isinstance(r, Result) or not isinstance(r.status, Status):
+            out.append(finding(Status.ERROR, f"the check returned {type(r).__name__}, not a Result"))
+            continue
+        if r.key is not None and not KEY_RE.match(r.key):
+            out.append(finding(Status.ERROR, f"the check returned an invalid result key {r.key!r}"))
+            continue
+        try:
+            evidence = json.loads(json.dumps(r.evidence))
+        except (TypeError, ValueError) as exc:
+            out.append(finding(Status.ERROR, f"the check returned evidence that is not JSON-serialisable: {exc}"))
+            continue
+        out.append(finding(r.status, r.message, evidence, r.fix, r.key))
+    return out
 
 
 def sort_findings(findings: Iterable[Finding]) -> List[Finding]:
     return sorted(findings, key=lambda f: (DISPLAY_ORDER[f.status], f.id))
 
 
-def evaluate(snapshot: Mapping[str, Any], checks: Sequence[CheckSpec], matrix: Any = None) -> List[Finding]:
+def evaluate(snapshot: Mapping[str, Any], checks: Sequence[CheckSpec], matrix: Any = None,
+             context: Optional[Mapping[str, Any]] = None) -> List[Finding]:
+    """Every check's findings; ``context`` offers extra keyword arguments (``expectations``) to checks that name them."""
     facts = Facts(snapshot)
-    return sort_findings(run_check(spec, facts, matrix) for spec in checks)
+    return sort_findings(f for spec in checks for f in run_check_all(spec, facts, matrix, context))
 
 
 def summarize(findings: Iterable[Finding]) -> Dict[str, int]:

@@ -17,6 +17,7 @@ FACTS_SCHEMA_VERSION = "1"
 REPORT_SCHEMA_VERSION = "1"
 
 ID_RE = re.compile(r"^[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+$")
+KEY_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 TAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
@@ -73,6 +74,9 @@ class Result:
     message: str
     evidence: Dict[str, Any] = field(default_factory=dict)
     fix: Optional[Fix] = None
+    # A check that judges several items (one per golden-stack expectation) returns a list of
+    # Results, each with a key; the findings' IDs are then "ID:key".
+    key: Optional[str] = None
 
 
 def passed(message: str, **evidence: Any) -> Result:

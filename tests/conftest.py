@@ -116,7 +116,7 @@ def run_cli(tmp_path):
             validate_report(json.loads(path.read_text()))
         if proc.stdout.lstrip().startswith("{"):
             doc = json.loads(proc.stdout)
-            if "findings" in doc or doc.get("kind") == "dl-doctor-facts":
+            if ("findings" in doc and "schema_version" in doc) or doc.get("kind") == "dl-doctor-facts":
                 validate_report(doc)
         return result
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, snapshot
-from doctor.engine import run_check
+from doctor.engine import run_check_all
 from doctor.model import Facts
 import compat_matrix
 from doctor.registry import load_registry
@@ -106,7 +106,14 @@ ALL_CASES = [(s, c) for s in BUILTIN for c in _cases(s.id)]
 def test_fixture(spec, case):
     snap = snapshot(case["facts"], mode=case.get("mode", "live"), probe_errors=case.get("probe_errors", []),
                     unavailable=case.get("unavailable", {}))
-    finding = run_check(spec, Facts(snap), MATRIX)
+    context = {"expectations": case["expectations"]} if "expectations" in case else None
+    findings = run_check_all(spec, Facts(snap), MATRIX, context)
+    if "key" in case:  # a check with one finding per item (golden-stack expectations): pick the item
+        by_id = {f.id: f for f in findings}
+        assert f"{spec.id}:{case['key']}" in by_id, sorted(by_id)
+        finding = by_id[f"{spec.id}:{case['key']}"]
+    else:
+        finding = findings[0]
     assert finding.status.value == case["expect"], finding.message
     assert case["message"] in finding.message
     if finding.status.value in ("warn", "fail"):

@@ -1,0 +1,79 @@
+"""Golden-stack expectations (--expect FILE): each expectation is a finding of its own."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from doctor.expect import evaluate, is_range
+from doctor.model import Facts, Fix, Result, Status, check, skip
+from doctor.stack import stack
+
+_REFRESH = "dl-doctor expect --from REPORT.json > expect.toml   # when the change is intended"
+
+
+def _interpreters(facts: Facts) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for env in facts.get("python_envs.environments") or []:
+        if env.get("name") and env.get("python"):
+            out.setdefault(env["name"], env["python"])
+    return out
+
+
+def _fix(key: str, expected: Any, found: Any, pythons: Dict[str, str]) -> Fix:
+    parts = key.split(".")
+    if parts[0] == "environments" and len(parts) >= 3 and parts[2] in ("torch", "packages"):
+        package = parts[3] if parts[2] == "packages" else "torch"
+        spec = str(expected) if is_range(expected) else f"=={expected}"
+        python = pythons.get(parts[1], "python3")
+        cmds = [f"{python} -m pip install '{package}{spec}'", _REFRESH]
+        if package == "torch":
+            cmds.insert(1, "# pick the CUDA variant with --index-url https://download.pytorch.org/whl/cuXYZ")
+        return Fix(f"Install the expected {package} into environment {parts[1]} (or update the expectation).",
+                   tuple(cmds))
+    if key == "driver":
+        return Fix("Install the expected NVIDIA driver in the image recipe and pin it, or update the expectation.",
+                   (f"dl-doctor matrix driver {expected}   # what that driver supports" if not is_range(expected)
+                    else "dl-doctor matrix driver --help", _REFRESH))
+    return Fix("Bring the image to the expected stack in its recipe, or update the expectation if the change is "
+               "intended.", (_REFRESH,))
+
+
+@check(
+    id="DLD-EXP-001", slug="golden-stack-mismatch", title="The machine matches its golden-stack expectations",
+    tags=("ami", "expectations"),
+    what="""Holds the stack read from the facts (OS, kernel, driver, CUDA toolkit, GPU model and count, NVSwitches,
+    EFA, Fabric Manager, instance type, and per named environment Python, torch with its CUDA variant, cuDNN, NCCL and
+    packages) against the --expect file: exact values, PEP 440 ranges or glob patterns. Each expectation becomes its
+    own finding, DLD-EXP-001:KEY, with the expected and found values.""",
+    why="""An image bake that silently picked up another driver, kernel or torch build ships machines that differ from
+    the ones the team tested; catching it at the end of the bake is cheaper than debugging it on a cluster.""",
+    fix="""Pin the drifting component in the image recipe (package versions, dnf versionlock or apt-mark hold, pip
+    constraints), or update the expectations file when the change is intended (dl-doctor expect --from a known-good
+    report).""",
+)
+def golden_stack(facts: Facts, expectations: Optional[Dict[str, Any]] = None):
+    if not expectations:
+        return skip("no expectations file (--expect FILE)")
+    found_stack = stack(facts)
+    pythons = _interpreters(facts)
+    results: List[Result] = []
+    for key, expected, found, met in evaluate(expectations, found_stack):
+        evidence = {"expected": expected, "found": found}
+        if met:
+            results.append(Result(Status.PASS, f"{key} is {_show(found)} (expected {expected})", evidence, key=key))
+        else:
+            parts = key.split(".")
+            missing_env = parts[0] == "environments" and parts[1] not in (found_stack.get("environments") or {})
+            where = (f" (no Python environment named {parts[1]}; found: "
+                     f"{', '.join(found_stack.get('environments') or {}) or 'none'})") if missing_env else ""
+            results.append(Result(Status.FAIL, f"{key}: expected {expected}, found {_show(found)}{where}", evidence,
+                                  _fix(key, expected, found, pythons), key=key))
+    return results or skip("the expectations file is empty")
+
+
+def _show(found: Any) -> str:
+    if found is None:
+        return "nothing"
+    if isinstance(found, dict):
+        return ", ".join(f"{k}: {v}" for k, v in found.items())
+    return str(found)

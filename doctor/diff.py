@@ -1,0 +1,83 @@
+"""Drift between two runs (``dl-doctor diff BASELINE CURRENT``): versions and findings, nothing else.
+
+The versions are the flattened stack (``doctor.stack``): OS, kernel, driver, toolkits, GPUs, and per environment
+Python, torch, cuDNN, NCCL and every installed distribution. Host names, addresses and timestamps are not part of
+it, so two instances baked from the same image compare equal; ``--ignore`` patterns drop expected noise beyond that.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any, Dict, List, Mapping, Sequence
+
+from doctor.model import Facts
+from doctor.stack import flatten, stack
+
+PROBLEMS = ("warn", "fail", "error")
+
+
+def versions(snapshot: Mapping[str, Any]) -> Dict[str, Any]:
+    flat = flatten(stack(Facts(snapshot)))
+    return {k: (", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in flat.items()}
+
+
+def _ignored(key: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(key, p) for p in patterns)
+
+
+def diff(baseline: Mapping[str, Any], current: Mapping[str, Any], base_findings: Sequence[Mapping[str, Any]],
+         cur_findings: Sequence[Mapping[str, Any]], ignore: Sequence[str] = ()) -> Dict[str, Any]:
+    """``{"versions": {"added", "removed", "changed"}, "findings": {"appeared", "cleared", "changed"}, "drift"}``."""
+    old, new = versions(baseline), versions(current)
+    keys = sorted(set(old) | set(new))
+    added = {k: new[k] for k in keys if k not in old and not _ignored(k, ignore)}
+    removed = {k: old[k] for k in keys if k not in new and not _ignored(k, ignore)}
+    changed = {k: {"from": old[k], "to": new[k]} for k in keys
+               if k in old and k in new and old[k] != new[k] and not _ignored(k, ignore)}
+
+    was = {f["id"]: f for f in base_findings}
+    now = {f["id"]: f for f in cur_findings}
+    appeared: List[Dict[str, Any]] = []
+    cleared: List[Dict[str, Any]] = []
+    status_changed: List[Dict[str, Any]] = []
+    for fid in sorted(set(was) | set(now)):
+        if _ignored(fid, ignore):
+            continue
+        before = was.get(fid, {}).get("status")
+        after = now.get(fid, {}).get("status")
+        if after in PROBLEMS and before not in PROBLEMS:
+            appeared.append({"id": fid, "status": after, "was": before, "message": now[fid].get("message", "")})
+        elif before in PROBLEMS and after not in PROBLEMS:
+            cleared.append({"id": fid, "status": after, "was": before, "message": was[fid].get("message", "")})
+        elif before in PROBLEMS and after in PROBLEMS and before != after:
+            status_changed.append({"id": fid, "status": after, "was": before, "message": now[fid].get("message", "")})
+    drift = bool(added or removed or changed or appeared or cleared or status_changed)
+    return {"versions": {"added": added, "removed": removed, "changed": changed},
+            "findings": {"appeared": appeared, "cleared": cleared, "changed": status_changed},
+            "ignore": list(ignore), "drift": drift}
+
+
+def render_text(result: Mapping[str, Any], baseline: str, current: str) -> str:
+    v, f = result["versions"], result["findings"]
+    lines = [f"dl-doctor diff {baseline} -> {current}"]
+    for key, change in v["changed"].items():
+        lines.append(f"  changed   {key}: {change['from']} -> {change['to']}")
+    for key, value in v["added"].items():
+        lines.append(f"  added     {key}: {value}")
+    for key, value in v["removed"].items():
+        lines.append(f"  removed   {key}: {value}")
+    for item in f["appeared"]:
+        lines.append(f"  appeared  {item['id']} [{item['status']}] {item['message']}")
+    for item in f["changed"]:
+        lines.append(f"  worse     {item['id']} [{item['was']} -> {item['status']}] {item['message']}"
+                     if _rank(item["status"]) > _rank(item["was"]) else
+                     f"  better    {item['id']} [{item['was']} -> {item['status']}] {item['message']}")
+    for item in f["cleared"]:
+        lines.append(f"  cleared   {item['id']} [was {item['was']}] {item['message']}")
+    n = sum(len(v[k]) for k in v) + sum(len(f[k]) for k in f)
+    lines.append(f"{n} change(s)." if n else "No drift.")
+    return "\n".join(lines) + "\n"
+
+
+def _rank(status: str) -> int:
+    return {"warn": 1, "fail": 2, "error": 3}.get(status, 0)

@@ -1,0 +1,169 @@
+"""Golden-stack expectations (``--expect FILE``): what an image must have.
+
+A TOML file of exact values, PEP 440 ranges or shell-style patterns::
+
+    driver = "535.104.05"            # exact
+    cuda_toolkit = ">=12.2,<12.3"    # a range (a leading operator makes it a version specifier)
+    kernel = "4.18.0-477.*"          # a pattern (* and ? make it a glob)
+    os_id = "rhel"
+    os_version = "8.8"
+    gpu_model = "NVIDIA A100-SXM4-40GB"   # as the driver names it (NVML)
+    gpu_pci_ids = "10de:20b0"             # from sysfs: holds even when the driver is down
+    gpu_count = 8
+    efa_devices = 4
+    cudnn = ">=9.1"                  # every environment with torch
+    nccl = ">=2.20"
+
+    [environments.pytorch]
+    python = "3.10.*"
+    torch = "==2.4.1"                # matches 2.4.1+cu124 too (local versions are ignored by ==)
+    cuda = "12.4"
+    packages = { numpy = "<2", transformers = ">=4.40" }
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TOP_KEYS = {"driver", "driver_userspace", "cuda_toolkit", "kernel", "os_id", "os_version", "gpu_model",
+            "gpu_pci_ids", "gpu_count", "efa_devices", "nvswitch_count", "fabric_manager", "instance_type", "cudnn",
+            "nccl", "environments"}
+ENV_KEYS = {"python", "torch", "cuda", "cudnn", "nccl", "packages"}
+
+
+# Distributions `expect --from` pins next to torch: the ones whose version changes what training does.
+DEFAULT_PACKAGES = ("numpy", "torchvision", "torchaudio", "transformers", "accelerate", "deepspeed", "flash-attn",
+                    "xformers", "triton", "apex", "tensorflow", "jax", "jaxlib")
+
+
+class ExpectationError(ValueError):
+    pass
+
+
+def load(path: str) -> Dict[str, Any]:
+    """Read and validate an expectations file; a problem raises ExpectationError naming it."""
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as exc:
+        raise ExpectationError(f"cannot read {path}: {exc.strerror or exc}")
+    except tomllib.TOMLDecodeError as exc:
+        raise ExpectationError(f"{path} is not valid TOML: {exc}")
+    unknown = set(doc) - TOP_KEYS
+    if unknown:
+        raise ExpectationError(f"{path}: unknown expectation(s) {', '.join(sorted(unknown))} "
+                               f"(known: {', '.join(sorted(TOP_KEYS))})")
+    for name, env in (doc.get("environments") or {}).items():
+        if not isinstance(env, dict) or set(env) - ENV_KEYS:
+            raise ExpectationError(f"{path}: environments.{name}: unknown key(s) "
+                                   f"{', '.join(sorted(set(env) - ENV_KEYS)) if isinstance(env, dict) else env}")
+    for key, value in _items(doc):
+        _validate(path, key, value)
+    return doc
+
+
+def _items(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
+    out = [(k, v) for k, v in doc.items() if k != "environments"]
+    for name, env in (doc.get("environments") or {}).items():
+        for k, v in env.items():
+            if k == "packages":
+                out += [(f"environments.{name}.packages.{p}", pv) for p, pv in v.items()]
+            else:
+                out.append((f"environments.{name}.{k}", v))
+    return out
+
+
+def _validate(path: str, key: str, value: Any) -> None:
+    if isinstance(value, str) and value[:1] in "<>=!~":
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise ExpectationError(f"{path}: {key} = {value!r} is not a version range like '>=2.4,<2.5'")
+
+
+def is_range(expected: Any) -> bool:
+    return isinstance(expected, str) and expected[:1] in "<>=!~"
+
+
+def matches(expected: Any, found: Any) -> bool:
+    if found is None:
+        return False
+    if isinstance(expected, bool) or isinstance(expected, int):
+        return found == expected
+    text = str(expected)
+    if text[:1] in "<>=!~":
+        try:
+            return Version(str(found)) in SpecifierSet(text)
+        except InvalidVersion:
+            return False
+    if any(ch in text for ch in "*?["):
+        return fnmatch.fnmatchcase(str(found), text)
+    return str(found) == text
+
+
+def evaluate(expectations: Dict[str, Any], stack: Dict[str, Any]) -> List[Tuple[str, Any, Any, bool]]:
+    """(key, expected, found, met) for every expectation."""
+    envs = stack.get("environments") or {}
+    out: List[Tuple[str, Any, Any, bool]] = []
+    for key, expected in _items(expectations):
+        if key in ("cudnn", "nccl"):
+            found = {name: e.get(key) for name, e in envs.items() if e.get("torch")}
+            met = bool(found) and all(matches(expected, v) for v in found.values())
+            out.append((key, expected, found or None, met))
+            continue
+        if key.startswith("environments."):
+            parts = key.split(".")
+            env = envs.get(parts[1])
+            if parts[2] == "packages":
+                found = (env or {}).get("packages", {}).get(_norm(parts[3])) if env else None
+            else:
+                found = (env or {}).get(parts[2]) if env else None
+            if env is None:
+                out.append((key, expected, None, False))
+                continue
+        else:
+            found = stack.get(key)
+        out.append((key, expected, found, matches(expected, found)))
+    return out
+
+
+def _norm(name: str) -> str:
+    import re
+
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def to_toml(stack: Dict[str, Any], packages: Optional[List[str]] = None) -> str:
+    """An expectations file pinning a known-good stack (a starting point to loosen by hand)."""
+    def q(v: Any) -> str:
+        return str(v) if isinstance(v, (int, bool)) and not isinstance(v, bool) else json.dumps(str(v))
+
+    lines = ["# dl-doctor golden-stack expectations, written by `dl-doctor expect --from`.",
+             "# Values are exact; loosen them with ranges (\">=12.2,<12.3\") or patterns (\"4.18.0-477.*\").", ""]
+    for key in ("os_id", "os_version", "kernel", "driver", "driver_userspace", "cuda_toolkit", "gpu_model",
+                "gpu_pci_ids", "gpu_count", "nvswitch_count", "efa_devices", "fabric_manager", "instance_type"):
+        if stack.get(key) is not None:
+            lines.append(f"{key} = {q(stack[key])}")
+    wanted = {_norm(p) for p in (packages or DEFAULT_PACKAGES)}
+    for name, env in (stack.get("environments") or {}).items():
+        if not env.get("torch") and not (set(env.get("packages") or {}) & wanted):
+            continue
+        lines += ["", f"[environments.{json.dumps(name) if not name.replace('-', '').replace('_', '').isalnum() else name}]"]
+        for key in ("python", "torch", "cuda", "cudnn", "nccl"):
+            if env.get(key):
+                lines.append(f"{key} = {q(env[key])}")
+        pkgs = {k: v for k, v in (env.get("packages") or {}).items() if k in wanted}
+        if pkgs:
+            lines.append("packages = { " + ", ".join(f"{json.dumps(k)} = {q(v)}" for k, v in sorted(pkgs.items())) + " }")
+    return "\n".join(lines) + "\n"
