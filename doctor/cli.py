@@ -164,9 +164,9 @@ def _expectations(path: Optional[str]) -> Optional[Dict[str, Any]]:
 
 def _collect(registry: Registry, sysroot: Optional[str], timeout: float, pythons: Sequence[str], deep: bool = False,
              no_env_scan: bool = False, env_limit: int = 32, sample_seconds: float = 1.0,
-             ebs_types: Sequence[str] = ()) -> Dict[str, Any]:
+             ebs_types: Sequence[str] = (), capture: Any = None) -> Dict[str, Any]:
     try:
-        host = Host(sysroot=sysroot, command_timeout=timeout)
+        host = Host(sysroot=sysroot, command_timeout=timeout, capture=capture)
     except NotADirectoryError as exc:
         raise UsageProblem(str(exc))
     options = {"timeout": timeout, "python": list(pythons), "deep": deep, "no_env_scan": no_env_scan,
@@ -195,15 +195,11 @@ def _use_color(no_color: bool, stream=None) -> bool:
         return False
 
 
-def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, started: _dt.datetime, t0: float,
-                 json_path: Optional[str], html_path: Optional[str], output_dir: str, fail_on: str,
-                 only: Sequence[str], skip_: Sequence[str], redact_more: bool, quiet: bool, no_color: bool,
-                 overlays: Sequence[str] = (), extra_options: Optional[Dict[str, Any]] = None,
-                 expect_file: Optional[str] = None, junit_path: Optional[str] = None,
-                 prom_path: Optional[str] = None) -> int:
-    from reports import html as html_report
-    from reports import junit, prometheus, terminal, to_json, write_atomic
-
+def _build_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, started: _dt.datetime, t0: float,
+                  fail_on: str, only: Sequence[str], skip_: Sequence[str], redact_more: bool,
+                  overlays: Sequence[str] = (), extra_options: Optional[Dict[str, Any]] = None,
+                  expect_file: Optional[str] = None) -> Tuple[Dict[str, Any], List[Any]]:
+    """The report (not yet redacted) and its findings."""
     checks = _select(registry, only, skip_)
     matrix = _matrix(overlays)
     expectations = _expectations(expect_file)
@@ -214,6 +210,21 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
     report = build_report(snapshot, findings, mode=mode, started_at=started, duration_s=time.monotonic() - t0,
                           options=options, load_errors=registry.load_errors)
     report["run"]["matrix"] = matrix.info()
+    return report, findings
+
+
+def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, started: _dt.datetime, t0: float,
+                 json_path: Optional[str], html_path: Optional[str], output_dir: str, fail_on: str,
+                 only: Sequence[str], skip_: Sequence[str], redact_more: bool, quiet: bool, no_color: bool,
+                 overlays: Sequence[str] = (), extra_options: Optional[Dict[str, Any]] = None,
+                 expect_file: Optional[str] = None, junit_path: Optional[str] = None,
+                 prom_path: Optional[str] = None) -> int:
+    from reports import html as html_report
+    from reports import junit, prometheus, terminal, to_json, write_atomic
+
+    report, findings = _build_report(snapshot, registry, mode=mode, started=started, t0=t0, fail_on=fail_on,
+                                     only=only, skip_=skip_, redact_more=redact_more, overlays=overlays,
+                                     extra_options=extra_options, expect_file=expect_file)
     report = redact_document(report, extended=redact_more, snapshot=dict(snapshot))
 
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
@@ -300,10 +311,20 @@ def collect_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_
 
 
 def load_snapshot(path: str) -> Dict[str, Any]:
-    """Read a facts snapshot, or the facts inside a JSON report, for `check`."""
+    """Read a facts snapshot, the facts inside a JSON report, or those inside a support bundle, for `check`."""
+    import tarfile
+
+    from doctor.bundle import BundleError, read_member
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        if os.path.isfile(path) and tarfile.is_tarfile(path):
+            try:
+                data = read_member(path, "facts.json")
+            except BundleError as exc:
+                raise UsageProblem(str(exc))
+        else:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
     except FileNotFoundError:
         raise UsageProblem(f"cannot read {path}: no such file")
     except IsADirectoryError:

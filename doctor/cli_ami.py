@@ -1,22 +1,31 @@
-"""Commands for image pipelines: ``dl-doctor expect --from`` and ``dl-doctor diff``."""
+"""Commands for image pipelines and support: ``dl-doctor expect --from``, ``diff`` and ``bundle``."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tarfile
+import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import click
 
-from doctor.cli import UsageProblem, _matrix, _registry, cli, load_snapshot
+from doctor.cli import (UsageProblem, _build_report, _collect, _expectations, _matrix, _registry, _safe_name,
+                        _select, _use_color, cli, collect_options, load_snapshot, matrix_overlay_option)
 from doctor.model import Facts
 
 
 def _snapshot_and_findings(path: str) -> Tuple[Dict[str, Any], List[Mapping[str, Any]]]:
     """A report brings its findings; a bare facts file gets today's checks run on it."""
     snapshot = load_snapshot(path)
-    with open(path, encoding="utf-8") as fh:
-        doc = json.load(fh)
+    if tarfile.is_tarfile(path):
+        from doctor.bundle import read_member
+
+        doc = read_member(path, "report.json")
+    else:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
     if isinstance(doc.get("findings"), list):
         return snapshot, doc["findings"]
     from doctor.engine import evaluate
@@ -71,3 +80,59 @@ def diff_cmd(baseline, current, as_json, ignore) -> int:
     else:
         click.echo(render_text(result, baseline, current), nl=False)
     return 1 if result["drift"] else 0
+
+
+@cli.command("bundle")
+@collect_options
+@click.option("-o", "--output", required=True, metavar="FILE.tar.gz", help="Where to write the bundle.")
+@click.option("--redact", is_flag=True, help="Also mask host names, IP/MAC addresses, user names and home paths.")
+@click.option("--expect", "expect_file", metavar="EXPECT.toml", help="Golden-stack expectations, as for `run`.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only problems and the summary line.")
+@click.option("--no-color", is_flag=True, help="No colour.")
+@matrix_overlay_option
+def bundle_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types, output, redact,
+               expect_file, quiet, no_color, overlays) -> int:
+    """Run, then pack the reports, the facts and the raw probe outputs (redacted) for a support ticket."""
+    from doctor.bundle import Capture, build
+    from doctor.engine import exit_code, utc_now
+    from doctor.redact import redactor_for
+    from reports import html as html_report
+    from reports import terminal
+
+    started, t0 = utc_now(), time.monotonic()
+    registry = _registry()
+    _select(registry, (), ())
+    _matrix(overlays)
+    _expectations(expect_file)
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise UsageProblem(f"cannot write {output}: {parent} is not a directory")
+    capture = Capture()
+    snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds,
+                        ebs_types, capture=capture)
+    report, findings = _build_report(snapshot, registry, mode=snapshot["mode"], started=started, t0=t0,
+                                     fail_on="fail", only=(), skip_=(), redact_more=redact, overlays=overlays,
+                                     expect_file=expect_file, extra_options={"bundle": True})
+    red = redactor_for(snapshot, redact)
+    hostname = red.text(report.get("host", {}).get("hostname") or "")
+    top = f"dl-doctor-bundle-{_safe_name(hostname)}-{started.strftime('%Y%m%dT%H%M%SZ')}"
+    data, manifest = build(capture, snapshot, report, html_report.render, red, top)
+    tmp = f"{output}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o600)  # a support bundle is for the ticket, not for every user on the host
+        os.replace(tmp, output)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise UsageProblem(f"cannot write {output}: {exc.strerror or exc}")
+    rep = json.loads(json.dumps(red.value(report)))
+    click.echo(terminal.render(rep, color=_use_color(no_color), quiet=quiet, paths=[]), nl=False)
+    archived = sum(1 for f in manifest["files"] if f.get("archived_as"))
+    click.echo(f"Bundle: {output} ({archived} files, {len(manifest['commands'])} commands, "
+               f"{len(data) / 1024:.0f} KiB; {manifest['redaction']['redactions']} redactions"
+               f"{', extended' if redact else ''})", err=quiet)
+    return exit_code(findings, "fail")

@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 MAX_READ_BYTES = 4 * 1024 * 1024
 MAX_SYMLINK_HOPS = 40
@@ -68,6 +68,8 @@ class Host:
     environ_override: Optional[Mapping[str, str]] = None
     command_timeout: float = 5.0
     commands: List[CommandRecord] = field(default_factory=list)
+    # Set by `dl-doctor bundle`: keeps what the probes read and what commands printed (see doctor.bundle).
+    capture: Optional[Any] = None
 
     def __post_init__(self) -> None:
         if self.sysroot is not None:
@@ -140,7 +142,10 @@ class Host:
 
     def read_bytes(self, path: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
         with open(self.resolve(path), "rb") as fh:
-            return fh.read(max_bytes)
+            data = fh.read(max_bytes)
+        if self.capture is not None:
+            self.capture.file(path, data, truncated=len(data) >= max_bytes)
+        return data
 
     def read_text(self, path: str, max_bytes: int = MAX_READ_BYTES) -> str:
         return self.read_bytes(path, max_bytes).decode("utf-8", errors="replace")
@@ -356,14 +361,22 @@ class Host:
         except subprocess.TimeoutExpired as exc:
             duration = time.monotonic() - start
             self._record(CommandRecord(argv, None, duration, True, f"timed out after {limit:g}s"))
-            return CommandResult(argv, None, _decode(exc.stdout), _decode(exc.stderr), duration, True)
+            result = CommandResult(argv, None, _decode(exc.stdout), _decode(exc.stderr), duration, True)
+            if self.capture is not None:
+                self.capture.command(result, f"timed out after {limit:g}s")
+            return result
         except OSError as exc:
             duration = time.monotonic() - start
             self._record(CommandRecord(argv, None, duration, False, str(exc)))
+            if self.capture is not None:
+                self.capture.command(CommandResult(argv, None, "", "", duration), str(exc))
             raise
         duration = time.monotonic() - start
         self._record(CommandRecord(argv, proc.returncode, duration, False))
-        return CommandResult(argv, proc.returncode, _decode(proc.stdout), _decode(proc.stderr), duration)
+        result = CommandResult(argv, proc.returncode, _decode(proc.stdout), _decode(proc.stderr), duration)
+        if self.capture is not None:
+            self.capture.command(result)
+        return result
 
     def _record(self, rec: CommandRecord) -> None:
         with self._lock:

@@ -78,8 +78,14 @@ _SYSTEM_USERS = {"root", "nobody", "daemon", "bin", "sys", "admin", "user", "ubu
 
 
 class Redactor:
-    def __init__(self, extended: bool = False, hostnames: Iterable[str] = (), usernames: Iterable[str] = ()):
+    def __init__(self, extended: bool = False, hostnames: Iterable[str] = (), usernames: Iterable[str] = (),
+                 secret_values: Iterable[str] = ()):
         self.extended = extended
+        # Values of secret-named variables, masked wherever they turn up verbatim (a command that prints a
+        # token without its name, a config file that repeats it); short or trivial ones would mask noise.
+        self._secret_values = sorted({v for v in secret_values
+                                      if isinstance(v, str) and len(v) >= 8 and not _TRIVIAL.match(v)
+                                      and v != MASK}, key=len, reverse=True)
         self.count = 0
         self._maps: Dict[str, Dict[str, str]] = {}
         self._hostnames = sorted({h for h in hostnames if h and h not in ("localhost",)}, key=len, reverse=True)
@@ -102,6 +108,9 @@ class Redactor:
 
     def text(self, value: str) -> str:
         out = value
+        for secret in self._secret_values:
+            if secret in out:
+                out = out.replace(secret, MASK)
         for pattern, repl in _ALWAYS:
             out = pattern.sub(repl, out)
         if self.extended:
@@ -177,7 +186,8 @@ def redactor_for(snapshot: Dict[str, Any], extended: bool) -> Redactor:
     m = _HOME.match(home)
     if m:
         users.append(m.group(2))
-    return Redactor(extended=extended, hostnames=hostnames, usernames=[u for u in users if u])
+    secrets = [v for k, v in env.items() if looks_secret_name(k)]
+    return Redactor(extended=extended, hostnames=hostnames, usernames=[u for u in users if u], secret_values=secrets)
 
 
 def redact(document: Dict[str, Any], extended: bool = False, snapshot: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:

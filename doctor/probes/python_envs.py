@@ -521,7 +521,7 @@ def python_envs_probe(ctx: ProbeContext) -> Dict[str, Any]:
     limit = int(ctx.options.get("env_limit") or DEFAULT_ENV_LIMIT)
     envs, truncated = discover(ctx, limit)
     workers = max(1, min(8, len(envs)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe-python_envs:") as pool:
         results = list(pool.map(lambda e: inspect(ctx, e), envs))
     pips = []
     for path in ctx.host.glob("/usr/bin/pip*") + ctx.host.glob("/usr/local/bin/pip*"):

@@ -1,0 +1,180 @@
+"""Support bundles (``dl-doctor bundle -o FILE.tar.gz``): the reports, the facts and the raw probe outputs.
+
+While the probes run, a :class:`Capture` attached to the Host keeps every text file a probe read (up to a size
+limit) and every command's output, with which probe asked. The bundle then passes the report, the facts, the
+manifest and every raw text through one :class:`~doctor.redact.Redactor`, so ``--redact`` placeholders agree
+across all of them and a secret masked in the facts is masked in the raw copies too.
+
+Layout (one top-level directory, so unpacking never spills into the current directory)::
+
+    dl-doctor-bundle-HOST-STAMP/
+        manifest.json        what was collected: files, commands, return codes, durations, timeouts
+        report.json  report.html  facts.json
+        raw/files/<path on the host>
+        raw/commands/NNN-<program>.txt
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from doctor.redact import Redactor
+
+BUNDLE_KIND = "dl-doctor-bundle"
+BUNDLE_SCHEMA_VERSION = "1"
+MAX_FILE_BYTES = 1 << 20          # per file kept
+MAX_TOTAL_BYTES = 64 << 20        # all raw copies together
+MAX_COMMAND_OUTPUT = 1 << 20      # per stream
+
+
+def _probe_name() -> Optional[str]:
+    # engine threads are "probe-NAME"; a probe's own pools use the prefix "probe-NAME:"
+    name = threading.current_thread().name
+    return name[len("probe-"):].split(":", 1)[0] if name.startswith("probe-") else None
+
+
+class Capture:
+    """Raw probe outputs, kept in memory while the probes run (thread-safe)."""
+
+    def __init__(self, max_file_bytes: int = MAX_FILE_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES):
+        self.max_file_bytes = max_file_bytes
+        self.max_total_bytes = max_total_bytes
+        self.files: Dict[str, Dict[str, Any]] = {}
+        self.commands: List[Dict[str, Any]] = []
+        self.total = 0
+        self._lock = threading.Lock()
+
+    def file(self, path: str, data: bytes, truncated: bool = False) -> None:
+        with self._lock:
+            seen = self.files.get(path)
+            if seen is not None and len(seen["data"]) >= len(data):
+                return
+            keep = data[: self.max_file_bytes]
+            room = self.max_total_bytes - self.total + (len(seen["data"]) if seen else 0)
+            entry = {"size_read": len(data), "truncated": truncated or len(keep) < len(data),
+                     "probe": (seen or {}).get("probe") or _probe_name(), "data": b""}
+            if len(keep) > room:
+                entry["skipped"] = "bundle size limit reached"
+            else:
+                entry["data"] = keep
+                self.total += len(keep) - (len(seen["data"]) if seen else 0)
+            self.files[path] = entry
+
+    def command(self, result: Any, error: Optional[str] = None) -> None:
+        with self._lock:
+            self.commands.append({
+                "argv": list(result.argv), "returncode": result.returncode,
+                "duration_s": round(result.duration_s, 3), "timed_out": bool(result.timed_out), "error": error,
+                "probe": _probe_name(), "stdout": result.stdout[:MAX_COMMAND_OUTPUT],
+                "stderr": result.stderr[:MAX_COMMAND_OUTPUT],
+                "output_truncated": len(result.stdout) > MAX_COMMAND_OUTPUT or len(result.stderr) > MAX_COMMAND_OUTPUT,
+            })
+
+
+def _as_text(path: str, data: bytes) -> Optional[str]:
+    """The file as text, or None for binary content (an ELF, ld.so.cache)."""
+    if path.endswith(("/environ", "/cmdline")):
+        data = data.replace(b"\0", b"\n")
+    if b"\0" in data[:65536]:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def _member_name(path: str) -> str:
+    clean = "/".join(p for p in path.split("/") if p not in ("", ".", ".."))
+    return re.sub(r"[^A-Za-z0-9._@+=,/-]", "_", clean) or "_"
+
+
+def build(capture: Capture, snapshot: Dict[str, Any], report: Dict[str, Any], html_render, red: Redactor,
+          top: str) -> Tuple[bytes, Dict[str, Any]]:
+    """The bundle as gzip'd tar bytes, and its manifest. ``report`` and ``snapshot`` are not yet redacted."""
+    members: List[Tuple[str, bytes]] = []
+    files_manifest: List[Dict[str, Any]] = []
+    for path in sorted(capture.files):
+        entry = capture.files[path]
+        item = {"path": red.text(path), "size_read": entry["size_read"], "truncated": entry["truncated"],
+                "probe": entry["probe"]}
+        if entry.get("skipped"):
+            item["skipped"] = entry["skipped"]
+        else:
+            text = _as_text(path, entry["data"])
+            if text is None:
+                item["skipped"] = "binary content"
+            else:
+                name = f"raw/files/{_member_name(red.text(path))}"
+                members.append((name, red.text(text).encode("utf-8")))
+                item["archived_as"] = name
+        files_manifest.append(item)
+
+    commands_manifest: List[Dict[str, Any]] = []
+    for n, cmd in enumerate(capture.commands, 1):
+        argv = [red.text(a) for a in cmd["argv"]]
+        program = re.sub(r"[^A-Za-z0-9._-]", "_", argv[0].rsplit("/", 1)[-1])[:40] or "command"
+        name = f"raw/commands/{n:03d}-{program}.txt"
+        body = (f"$ {' '.join(argv)}\n# returncode: {cmd['returncode']}  duration: {cmd['duration_s']}s  "
+                f"timed out: {cmd['timed_out']}" + (f"  error: {red.text(cmd['error'])}" if cmd["error"] else "")
+                + f"\n--- stdout ---\n{red.text(cmd['stdout'])}\n--- stderr ---\n{red.text(cmd['stderr'])}\n")
+        members.append((name, body.encode("utf-8")))
+        commands_manifest.append({"argv": argv, "probe": cmd["probe"], "returncode": cmd["returncode"],
+                                  "duration_s": cmd["duration_s"], "timed_out": cmd["timed_out"],
+                                  "error": red.text(cmd["error"]) if cmd["error"] else None,
+                                  "output_truncated": cmd["output_truncated"], "archived_as": name})
+
+    facts = red.value(snapshot)
+    rep = red.value(report)
+    manifest = red.value({
+        "kind": BUNDLE_KIND, "schema_version": BUNDLE_SCHEMA_VERSION, "tool": snapshot.get("tool"),
+        "created_at": report.get("run", {}).get("started_at"), "mode": snapshot.get("mode"),
+        "sysroot": snapshot.get("sysroot"), "hostname": report.get("host", {}).get("hostname"),
+        "summary": report.get("summary"),
+        "probes": snapshot.get("probes"), "probe_errors": snapshot.get("probe_errors"),
+        "unavailable": snapshot.get("unavailable"),
+        "files": files_manifest, "commands": commands_manifest,
+        "limits": {"max_file_bytes": capture.max_file_bytes, "max_total_bytes": capture.max_total_bytes,
+                   "max_command_output": MAX_COMMAND_OUTPUT},
+    })
+    summary = red.summary()
+    for doc in (facts, rep, manifest):
+        doc["redaction"] = summary
+    manifest["contents"] = ["manifest.json", "report.json", "report.html", "facts.json"] + [m for m, _ in members]
+    head = [("manifest.json", _dump(manifest)), ("report.json", _dump(rep)),
+            ("report.html", html_render(rep).encode("utf-8")), ("facts.json", _dump(facts))]
+
+    buf = io.BytesIO()
+    now = time.time()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in head + members:
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mtime, info.mode = len(data), now, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue(), manifest
+
+
+def _dump(doc: Dict[str, Any]) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class BundleError(ValueError):
+    pass
+
+
+def read_member(path: str, member: str) -> Dict[str, Any]:
+    """One JSON member (``facts.json``, ``manifest.json``) of a bundle, read without unpacking anything to disk."""
+    try:
+        with tarfile.open(path, mode="r:*") as tar:
+            for info in tar:
+                parts = info.name.split("/")
+                if info.isfile() and len(parts) == 2 and parts[1] == member:
+                    fh = tar.extractfile(info)
+                    return json.loads(fh.read().decode("utf-8")) if fh else {}
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise BundleError(f"{path} is not a readable dl-doctor bundle: {exc}")
+    except ValueError as exc:
+        raise BundleError(f"{path}: {member} in the bundle is not JSON: {exc}")
+    raise BundleError(f"{path} is a tar archive but not a dl-doctor bundle (no {member})")
