@@ -86,6 +86,8 @@ def report_options(func):
         click.option("--junit", "junit_path", metavar="PATH", help="Also write the findings as JUnit XML."),
         click.option("--prometheus", "prom_path", metavar="PATH",
                      help="Also write metrics in Prometheus text format (node_exporter textfile collector)."),
+        click.option("--status-line", "status_path", metavar="PATH",
+                     help="Also write a one-line status (what the login hook prints)."),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -218,7 +220,7 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
                  only: Sequence[str], skip_: Sequence[str], redact_more: bool, quiet: bool, no_color: bool,
                  overlays: Sequence[str] = (), extra_options: Optional[Dict[str, Any]] = None,
                  expect_file: Optional[str] = None, junit_path: Optional[str] = None,
-                 prom_path: Optional[str] = None) -> int:
+                 prom_path: Optional[str] = None, status_path: Optional[str] = None) -> int:
     from reports import html as html_report
     from reports import junit, prometheus, terminal, to_json, write_atomic
 
@@ -240,6 +242,11 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
         targets.append((junit_path, junit.render(report)))
     if prom_path:
         targets.append((prom_path, prometheus.render(report)))
+    if status_path:
+        from doctor.login_hook import status_line
+
+        html_target = os.path.abspath(html_path or base + ".html")
+        targets.append((status_path, status_line(report, html_target) + "\n"))
     for path, text in targets:
         try:
             write_atomic(path, text)
@@ -270,7 +277,7 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
 @report_options
 def run_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types, json_path, html_path,
             output_dir, fail_on, only, skip_, redact, quiet, no_color, overlays, expect_file, junit_path,
-            prom_path) -> int:
+            prom_path, status_path) -> int:
     """Collect facts from this host (or --sysroot), run every check and write the reports."""
     started, t0 = utc_now(), time.monotonic()
     registry = _registry()
@@ -281,7 +288,7 @@ def run_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seco
     return _emit_report(snapshot, registry, mode=snapshot["mode"], started=started, t0=t0, json_path=json_path,
                         html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
                         redact_more=redact, quiet=quiet, no_color=no_color, overlays=overlays,
-                        expect_file=expect_file, junit_path=junit_path, prom_path=prom_path,
+                        expect_file=expect_file, junit_path=junit_path, prom_path=prom_path, status_path=status_path,
                         extra_options={"timeout": timeout, "python": list(pythons), "deep": deep,
                                        "env_scan": not no_env_scan, "env_limit": env_limit})
 
@@ -362,7 +369,7 @@ def load_snapshot(path: str) -> Dict[str, Any]:
 @click.argument("facts_file", metavar="FACTS.json")
 @report_options
 def check_cmd(facts_file, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet, no_color,
-              overlays, expect_file, junit_path, prom_path) -> int:
+              overlays, expect_file, junit_path, prom_path, status_path) -> int:
     """Run today's checks on facts collected earlier (a facts file or a JSON report)."""
     started, t0 = utc_now(), time.monotonic()
     registry = _registry()
@@ -370,7 +377,7 @@ def check_cmd(facts_file, json_path, html_path, output_dir, fail_on, only, skip_
     return _emit_report(snapshot, registry, mode="facts", started=started, t0=t0, json_path=json_path,
                         html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
                         redact_more=redact, quiet=quiet, no_color=no_color, overlays=overlays,
-                        expect_file=expect_file, junit_path=junit_path, prom_path=prom_path,
+                        expect_file=expect_file, junit_path=junit_path, prom_path=prom_path, status_path=status_path,
                         extra_options={"facts_file": facts_file})
 
 

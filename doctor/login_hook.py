@@ -1,0 +1,157 @@
+"""The login status line: a profile.d snippet that prints the last cached result, and the systemd units that cache it.
+
+Login never runs dl-doctor: the snippet reads one line with shell built-ins (no process is started), and only in
+interactive shells, so scp, rsync and Ansible sessions see nothing. A systemd service runs dl-doctor (at low
+priority) and writes the reports and the status line under /var/lib/dl-doctor; its timer runs it after each boot
+and daily, or only once per boot with ``--boot``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shlex
+from typing import Any, Dict, List, Optional, Sequence
+
+STATE_DIR = "/var/lib/dl-doctor"
+STATUS_FILE = f"{STATE_DIR}/status"
+PROFILE_SNIPPET = "/etc/profile.d/dl-doctor.sh"
+SERVICE = "/etc/systemd/system/dl-doctor.service"
+TIMER = "/etc/systemd/system/dl-doctor.timer"
+TIMER_LINK = "/etc/systemd/system/timers.target.wants/dl-doctor.timer"
+MARKER = "# Installed by `dl-doctor install-login-hook`"
+
+
+def status_line(report: Dict[str, Any], html_path: Optional[str] = None, width: int = 240) -> str:
+    """One line for the login: when, the counts, the worst finding, where the full report is."""
+    s = report.get("summary", {})
+    started = report.get("run", {}).get("started_at") or ""
+    try:
+        when = _dt.datetime.fromisoformat(started.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        when = started or "unknown time"
+    problems = [f for f in report.get("findings", []) if f.get("status") in ("fail", "error", "warn")]
+    order = {"fail": 0, "error": 1, "warn": 2}
+    problems.sort(key=lambda f: (order[f["status"]], f["id"]))
+    where = f"Details: {html_path}" if html_path else "Details: run dl-doctor"
+    if not problems:
+        return f"dl-doctor {when}: OK ({s.get('pass', 0)} pass, {s.get('skip', 0)} skipped). {where}"
+    counts = ", ".join(f"{s.get(k, 0)} {k}" for k in ("fail", "error", "warn") if s.get(k))
+    worst = problems[0]
+    head = f"dl-doctor {when}: {counts}. {worst['id']}: "
+    tail = f" {where}"
+    room = max(60, width - len(head) - len(tail))
+    message = " ".join(str(worst.get("message", "")).split())
+    if len(message) > room:
+        message = message[: room - 1].rstrip() + "…"
+    return " ".join(f"{head}{message}{tail}".split())  # one line, whatever the messages held
+
+
+def profile_snippet(status_file: str = STATUS_FILE) -> str:
+    q = shlex.quote(status_file)
+    return f"""{MARKER}; remove with `dl-doctor uninstall-login-hook`.
+# Prints the status the last dl-doctor run cached. Never runs dl-doctor: shell built-ins only, interactive shells
+# only. Silence it with DL_DOCTOR_LOGIN=0 or ~/.hushlogin.
+case $- in
+  *i*)
+    if [ "${{DL_DOCTOR_LOGIN:-1}}" != 0 ] && [ ! -e "${{HOME:-/nonexistent}}/.hushlogin" ] && [ -r {q} ]; then
+      IFS= read -r dl_doctor_status < {q} && printf '%s\\n' "$dl_doctor_status"
+      unset dl_doctor_status
+    fi
+    ;;
+esac
+"""
+
+
+def service_unit(exe: str, extra_args: Sequence[str] = ()) -> str:
+    args = ["run", "--quiet", "--no-color", "--fail-on", "never", "--output-dir", f"{STATE_DIR}/reports",
+            "--json", f"{STATE_DIR}/last.json", "--html", f"{STATE_DIR}/last.html",
+            "--status-line", STATUS_FILE, *extra_args]
+    return f"""{MARKER}
+[Unit]
+Description=dl-doctor: check this deep-learning machine and cache the result for the login status
+After=nvidia-persistenced.service nvidia-fabricmanager.service network-online.target
+Wants=network-online.target
+
+[Service]
+Type=oneshot
+ExecStart={shlex.quote(exe)} {' '.join(shlex.quote(a) for a in args)}
+StateDirectory=dl-doctor
+Nice=10
+IOSchedulingClass=idle
+TimeoutStartSec=15min
+"""
+
+
+def timer_unit(boot_only: bool) -> str:
+    when = "OnBootSec=2min" if boot_only else "OnBootSec=2min\nOnUnitActiveSec=1d"
+    what = "once per boot" if boot_only else "after boot and daily"
+    return f"""{MARKER}
+[Unit]
+Description=Run dl-doctor {what}
+
+[Timer]
+{when}
+Unit=dl-doctor.service
+
+[Install]
+WantedBy=timers.target
+"""
+
+
+def _path(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
+
+
+def _write(root: str, path: str, text: str, mode: int = 0o644) -> str:
+    target = _path(root, path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = f"{target}.dl-doctor-tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, target)
+    return path
+
+
+def _ours(target: str) -> bool:
+    try:
+        with open(target, encoding="utf-8", errors="replace") as fh:
+            return MARKER in fh.read(4096)
+    except OSError:
+        return False
+
+
+def install(root: str, exe: str, systemd: bool = True, boot_only: bool = False,
+            extra_args: Sequence[str] = ()) -> List[str]:
+    """Write the snippet (and units); refuse to overwrite files that are not ours. Returns the paths written."""
+    paths = [PROFILE_SNIPPET] + ([SERVICE, TIMER] if systemd else [])
+    for path in paths:
+        target = _path(root, path)
+        if os.path.lexists(target) and not _ours(target):
+            raise FileExistsError(f"{path} exists and was not written by dl-doctor; not overwriting it")
+    written = [_write(root, PROFILE_SNIPPET, profile_snippet())]
+    if systemd:
+        written.append(_write(root, SERVICE, service_unit(exe, extra_args)))
+        written.append(_write(root, TIMER, timer_unit(boot_only)))
+        link = _path(root, TIMER_LINK)  # what `systemctl enable` does; works on a mounted image too
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink("../dl-doctor.timer", link)
+        written.append(TIMER_LINK)
+    return written
+
+
+def uninstall(root: str) -> List[str]:
+    removed: List[str] = []
+    link = _path(root, TIMER_LINK)
+    if os.path.islink(link) and os.readlink(link) == "../dl-doctor.timer":
+        os.unlink(link)
+        removed.append(TIMER_LINK)
+    for path in (PROFILE_SNIPPET, SERVICE, TIMER):
+        target = _path(root, path)
+        if os.path.lexists(target) and _ours(target):
+            os.unlink(target)
+            removed.append(path)
+    return removed

@@ -1,0 +1,148 @@
+"""The login status: the snippet in a throw-away HOME under bash as a login shell, the status line, install/remove."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import FIXTURES
+from doctor.login_hook import MARKER, profile_snippet, status_line
+
+BASH = shutil.which("bash")
+needs_bash = pytest.mark.skipif(BASH is None, reason="bash is not installed")
+LINE = "dl-doctor 2026-11-29 16:15 UTC: 2 fail. DLD-DRV-003: Driver/library version mismatch Details: run dl-doctor"
+
+
+def _login(tmp_path, interactive=True, env=None, status=LINE, path=""):
+    """bash as a login shell in a throw-away HOME whose ~/.bash_profile sources the snippet."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    status_file = tmp_path / "status"
+    if status is not None:
+        status_file.write_text(status + "\n")
+    snippet = tmp_path / "dl-doctor.sh"
+    snippet.write_text(profile_snippet(str(status_file)))
+    # PATH is empty while the snippet runs: any program it started instead of a shell built-in would fail
+    (home / ".bash_profile").write_text(f'PATH="{path}"; hash -r\n. "{snippet}"\n')
+    argv = [BASH, "--login"] + (["-i"] if interactive else []) + ["-c", "exit 0"]
+    base = {"HOME": str(home), "TERM": "dumb", "PS1": ""}
+    proc = subprocess.run(argv, capture_output=True, text=True, env={**base, **(env or {})}, timeout=30,
+                          stdin=subprocess.DEVNULL, cwd=str(home))
+    return proc
+
+
+@needs_bash
+def test_interactive_login_prints_exactly_the_cached_line_with_builtins_only(tmp_path):
+    proc = _login(tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines() == [LINE]
+    assert "command not found" not in proc.stderr and "No such file" not in proc.stderr, proc.stderr
+
+
+@needs_bash
+@pytest.mark.parametrize("case", ["non-interactive", "opted out", "hushlogin", "no status yet"])
+def test_login_stays_silent(tmp_path, case):
+    kwargs = {"non-interactive": {"interactive": False}, "opted out": {"env": {"DL_DOCTOR_LOGIN": "0"}},
+              "hushlogin": {}, "no status yet": {"status": None}}[case]
+    if case == "hushlogin":
+        (tmp_path / "home").mkdir()
+        (tmp_path / "home" / ".hushlogin").write_text("")
+    proc = _login(tmp_path, **kwargs)
+    assert proc.returncode == 0
+    assert proc.stdout == ""
+    assert "dl-doctor" not in proc.stderr and "No such file" not in proc.stderr, proc.stderr
+
+
+@needs_bash
+def test_snippet_is_valid_posix_sh_too(tmp_path):
+    sh = shutil.which("dash") or shutil.which("sh")
+    status_file = tmp_path / "status"
+    status_file.write_text(LINE + "\n")
+    snippet = tmp_path / "s.sh"
+    snippet.write_text(profile_snippet(str(status_file)))
+    proc = subprocess.run([sh, "-i", "-c", f'. "{snippet}"'], capture_output=True, text=True,
+                          env={"HOME": str(tmp_path), "PATH": ""}, stdin=subprocess.DEVNULL, timeout=30)
+    assert proc.stdout.splitlines() == [LINE], proc.stderr
+
+
+def _report(status_counts, findings):
+    return {"run": {"started_at": "2026-11-29T16:15:00Z"}, "summary": status_counts, "findings": findings}
+
+
+def test_status_line_names_the_worst_finding_and_stays_one_line():
+    findings = [{"id": "DLD-NET-001", "status": "warn", "message": "no EFA"},
+                {"id": "DLD-GPU-008", "status": "fail", "message": "Xid 79:\nGPU fell off the bus " + "x" * 400}]
+    line = status_line(_report({"fail": 1, "warn": 1, "pass": 30}, findings), "/var/lib/dl-doctor/last.html")
+    assert "\n" not in line and len(line) <= 240
+    assert line.startswith("dl-doctor 2026-11-29 16:15 UTC: 1 fail, 1 warn. DLD-GPU-008: Xid 79: GPU fell off the bus")
+    assert line.endswith("… Details: /var/lib/dl-doctor/last.html")
+    ok = status_line(_report({"pass": 30, "skip": 5}, [{"id": "DLD-X-1", "status": "pass", "message": ""}]))
+    assert ok == "dl-doctor 2026-11-29 16:15 UTC: OK (30 pass, 5 skipped). Details: run dl-doctor"
+
+
+def test_run_writes_the_status_line(run_cli, tmp_path):
+    status = tmp_path / "status"
+    html = tmp_path / "last.html"
+    result = run_cli("check", str(FIXTURES / "snapshots" / "p4d_driver_upgrade_no_reboot.json"), "-q",
+                     "--status-line", str(status), "--html", str(html))
+    assert result.returncode == 1
+    text = status.read_text()
+    assert text.count("\n") == 1
+    assert ": 2 fail, 1 warn. DLD-DRV-003: Driver/library version mismatch" in text
+    assert text.rstrip().endswith(f"Details: {html}")
+
+
+def test_install_and_uninstall_into_an_image_tree(run_cli, tmp_path):
+    root = tmp_path / "image"
+    (root / "usr/local/bin").mkdir(parents=True)
+    (root / "usr/local/bin/dl-doctor").write_text("#!/bin/sh\n")
+    result = run_cli("install-login-hook", "--root", str(root), "--boot", "--exe", "/usr/local/bin/dl-doctor",
+                     "--prometheus", "/var/lib/node_exporter/textfile/dl_doctor.prom")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    snippet = (root / "etc/profile.d/dl-doctor.sh").read_text()
+    assert MARKER in snippet and "/var/lib/dl-doctor/status" in snippet
+    service = (root / "etc/systemd/system/dl-doctor.service").read_text()
+    exec_line = next(l for l in service.splitlines() if l.startswith("ExecStart="))
+    assert exec_line.startswith("ExecStart=/usr/local/bin/dl-doctor run --quiet --no-color --fail-on never ")
+    assert "--status-line /var/lib/dl-doctor/status" in exec_line
+    assert "--prometheus /var/lib/node_exporter/textfile/dl_doctor.prom" in exec_line
+    timer = (root / "etc/systemd/system/dl-doctor.timer").read_text()
+    assert "OnBootSec=2min" in timer and "OnUnitActiveSec" not in timer  # --boot: once per boot
+    link = root / "etc/systemd/system/timers.target.wants/dl-doctor.timer"
+    assert os.readlink(link) == "../dl-doctor.timer"
+
+    # reinstalling (daily this time) replaces our own files
+    assert run_cli("install-login-hook", "--root", str(root), "--exe", "/usr/local/bin/dl-doctor").returncode == 0
+    assert "OnUnitActiveSec=1d" in (root / "etc/systemd/system/dl-doctor.timer").read_text()
+
+    result = run_cli("uninstall-login-hook", "--root", str(root))
+    assert result.returncode == 0
+    assert sorted(result.stdout.split()) == sorted(
+        "removed /etc/systemd/system/timers.target.wants/dl-doctor.timer removed /etc/profile.d/dl-doctor.sh "
+        "removed /etc/systemd/system/dl-doctor.service removed /etc/systemd/system/dl-doctor.timer".split())
+    assert not (root / "etc/profile.d/dl-doctor.sh").exists() and not os.path.lexists(link)
+    assert run_cli("uninstall-login-hook", "--root", str(root)).stdout.strip() == "nothing to remove"
+
+
+def test_install_never_overwrites_a_file_it_did_not_write(run_cli, tmp_path):
+    root = tmp_path / "image"
+    (root / "etc/profile.d").mkdir(parents=True)
+    (root / "etc/profile.d/dl-doctor.sh").write_text("echo mine\n")
+    result = run_cli("install-login-hook", "--root", str(root), "--no-systemd")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("dl-doctor: error: /etc/profile.d/dl-doctor.sh exists and was not written by "
+                                     "dl-doctor; not overwriting it")
+    assert (root / "etc/profile.d/dl-doctor.sh").read_text() == "echo mine\n"
+    assert run_cli("uninstall-login-hook", "--root", str(root)).stdout.strip() == "nothing to remove"
+    assert (root / "etc/profile.d/dl-doctor.sh").exists()
+
+
+def test_install_warns_when_the_service_would_run_a_missing_program(run_cli, tmp_path):
+    root = tmp_path / "image"
+    root.mkdir()
+    result = run_cli("install-login-hook", "--root", str(root), "--exe", "/opt/nothing/dl-doctor")
+    assert result.returncode == 0
+    assert "warning: /opt/nothing/dl-doctor does not exist under" in result.stderr
