@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 from typing import Any, Dict, List, Optional
 
-from doctor.expect import evaluate, is_range
+from doctor.expect import environment_of, evaluate, is_range
 from doctor.model import Facts, Fix, Result, Status, check, skip
 from doctor.stack import stack
 
@@ -19,16 +21,14 @@ def _interpreters(facts: Facts) -> Dict[str, str]:
     return out
 
 
-def _fix(key: str, expected: Any, found: Any, pythons: Dict[str, str]) -> Fix:
-    parts = key.split(".")
-    if parts[0] == "environments" and len(parts) >= 3 and parts[2] in ("torch", "packages"):
-        package = parts[3] if parts[2] == "packages" else "torch"
+def _fix(key: str, expected: Any, env_name: Optional[str], package: Optional[str], pythons: Dict[str, str]) -> Fix:
+    if env_name is not None and package is not None:
         spec = str(expected) if is_range(expected) else f"=={expected}"
-        python = pythons.get(parts[1], "python3")
-        cmds = [f"{python} -m pip install '{package}{spec}'", _REFRESH]
+        python = shlex.quote(pythons.get(env_name, "python3"))
+        cmds = [f"{python} -m pip install {shlex.quote(package + spec)}", _REFRESH]
         if package == "torch":
             cmds.insert(1, "# pick the CUDA variant with --index-url https://download.pytorch.org/whl/cuXYZ")
-        return Fix(f"Install the expected {package} into environment {parts[1]} (or update the expectation).",
+        return Fix(f"Install the expected {package} into environment {env_name} (or update the expectation).",
                    tuple(cmds))
     if key == "driver":
         return Fix("Install the expected NVIDIA driver in the image recipe and pin it, or update the expectation.",
@@ -57,17 +57,19 @@ def golden_stack(facts: Facts, expectations: Optional[Dict[str, Any]] = None):
     found_stack = stack(facts)
     pythons = _interpreters(facts)
     results: List[Result] = []
+    envs = found_stack.get("environments") or {}
     for key, expected, found, met in evaluate(expectations, found_stack):
         evidence = {"expected": expected, "found": found}
+        rkey = re.sub(r"[^A-Za-z0-9_.+-]", "_", key)  # finding IDs stay ID:key whatever an environment is called
         if met:
-            results.append(Result(Status.PASS, f"{key} is {_show(found)} (expected {expected})", evidence, key=key))
-        else:
-            parts = key.split(".")
-            missing_env = parts[0] == "environments" and parts[1] not in (found_stack.get("environments") or {})
-            where = (f" (no Python environment named {parts[1]}; found: "
-                     f"{', '.join(found_stack.get('environments') or {}) or 'none'})") if missing_env else ""
-            results.append(Result(Status.FAIL, f"{key}: expected {expected}, found {_show(found)}{where}", evidence,
-                                  _fix(key, expected, found, pythons), key=key))
+            results.append(Result(Status.PASS, f"{key} is {_show(found)} (expected {expected})", evidence, key=rkey))
+            continue
+        env_name, package = environment_of(expectations, key)
+        where = ""
+        if env_name is not None and env_name not in envs:
+            where = f" (no Python environment named {env_name}; found: {', '.join(envs) or 'none'})"
+        results.append(Result(Status.FAIL, f"{key}: expected {expected}, found {_show(found)}{where}", evidence,
+                              _fix(key, expected, env_name, package, pythons), key=rkey))
     return results or skip("the expectations file is empty")
 
 

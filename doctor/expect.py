@@ -64,23 +64,35 @@ def load(path: str) -> Dict[str, Any]:
     if unknown:
         raise ExpectationError(f"{path}: unknown expectation(s) {', '.join(sorted(unknown))} "
                                f"(known: {', '.join(sorted(TOP_KEYS))})")
-    for name, env in (doc.get("environments") or {}).items():
-        if not isinstance(env, dict) or set(env) - ENV_KEYS:
+    envs = doc.get("environments", {})
+    if not isinstance(envs, dict):
+        raise ExpectationError(f"{path}: environments must be a table of [environments.NAME] sections")
+    for name, env in envs.items():
+        if not isinstance(env, dict):
+            raise ExpectationError(f"{path}: environments.{name} must be a table, not {env!r}")
+        if set(env) - ENV_KEYS:
             raise ExpectationError(f"{path}: environments.{name}: unknown key(s) "
-                                   f"{', '.join(sorted(set(env) - ENV_KEYS)) if isinstance(env, dict) else env}")
-    for key, value in _items(doc):
+                                   f"{', '.join(sorted(set(env) - ENV_KEYS))} (known: {', '.join(sorted(ENV_KEYS))})")
+        if not isinstance(env.get("packages", {}), dict):
+            raise ExpectationError(f"{path}: environments.{name}.packages must be a table like "
+                                   f"{{ numpy = \"<2\" }}")
+    for key, value, _ in _items(doc):
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ExpectationError(f"{path}: {key} = {value!r}: expected a version, range, pattern or number")
         _validate(path, key, value)
     return doc
 
 
-def _items(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
-    out = [(k, v) for k, v in doc.items() if k != "environments"]
+def _items(doc: Dict[str, Any]) -> List[Tuple[str, Any, Tuple[Optional[str], str, Optional[str]]]]:
+    """(dotted key, expected value, (environment or None, field, package or None)) for every expectation."""
+    out: List[Tuple[str, Any, Tuple[Optional[str], str, Optional[str]]]] = [
+        (k, v, (None, k, None)) for k, v in doc.items() if k != "environments"]
     for name, env in (doc.get("environments") or {}).items():
         for k, v in env.items():
             if k == "packages":
-                out += [(f"environments.{name}.packages.{p}", pv) for p, pv in v.items()]
+                out += [(f"environments.{name}.packages.{p}", pv, (name, "packages", p)) for p, pv in v.items()]
             else:
-                out.append((f"environments.{name}.{k}", v))
+                out.append((f"environments.{name}.{k}", v, (name, k, None)))
     return out
 
 
@@ -113,29 +125,35 @@ def matches(expected: Any, found: Any) -> bool:
 
 
 def evaluate(expectations: Dict[str, Any], stack: Dict[str, Any]) -> List[Tuple[str, Any, Any, bool]]:
-    """(key, expected, found, met) for every expectation."""
+    """(key, expected, found, met) for every expectation; ``found`` is None for an environment that is not there."""
     envs = stack.get("environments") or {}
     out: List[Tuple[str, Any, Any, bool]] = []
-    for key, expected in _items(expectations):
-        if key in ("cudnn", "nccl"):
-            found = {name: e.get(key) for name, e in envs.items() if e.get("torch")}
+    for key, expected, (env_name, field, package) in _items(expectations):
+        if env_name is None and field in ("cudnn", "nccl"):
+            found: Any = {name: e.get(field) for name, e in envs.items() if e.get("torch")}
             met = bool(found) and all(matches(expected, v) for v in found.values())
             out.append((key, expected, found or None, met))
             continue
-        if key.startswith("environments."):
-            parts = key.split(".")
-            env = envs.get(parts[1])
-            if parts[2] == "packages":
-                found = (env or {}).get("packages", {}).get(_norm(parts[3])) if env else None
-            else:
-                found = (env or {}).get(parts[2]) if env else None
+        if env_name is not None:
+            env = envs.get(env_name)
             if env is None:
-                out.append((key, expected, None, False))
-                continue
+                found = None
+            elif package is not None:
+                found = (env.get("packages") or {}).get(_norm(package))
+            else:
+                found = env.get(field)
         else:
             found = stack.get(key)
         out.append((key, expected, found, matches(expected, found)))
     return out
+
+
+def environment_of(expectations: Dict[str, Any], key: str) -> Tuple[Optional[str], Optional[str]]:
+    """(environment name, package or "torch") that the expectation ``key`` is about."""
+    for k, _, (env_name, field, package) in _items(expectations):
+        if k == key:
+            return env_name, package or (field if field == "torch" else None)
+    return None, None
 
 
 def _norm(name: str) -> str:

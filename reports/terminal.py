@@ -74,7 +74,11 @@ def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
         if status in ("pass", "skip"):
             lines.append(f"{label} {f['id']:<13} {f['message']}")
             continue
-        lines.append(f"{label} {f['id']:<13} {_paint(f['title'], 'bold', color)}")
+        if len(f["id"]) > 13:  # a keyed finding (DLD-EXP-001:driver): the title goes under its ID
+            lines.append(f"{label} {f['id']}")
+            lines.append(" " * 20 + _paint(f["title"], "bold", color))
+        else:
+            lines.append(f"{label} {f['id']:<13} {_paint(f['title'], 'bold', color)}")
         lines.extend(_wrap(f["message"], " " * 20))
         fix = f.get("fix")
         if fix:

@@ -90,6 +90,8 @@ def test_ranges_and_patterns_in_a_hand_written_file(run_cli, tmp_path):
     ('drivr = "535"\n', "unknown expectation(s) drivr"),
     ('driver = ">=535,<<536"\n', "driver = '>=535,<<536' is not a version range"),
     ('[environments.pt]\ntorchh = "2.4"\n', "environments.pt: unknown key(s) torchh"),
+    ('[environments.pt]\npackages = "numpy"\n', "environments.pt.packages must be a table"),
+    ("os_version = 8.8\n", "os_version = 8.8: expected a version, range, pattern or number"),
 ])
 def test_a_bad_expectations_file_is_one_line_and_exit_2(run_cli, tmp_path, content, message):
     expect = tmp_path / "bad.toml"
@@ -289,3 +291,30 @@ def test_expectations_on_an_unbooted_image_hold_what_the_files_say(run_cli, tree
     assert status == {"os_id": ("pass", "rhel"), "os_version": ("pass", "8.8"),
                       "driver_userspace": ("pass", "535.104.05"), "cuda_toolkit": ("pass", "12.2.2"),
                       "gpu_count": ("fail", None)}
+
+
+def test_environment_names_with_dots_and_spaces_keep_their_expectations_apart():
+    from doctor.expect import evaluate
+
+    stack = {"environments": {"my env.v2": {"python": "3.11", "packages": {"numpy": "1.26.4"}}}}
+    expectations = {"environments": {"my env.v2": {"python": "3.11", "packages": {"NumPy": "<2"}},
+                                     "gone": {"python": "3.10"}}}
+    assert evaluate(expectations, stack) == [
+        ("environments.my env.v2.python", "3.11", "3.11", True),
+        ("environments.my env.v2.packages.NumPy", "<2", "1.26.4", True),
+        ("environments.gone.python", "3.10", None, False),
+    ]
+
+
+def test_finding_ids_stay_valid_for_any_environment_name():
+    from doctor.engine import run_check_all
+    from doctor.model import Facts
+    from doctor.registry import load_registry
+    from conftest import snapshot
+
+    spec = next(s for s in load_registry().checks if s.id == "DLD-EXP-001")
+    facts = json.loads(PYTHON.read_text())
+    findings = run_check_all(spec, Facts(snapshot(facts)), None,
+                             {"expectations": {"environments": {"my env/2": {"python": "3.10"}}}})
+    assert [(f.id, f.status.value) for f in findings] == [("DLD-EXP-001:environments.my_env_2.python", "fail")]
+    assert "no Python environment named my env/2; found: pytorch" in findings[0].message
