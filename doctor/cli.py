@@ -317,8 +317,13 @@ def collect_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_
     return 0
 
 
-def load_snapshot(path: str) -> Dict[str, Any]:
+def load_snapshot(path: str, bundle_member: str = "facts.json") -> Dict[str, Any]:
     """Read a facts snapshot, the facts inside a JSON report, or those inside a support bundle, for `check`."""
+    return snapshot_of(path, read_document(path, bundle_member))
+
+
+def read_document(path: str, bundle_member: str = "facts.json") -> Any:
+    """The JSON document at ``path``, or the member ``bundle_member`` of a support bundle; bad input is exit 2."""
     import tarfile
 
     from doctor.bundle import BundleError, read_member
@@ -326,12 +331,12 @@ def load_snapshot(path: str) -> Dict[str, Any]:
     try:
         if os.path.isfile(path) and tarfile.is_tarfile(path):
             try:
-                data = read_member(path, "facts.json")
+                return read_member(path, bundle_member)
             except BundleError as exc:
                 raise UsageProblem(str(exc))
         else:
             with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
+                return json.load(fh)
     except FileNotFoundError:
         raise UsageProblem(f"cannot read {path}: no such file")
     except IsADirectoryError:
@@ -340,6 +345,10 @@ def load_snapshot(path: str) -> Dict[str, Any]:
         raise UsageProblem(f"cannot read {path}: {exc.strerror or exc}")
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageProblem(f"{path} is not a JSON file: {exc}")
+
+
+def snapshot_of(path: str, data: Any) -> Dict[str, Any]:
+    """The facts snapshot in a facts file or a report (``path`` names it in errors)."""
     if not isinstance(data, dict):
         raise UsageProblem(f"{path} is not a dl-doctor facts file or report")
     version = str(data.get("schema_version", ""))

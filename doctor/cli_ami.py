@@ -5,27 +5,21 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tarfile
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import click
 
 from doctor.cli import (UsageProblem, _build_report, _collect, _expectations, _matrix, _registry, _safe_name,
-                        _select, _use_color, cli, collect_options, load_snapshot, matrix_overlay_option)
+                        _select, _use_color, cli, collect_options, load_snapshot, matrix_overlay_option, read_document,
+                        snapshot_of)
 from doctor.model import Facts
 
 
 def _snapshot_and_findings(path: str) -> Tuple[Dict[str, Any], List[Mapping[str, Any]]]:
-    """A report brings its findings; a bare facts file gets today's checks run on it."""
-    snapshot = load_snapshot(path)
-    if tarfile.is_tarfile(path):
-        from doctor.bundle import read_member
-
-        doc = read_member(path, "report.json")
-    else:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+    """A report (or a bundle's report) brings its findings; a bare facts file gets today's checks run on it."""
+    doc = read_document(path, bundle_member="report.json")
+    snapshot = snapshot_of(path, doc)
     if isinstance(doc.get("findings"), list):
         return snapshot, doc["findings"]
     from doctor.engine import evaluate

@@ -103,14 +103,10 @@ def _path(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
 
 
-def _write(root: str, path: str, text: str, mode: int = 0o644) -> str:
-    target = _path(root, path)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = f"{target}.dl-doctor-tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, target)
+def _write(root: str, path: str, text: str) -> str:
+    from reports import write_atomic  # 0644, through a temporary file and a rename
+
+    write_atomic(_path(root, path), text)
     return path
 
 
