@@ -9,6 +9,7 @@ to see one).
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import re
@@ -153,6 +154,7 @@ def _matrix(overlays: Sequence[str]):
         raise UsageProblem(f"invalid compatibility matrix: {exc.errors[0]}{more}")
 
 
+@functools.lru_cache(maxsize=4)  # validated before collection, used after it: read once
 def _expectations(path: Optional[str]) -> Optional[Dict[str, Any]]:
     if not path:
         return None
@@ -432,7 +434,7 @@ def explain_cmd(key) -> int:
 # -- entry point ----------------------------------------------------------------
 
 import doctor.cli_matrix  # noqa: E402,F401 - registers `dl-doctor matrix`
-import doctor.cli_ami  # noqa: E402,F401 - registers `dl-doctor expect` and `dl-doctor diff`
+import doctor.cli_ami  # noqa: E402,F401 - registers expect, diff, bundle and the login-hook commands
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     debug = bool(os.environ.get("DL_DOCTOR_DEBUG"))
