@@ -89,6 +89,8 @@ def report_options(func):
                      help="Also write metrics in Prometheus text format (node_exporter textfile collector)."),
         click.option("--status-line", "status_path", metavar="PATH",
                      help="Also write a one-line status (what the login hook prints)."),
+        click.option("--keep-reports", type=click.IntRange(1, 100000), metavar="N",
+                     help="Keep only the newest N runs' reports in --output-dir (the login hook's timer keeps 30)."),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -111,10 +113,13 @@ def collect_options(func):
         click.option("--sysroot", type=click.Path(exists=True, file_okay=False, resolve_path=False), metavar="DIR",
                      help="Inspect a mounted image or a captured tree instead of the live host."),
         click.option("--timeout", type=click.FloatRange(0.1, 600.0), default=DEFAULT_TIMEOUT, show_default=True,
-                     metavar="SECONDS", help="Time limit of each probe."),
+                     metavar="SECONDS", help="Time limit of each probe (the Python-environment probe gets at least "
+                     "60 s, 600 s with --deep; the EBS probe adds --sample-seconds)."),
         click.option("--python", "pythons", multiple=True, metavar="PATH", help="Another interpreter to inspect (repeatable)."),
         click.option("--deep", is_flag=True, help="Also import the frameworks (in a subprocess per environment) and "
                      "record what really loads."),
+        click.option("--run-as-owner", is_flag=True, help="As root, run another user's interpreter as that user "
+                     "(dropped privileges) instead of inspecting it from its files only."),
         click.option("--no-env-scan", is_flag=True, help="Inspect only dl-doctor's interpreter and each --python."),
         click.option("--env-limit", type=click.IntRange(1, 1000), default=32, show_default=True, metavar="N",
                      help="At most this many Python environments."),
@@ -168,16 +173,14 @@ def _expectations(path: Optional[str]) -> Optional[Dict[str, Any]]:
 
 def _collect(registry: Registry, sysroot: Optional[str], timeout: float, pythons: Sequence[str], deep: bool = False,
              no_env_scan: bool = False, env_limit: int = 32, sample_seconds: float = 1.0,
-             ebs_types: Sequence[str] = (), capture: Any = None) -> Dict[str, Any]:
+             ebs_types: Sequence[str] = (), capture: Any = None, run_as_owner: bool = False) -> Dict[str, Any]:
     try:
-        host = Host(sysroot=sysroot, command_timeout=timeout, capture=capture)
+        host = Host(sysroot=sysroot, command_timeout=timeout, capture=capture, run_as_owner=run_as_owner)
     except NotADirectoryError as exc:
         raise UsageProblem(str(exc))
     options = {"timeout": timeout, "python": list(pythons), "deep": deep, "no_env_scan": no_env_scan,
                "env_limit": env_limit, "env_timeout": max(timeout, 10.0),
                "python_envs_timeout": 600.0 if deep else max(timeout, 60.0),
-               # tests point the metadata probe at a fake service on 127.0.0.1
-               "imds_endpoint": os.environ.get("DL_DOCTOR_IMDS_ENDPOINT"),
                "sample_seconds": sample_seconds, "ebs_timeout": timeout + sample_seconds,
                "ebs_volume_types": list(ebs_types)}
     return collect(registry.probes, host, options, timeout=timeout)
@@ -222,8 +225,10 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
                  only: Sequence[str], skip_: Sequence[str], redact_more: bool, quiet: bool, no_color: bool,
                  overlays: Sequence[str] = (), extra_options: Optional[Dict[str, Any]] = None,
                  expect_file: Optional[str] = None, junit_path: Optional[str] = None,
-                 prom_path: Optional[str] = None, status_path: Optional[str] = None) -> int:
+                 prom_path: Optional[str] = None, status_path: Optional[str] = None,
+                 keep_reports: Optional[int] = None) -> int:
     from reports import html as html_report
+    from doctor.output import OutputRefused, prune_reports, reserve_unique
     from reports import junit, prometheus, terminal, to_json, write_atomic
 
     report, findings = _build_report(snapshot, registry, mode=mode, started=started, t0=t0, fail_on=fail_on,
@@ -232,29 +237,40 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
     report = redact_document(report, extended=redact_more, snapshot=dict(snapshot))
 
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
-    base = os.path.join(output_dir, f"dl-doctor-{_safe_name(report['host'].get('hostname'))}-{stamp}")
     json_text = to_json(report)
     written: List[str] = []
     problems: List[str] = []
-    targets: List[Tuple[str, str]] = []
+    base = os.path.join(output_dir, f"dl-doctor-{_safe_name(report['host'].get('hostname'))}-{stamp}")
+    defaults = (json_path is None) or (html_path is None)
+    if defaults:
+        try:  # a name no other run in this directory has, even in the same second
+            base = reserve_unique(base, ".json" if json_path is None else ".html")
+        except OSError as exc:
+            problems.append(f"cannot write into {output_dir}: {exc.strerror or exc}")
+    # (path, text, private): reports carry the environment and stay private; the status line and the metrics
+    # carry none and stay readable by the users and exporters that read them.
+    targets: List[Tuple[str, str, bool]] = []
     if json_path != "-":
-        targets.append((json_path or base + ".json", json_text))
-    targets.append((html_path or base + ".html", html_report.render(report)))
+        targets.append((json_path or base + ".json", json_text, True))
+    targets.append((html_path or base + ".html", html_report.render(report), True))
     if junit_path:
-        targets.append((junit_path, junit.render(report)))
+        targets.append((junit_path, junit.render(report), True))
     if prom_path:
-        targets.append((prom_path, prometheus.render(report)))
+        targets.append((prom_path, prometheus.render(report), False))
     if status_path:
         from doctor.login_hook import status_line
 
-        html_target = os.path.abspath(html_path or base + ".html")
-        targets.append((status_path, status_line(report, html_target) + "\n"))
-    for path, text in targets:
+        targets.append((status_path, status_line(report) + "\n", False))
+    for path, text, private in targets:
         try:
-            write_atomic(path, text)
+            write_atomic(path, text, private=private)
             written.append(path)
+        except OutputRefused as exc:
+            problems.append(f"not writing {exc.filename}: it {exc.why}")
         except OSError as exc:
             problems.append(f"cannot write {path}: {exc.strerror or exc}")
+    if keep_reports is not None and defaults:
+        prune_reports(output_dir, keep_reports, protect=written)
 
     if json_path == "-":
         sys.stdout.write(json_text)
@@ -277,20 +293,22 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
 @cli.command("run")
 @collect_options
 @report_options
-def run_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types, json_path, html_path,
+def run_cmd(sysroot, timeout, pythons, deep, run_as_owner, no_env_scan, env_limit, sample_seconds, ebs_types, json_path, html_path,
             output_dir, fail_on, only, skip_, redact, quiet, no_color, overlays, expect_file, junit_path,
-            prom_path, status_path) -> int:
+            prom_path, status_path, keep_reports) -> int:
     """Collect facts from this host (or --sysroot), run every check and write the reports."""
     started, t0 = utc_now(), time.monotonic()
     registry = _registry()
     _select(registry, only, skip_)  # reject bad input before spending time on probes
     _matrix(overlays)
     _expectations(expect_file)
-    snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types)
+    snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types,
+                        run_as_owner=run_as_owner)
     return _emit_report(snapshot, registry, mode=snapshot["mode"], started=started, t0=t0, json_path=json_path,
                         html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
                         redact_more=redact, quiet=quiet, no_color=no_color, overlays=overlays,
                         expect_file=expect_file, junit_path=junit_path, prom_path=prom_path, status_path=status_path,
+                        keep_reports=keep_reports,
                         extra_options={"timeout": timeout, "python": list(pythons), "deep": deep,
                                        "env_scan": not no_env_scan, "env_limit": env_limit})
 
@@ -299,24 +317,34 @@ def run_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seco
 @collect_options
 @click.option("-o", "--output", required=True, metavar="FACTS.json", help="Where to write the facts ('-' = stdout).")
 @click.option("--redact", is_flag=True, help="Also mask host names, IP/MAC addresses, user names and home paths.")
-def collect_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types, output,
+def collect_cmd(sysroot, timeout, pythons, deep, run_as_owner, no_env_scan, env_limit, sample_seconds, ebs_types, output,
                 redact) -> int:
     """Collect facts only, for `dl-doctor check` later or elsewhere."""
     from reports import to_json, write_atomic
 
     registry = _registry()
-    snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types)
+    snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types,
+                        run_as_owner=run_as_owner)
     text = to_json(redact_document(snapshot, extended=redact))
     if output == "-":
         sys.stdout.write(text)
     else:
-        try:
-            write_atomic(output, text)
-        except OSError as exc:
-            raise UsageProblem(f"cannot write {output}: {exc.strerror or exc}")
+        write_or_refuse(output, text, private=True)
         click.echo(f"Facts: {output} ({len(snapshot['facts'])} probes, {len(snapshot['probe_errors'])} errors)",
                    err=True)
     return 0
+
+
+def write_or_refuse(path: str, data, private: bool = True) -> None:
+    """One output file; a refused target or a failed write is exit 2 with one line."""
+    from doctor.output import OutputRefused, write_file
+
+    try:
+        write_file(path, data, private=private)
+    except OutputRefused as exc:
+        raise UsageProblem(f"not writing {exc.filename}: it {exc.why}")
+    except OSError as exc:
+        raise UsageProblem(f"cannot write {path}: {exc.strerror or exc}")
 
 
 def load_snapshot(path: str, bundle_member: str = "facts.json") -> Dict[str, Any]:
@@ -380,7 +408,7 @@ def snapshot_of(path: str, data: Any) -> Dict[str, Any]:
 @click.argument("facts_file", metavar="FACTS.json")
 @report_options
 def check_cmd(facts_file, json_path, html_path, output_dir, fail_on, only, skip_, redact, quiet, no_color,
-              overlays, expect_file, junit_path, prom_path, status_path) -> int:
+              overlays, expect_file, junit_path, prom_path, status_path, keep_reports) -> int:
     """Run today's checks on facts collected earlier (a facts file or a JSON report)."""
     started, t0 = utc_now(), time.monotonic()
     registry = _registry()
@@ -389,7 +417,7 @@ def check_cmd(facts_file, json_path, html_path, output_dir, fail_on, only, skip_
                         html_path=html_path, output_dir=output_dir, fail_on=fail_on, only=only, skip_=skip_,
                         redact_more=redact, quiet=quiet, no_color=no_color, overlays=overlays,
                         expect_file=expect_file, junit_path=junit_path, prom_path=prom_path, status_path=status_path,
-                        extra_options={"facts_file": facts_file})
+                        keep_reports=keep_reports, extra_options={"facts_file": facts_file})
 
 
 @cli.command("list")

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Tuple
 import click
 
 from doctor.cli import (UsageProblem, _build_report, _collect, _expectations, _matrix, _registry, _safe_name,
-                        _select, _use_color, cli, collect_options, load_snapshot, matrix_overlay_option, read_document,
+                        _select, _use_color, cli, collect_options, load_snapshot, matrix_overlay_option, read_document, write_or_refuse,
                         snapshot_of)
 from doctor.model import Facts
 
@@ -39,15 +39,10 @@ def expect_cmd(source, output, packages) -> int:
     """Write golden-stack expectations (for --expect) from a known-good run."""
     from doctor.expect import DEFAULT_PACKAGES, to_toml
     from doctor.stack import stack
-    from reports import write_atomic
-
     snapshot = load_snapshot(source)
     text = to_toml(stack(Facts(snapshot)), sorted(set(DEFAULT_PACKAGES) | set(packages)))
     if output:
-        try:
-            write_atomic(output, text)
-        except OSError as exc:
-            raise UsageProblem(f"cannot write {output}: {exc.strerror or exc}")
+        write_or_refuse(output, text, private=False)
         click.echo(f"Expectations: {output}", err=True)
     else:
         sys.stdout.write(text)
@@ -84,7 +79,7 @@ def diff_cmd(baseline, current, as_json, ignore) -> int:
 @click.option("-q", "--quiet", is_flag=True, help="Print only problems and the summary line.")
 @click.option("--no-color", is_flag=True, help="No colour.")
 @matrix_overlay_option
-def bundle_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types, output, redact,
+def bundle_cmd(sysroot, timeout, pythons, deep, run_as_owner, no_env_scan, env_limit, sample_seconds, ebs_types, output, redact,
                expect_file, quiet, no_color, overlays) -> int:
     """Run, then pack the reports, the facts and the raw probe outputs (redacted) for a support ticket."""
     from doctor.bundle import Capture, build
@@ -103,7 +98,7 @@ def bundle_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_s
         raise UsageProblem(f"cannot write {output}: {parent} is not a directory")
     capture = Capture()
     snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds,
-                        ebs_types, capture=capture)
+                        ebs_types, capture=capture, run_as_owner=run_as_owner)
     report, findings = _build_report(snapshot, registry, mode=snapshot["mode"], started=started, t0=t0,
                                      fail_on="fail", only=(), skip_=(), redact_more=redact, overlays=overlays,
                                      expect_file=expect_file, extra_options={"bundle": True})
@@ -111,18 +106,7 @@ def bundle_cmd(sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_s
     hostname = red.text(report.get("host", {}).get("hostname") or "")
     top = f"dl-doctor-bundle-{_safe_name(hostname)}-{started.strftime('%Y%m%dT%H%M%SZ')}"
     data, manifest = build(capture, snapshot, report, html_report.render, red, top)
-    tmp = f"{output}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o600)  # a support bundle is for the ticket, not for every user on the host
-        os.replace(tmp, output)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise UsageProblem(f"cannot write {output}: {exc.strerror or exc}")
+    write_or_refuse(output, data, private=True)  # for the ticket, not for every user on the host
     rep = json.loads(json.dumps(red.value(report)))
     click.echo(terminal.render(rep, color=_use_color(no_color), quiet=quiet, paths=[]), nl=False)
     archived = sum(1 for f in manifest["files"] if f.get("archived_as"))
@@ -151,7 +135,7 @@ def _dl_doctor_exe() -> str:
 @click.option("--exe", metavar="PATH", help="The dl-doctor the service runs (default: this one).")
 def install_login_hook_cmd(root, boot_only, no_systemd, prom_path, expect_file, exe) -> int:
     """Show a one-line status at login from the last cached run (never runs dl-doctor at login)."""
-    from doctor.login_hook import STATUS_FILE, install
+    from doctor.login_hook import STATUS_FILE, UnitValueError, install
 
     if not os.path.isdir(root):
         raise UsageProblem(f"--root {root} is not a directory")
@@ -161,7 +145,10 @@ def install_login_hook_cmd(root, boot_only, no_systemd, prom_path, expect_file, 
         click.echo(f"dl-doctor: warning: {exe} does not exist under {root}; the service will fail until it does "
                    f"(--exe PATH names the one the system will have)", err=True)
     try:
-        written = install(root, exe, systemd=not no_systemd, boot_only=boot_only, extra_args=extra)
+        written = install(root, exe, systemd=not no_systemd, boot_only=boot_only, extra_args=extra,
+                          writable=[os.path.dirname(os.path.abspath(prom_path))] if prom_path else [])
+    except UnitValueError as exc:
+        raise UsageProblem(str(exc))
     except FileExistsError as exc:
         raise UsageProblem(str(exc))
     except OSError as exc:

@@ -57,7 +57,21 @@ def diff(baseline: Mapping[str, Any], current: Mapping[str, Any], base_findings:
             "ignore": list(ignore), "drift": drift}
 
 
+def _one_line(obj: Any) -> Any:
+    """Every string escaped for a terminal and kept on one line (a value cannot forge a line of the diff)."""
+    from reports.terminal import safe_text
+
+    if isinstance(obj, dict):
+        return {_one_line(k): _one_line(val) for k, val in obj.items()}
+    if isinstance(obj, list):
+        return [_one_line(val) for val in obj]
+    if isinstance(obj, str):
+        return safe_text(obj).replace("\n", "\\n").replace("\t", "\\t")
+    return obj
+
+
 def render_text(result: Mapping[str, Any], baseline: str, current: str) -> str:
+    result, baseline, current = _one_line(dict(result)), _one_line(baseline), _one_line(current)
     v, f = result["versions"], result["findings"]
     lines = [f"dl-doctor diff {baseline} -> {current}"]
     for key, change in v["changed"].items():

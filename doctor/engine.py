@@ -6,6 +6,7 @@ import datetime as _dt
 import inspect
 import json
 import os
+import re
 import threading
 import time
 import traceback
@@ -102,7 +103,7 @@ def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[s
         exc = run.exc
         if exc is None:
             try:
-                value = json.loads(json.dumps(run.value, default=_not_serialisable))
+                value = printable(json.loads(json.dumps(run.value, default=_not_serialisable, allow_nan=False)))
             except (TypeError, ValueError) as err:
                 errors.append({"probe": name, "kind": "exception", "duration_s": duration,
                                "error": f"returned facts that are not JSON-serialisable: {err}"})
@@ -145,8 +146,30 @@ def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[s
         "probe_errors": errors,
         "unavailable": unavailable,
         "privilege": {"euid": euid, "is_root": euid == 0, "limited": limited},
-        "commands": [vars(rec) for rec in list(host.commands)],
+        "commands": printable([vars(rec) for rec in list(host.commands)]),
     }
+
+
+def _unescape_surrogate(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def printable(obj: Any) -> Any:
+    """Names that were not UTF-8 (``~/venv\\xff``, surrogate-escaped by the OS layer) as readable ``\\xff`` text.
+
+    Without this, one such name anywhere in the facts makes every UTF-8 output fail to encode.
+    """
+    if isinstance(obj, str):
+        return _SURROGATE.sub(lambda m: _unescape_surrogate(m.group(0)), obj) if _SURROGATE.search(obj) else obj
+    if isinstance(obj, dict):
+        return {printable(k): printable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [printable(v) for v in obj]
+    return obj
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _not_serialisable(obj: Any) -> Any:

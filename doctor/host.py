@@ -22,7 +22,10 @@ import errno
 import fnmatch
 import os
 import posixpath
+import selectors
 import shutil
+import signal
+import stat
 import subprocess
 import threading
 import time
@@ -31,10 +34,48 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 MAX_READ_BYTES = 4 * 1024 * 1024
 MAX_SYMLINK_HOPS = 40
+MAX_COMMAND_OUTPUT = 4 * 1024 * 1024  # per stream; the rest is read and dropped
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 class CommandUnavailable(RuntimeError):
     """Raised when a command cannot be run on this host (always, under a sysroot)."""
+
+
+class UntrustedCommand(OSError):
+    """The trust rule (doctor.trust) forbids running this program here; ``reason`` says why."""
+
+    def __init__(self, program: str, reason: str):
+        super().__init__(errno.EPERM, f"not run: {reason}", program)
+        self.reason = reason
+
+
+class NotARegularFile(OSError):
+    """A probe asked to read something that is not a regular file (a FIFO, a device, a socket)."""
+
+    def __init__(self, path: str, kind: str):
+        super().__init__(errno.EINVAL, f"not a regular file ({kind})", path)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISDIR, "directory")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def open_regular(real_path: str) -> int:
+    """A read-only descriptor on a regular file: opened non-blocking (a FIFO cannot hang the open), then checked."""
+    fd = os.open(real_path, _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(real_path, _kind(st.st_mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 @dataclass
@@ -70,6 +111,8 @@ class Host:
     commands: List[CommandRecord] = field(default_factory=list)
     # Set by `dl-doctor bundle`: keeps what the probes read and what commands printed (see doctor.bundle).
     capture: Optional[Any] = None
+    # --run-as-owner: run another user's interpreter as that user instead of leaving it unrun (doctor.trust)
+    run_as_owner: bool = False
 
     def __post_init__(self) -> None:
         if self.sysroot is not None:
@@ -141,8 +184,20 @@ class Host:
     # -- files ------------------------------------------------------------
 
     def read_bytes(self, path: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
-        with open(self.resolve(path), "rb") as fh:
-            data = fh.read(max_bytes)
+        """At most ``max_bytes`` of a regular file (FIFOs, devices and sockets raise :class:`NotARegularFile`)."""
+        fd = open_regular(self.resolve(path))
+        try:
+            chunks: List[bytes] = []
+            left = max_bytes
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            data = b"".join(chunks)
+        finally:
+            os.close(fd)
         if self.capture is not None:
             self.capture.file(path, data, truncated=len(data) >= max_bytes)
         return data
@@ -151,8 +206,8 @@ class Host:
         return self.read_bytes(path, max_bytes).decode("utf-8", errors="replace")
 
     def open_binary(self, path: str):
-        """A read-only binary file object (for parsers that seek, such as the ELF reader)."""
-        return open(self.resolve(path), "rb")
+        """A read-only binary file object on a regular file (for parsers that seek, such as the ELF reader)."""
+        return os.fdopen(open_regular(self.resolve(path)), "rb")
 
     def try_read(self, path: str, max_bytes: int = MAX_READ_BYTES) -> Optional[str]:
         """The file's text, or ``None`` when it does not exist or is not a file.
@@ -162,10 +217,11 @@ class Host:
         """
         try:
             return self.read_text(path, max_bytes)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, NotARegularFile):
             return None
         except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENODEV, errno.ENXIO):
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENODEV, errno.ENXIO,
+                             errno.ENAMETOOLONG):
                 return None
             raise
 
@@ -194,10 +250,16 @@ class Host:
             return False
 
     def listdir(self, path: str) -> List[str]:
-        """Sorted entries of a directory; ``[]`` when it does not exist."""
+        """Sorted entries of a directory; ``[]`` when it does not exist or cannot be a directory (a link loop).
+
+        Names that are not UTF-8 come back with surrogate escapes (as ``os.listdir`` gives them); the engine turns
+        them into readable ``\\xNN`` text before anything is written.
+        """
         try:
             return sorted(os.listdir(self.resolve(path)))
-        except (FileNotFoundError, NotADirectoryError):
+        except PermissionError:
+            raise
+        except OSError:
             return []
 
     def readlink(self, path: str) -> Optional[str]:
@@ -346,41 +408,130 @@ class Host:
         return shutil.which(name, path=self.environ().get("PATH", os.defpath))
 
     def run(self, argv: Sequence[str], timeout: Optional[float] = None,
-            env: Optional[Mapping[str, str]] = None) -> CommandResult:
-        """Run a command with a timeout.  Never under a sysroot."""
+            env: Optional[Mapping[str, str]] = None, *, startup_paths: Sequence[str] = (),
+            requested: bool = False) -> CommandResult:
+        """Run a command with a timeout and bounded output.  Never under a sysroot.
+
+        Every command passes the trust rule (:mod:`doctor.trust`) first: as root, a program that another user
+        could have changed is not run (:class:`UntrustedCommand`), ``startup_paths`` naming what an interpreter
+        executes before the command line's code. ``requested`` marks a program the person running dl-doctor
+        named (``--python``). The child gets a scrubbed environment (no secrets), no terminal, its own process
+        group (killed whole at the timeout), and at most ``MAX_COMMAND_OUTPUT`` bytes of each stream are kept.
+        """
+        from doctor import trust
+
         argv = [str(a) for a in argv]
         if not self.live:
             raise CommandUnavailable(f"commands are not run under a sysroot: {argv[0]}")
         limit = self.command_timeout if timeout is None else timeout
         start = time.monotonic()
-        try:
-            proc = subprocess.run(
-                argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=limit,
-                env=dict(env) if env is not None else None, check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            duration = time.monotonic() - start
-            self._record(CommandRecord(argv, None, duration, True, f"timed out after {limit:g}s"))
-            result = CommandResult(argv, None, _decode(exc.stdout), _decode(exc.stderr), duration, True)
+        program = argv[0] if "/" in argv[0] else (self.which(argv[0]) or argv[0])
+        euid = os.geteuid() if hasattr(os, "geteuid") else None
+        exists = "/" in program and os.path.lexists(program)  # a missing program fails below, as ENOENT
+        verdict = trust.decide([program, *startup_paths], euid, requested=requested,
+                               run_as_owner=self.run_as_owner) if exists else trust.Verdict(True)
+        if not verdict.allowed:
+            err = UntrustedCommand(program, verdict.reason or "untrusted")
+            self._record(CommandRecord(argv, None, 0.0, False, str(err.strerror)))
             if self.capture is not None:
-                self.capture.command(result, f"timed out after {limit:g}s")
-            return result
-        except OSError as exc:
+                self.capture.command(CommandResult(argv, None, "", "", 0.0), str(err.strerror))
+            raise err
+        base_env = dict(env) if env is not None else self.environ()
+        home = user = None
+        run_as = verdict.run_as
+        if run_as is not None:
+            import pwd
+
+            try:
+                entry = pwd.getpwuid(run_as)
+                home, user, gid = entry.pw_dir, entry.pw_name, entry.pw_gid
+            except KeyError:
+                home, user, gid = "/", str(run_as), run_as
+        child_env = trust.scrubbed_environ(base_env, home=home, user=user)
+        kwargs: Dict[str, Any] = {}
+        if run_as is not None:
+            kwargs.update(user=run_as, group=gid, extra_groups=[])
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=child_env, start_new_session=True, close_fds=True, **kwargs)
+        except (OSError, ValueError) as exc:
             duration = time.monotonic() - start
             self._record(CommandRecord(argv, None, duration, False, str(exc)))
             if self.capture is not None:
                 self.capture.command(CommandResult(argv, None, "", "", duration), str(exc))
-            raise
+            if isinstance(exc, OSError):
+                raise
+            raise OSError(errno.EINVAL, str(exc), argv[0])
+        out, err_b, timed_out, truncated = _bounded_communicate(proc, start + limit)
         duration = time.monotonic() - start
-        self._record(CommandRecord(argv, proc.returncode, duration, False))
-        result = CommandResult(argv, proc.returncode, _decode(proc.stdout), _decode(proc.stderr), duration)
+        note = f"timed out after {limit:g}s" if timed_out else None
+        if truncated:
+            note = (note + "; " if note else "") + f"output beyond {MAX_COMMAND_OUTPUT} bytes dropped"
+        if verdict.reason:
+            note = (note + "; " if note else "") + verdict.reason
+        returncode = None if timed_out else proc.returncode
+        self._record(CommandRecord(argv, returncode, duration, timed_out, note))
+        result = CommandResult(argv, returncode, _decode(out), _decode(err_b), duration, timed_out)
         if self.capture is not None:
-            self.capture.command(result)
+            self.capture.command(result, note)
         return result
 
     def _record(self, rec: CommandRecord) -> None:
         with self._lock:
             self.commands.append(rec)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (OSError, ProcessLookupError):
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
+def _bounded_communicate(proc: subprocess.Popen, deadline: float) -> Tuple[bytes, bytes, bool, bool]:
+    """Read both pipes until EOF or the deadline, keeping at most MAX_COMMAND_OUTPUT bytes of each."""
+    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    truncated = False
+    timed_out = False
+    sel = selectors.DefaultSelector()
+    for pipe in kept:
+        sel.register(pipe, selectors.EVENT_READ)
+    try:
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=min(left, 0.5)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf = kept[key.fileobj]
+                room = MAX_COMMAND_OUTPUT - len(buf)
+                if room > 0:
+                    buf += chunk[:room]
+                if len(chunk) > room:
+                    truncated = True
+        if not timed_out:
+            try:
+                proc.wait(timeout=max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+    finally:
+        sel.close()
+        if timed_out:
+            _kill_group(proc)
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        for pipe in kept:
+            pipe.close()
+    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out, truncated
 
 
 def _decode(data) -> str:

@@ -22,8 +22,16 @@ TIMER_LINK = "/etc/systemd/system/timers.target.wants/dl-doctor.timer"
 MARKER = "# Installed by `dl-doctor install-login-hook`"
 
 
-def status_line(report: Dict[str, Any], html_path: Optional[str] = None, width: int = 240) -> str:
-    """One line for the login: when, the counts, the worst finding, where the full report is."""
+KEEP_REPORTS = 30
+
+
+def status_line(report: Dict[str, Any], width: int = 240) -> str:
+    """One line for the login: when, the counts, the worst finding, and the command that shows the rest.
+
+    It names a command, not the cached report: the reports carry the environment and are private to root; any user
+    can run ``dl-doctor`` themselves. Control characters from the machine (an image's names) are escaped.
+    """
+    from reports.terminal import safe_text
     s = report.get("summary", {})
     started = report.get("run", {}).get("started_at") or ""
     try:
@@ -33,15 +41,15 @@ def status_line(report: Dict[str, Any], html_path: Optional[str] = None, width: 
     problems = [f for f in report.get("findings", []) if f.get("status") in ("fail", "error", "warn")]
     order = {"fail": 0, "error": 1, "warn": 2}
     problems.sort(key=lambda f: (order[f["status"]], f["id"]))
-    where = f"Details: {html_path}" if html_path else "Details: run dl-doctor"
+    where = "Details: run dl-doctor"
     if not problems:
         return f"dl-doctor {when}: OK ({s.get('pass', 0)} pass, {s.get('skip', 0)} skipped). {where}"
     counts = ", ".join(f"{s.get(k, 0)} {k}" for k in ("fail", "error", "warn") if s.get(k))
     worst = problems[0]
-    head = f"dl-doctor {when}: {counts}. {worst['id']}: "
+    head = f"dl-doctor {safe_text(when)}: {counts}. {safe_text(str(worst['id']))}: "
     tail = f" {where}"
     room = max(60, width - len(head) - len(tail))
-    message = " ".join(str(worst.get("message", "")).split())
+    message = " ".join(safe_text(str(worst.get("message", ""))).split())
     if len(message) > room:
         message = message[: room - 1].rstrip() + "…"
     return " ".join(f"{head}{message}{tail}".split())  # one line, whatever the messages held
@@ -63,10 +71,47 @@ esac
 """
 
 
-def service_unit(exe: str, extra_args: Sequence[str] = ()) -> str:
+class UnitValueError(ValueError):
+    """A value that cannot be written into a systemd unit (control characters)."""
+
+
+def systemd_quote(value: str) -> str:
+    """One ExecStart= word: systemd's specifiers (%), variables ($) and C escapes (\\) neutralised; quoted when it
+    holds a space, a quote or a semicolon (a lone ``;`` would start another command)."""
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        raise UnitValueError(f"{value!r} contains a control character (a newline?); it cannot go into a unit file")
+    escaped = value.replace("\\", "\\\\").replace("%", "%%").replace("$", "$$")
+    if not value or any(ch in value for ch in " \"';"):
+        return '"' + escaped.replace('"', '\\"') + '"'
+    return escaped
+
+
+# The sandbox of the cached run: read-only everywhere but its state directory (and a metrics directory, if any),
+# yet still able to see the hardware. Not PrivateDevices (hides /dev/nvidia*), ProtectKernelLogs (hides the kernel
+# log), ProtectProc=invisible (hides other processes' maps), ProtectKernelModules (hides /lib/modules) or
+# PrivateNetwork (hides IMDS).
+SANDBOX = """ProtectSystem=strict
+ProtectHome=read-only
+PrivateTmp=yes
+NoNewPrivileges=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+RestrictRealtime=yes
+RestrictNamespaces=yes
+ProtectClock=yes
+ProtectHostname=yes
+ProtectKernelTunables=yes
+ProtectControlGroups=yes
+SystemCallArchitectures=native
+UMask=0022"""
+
+
+def service_unit(exe: str, extra_args: Sequence[str] = (), writable: Sequence[str] = ()) -> str:
     args = ["run", "--quiet", "--no-color", "--fail-on", "never", "--output-dir", f"{STATE_DIR}/reports",
-            "--json", f"{STATE_DIR}/last.json", "--html", f"{STATE_DIR}/last.html",
+            "--keep-reports", str(KEEP_REPORTS), "--json", f"{STATE_DIR}/last.json", "--html", f"{STATE_DIR}/last.html",
             "--status-line", STATUS_FILE, *extra_args]
+    exec_start = " ".join(systemd_quote(a) for a in [exe, *args])
+    rw = "".join(f"\nReadWritePaths={systemd_quote(w)}" for w in writable)
     return f"""{MARKER}
 [Unit]
 Description=dl-doctor: check this deep-learning machine and cache the result for the login status
@@ -75,8 +120,10 @@ Wants=network-online.target
 
 [Service]
 Type=oneshot
-ExecStart={shlex.quote(exe)} {' '.join(shlex.quote(a) for a in args)}
+ExecStart={exec_start}
 StateDirectory=dl-doctor
+StateDirectoryMode=0755
+{SANDBOX}{rw}
 Nice=10
 IOSchedulingClass=idle
 TimeoutStartSec=15min
@@ -99,38 +146,50 @@ WantedBy=timers.target
 """
 
 
-def _path(root: str, path: str) -> str:
-    return os.path.join(root, path.lstrip("/"))
+def _path(root: str, path: str, follow_last: bool = True) -> str:
+    """``path`` inside ``root`` with every symbolic link resolved inside it: nothing leads out of a mounted image."""
+    if os.path.realpath(root) == "/":
+        return path
+    from doctor.host import Host
+
+    return Host(sysroot=root).resolve(path, follow_last=follow_last)
 
 
 def _write(root: str, path: str, text: str) -> str:
-    from reports import write_atomic  # 0644, through a temporary file and a rename
+    from doctor.output import write_file
 
-    write_atomic(_path(root, path), text)
+    write_file(_path(root, path), text, private=False)  # read by the shell of every user, and by systemd
     return path
 
 
 def _ours(target: str) -> bool:
+    from doctor.host import open_regular
+
     try:
-        with open(target, encoding="utf-8", errors="replace") as fh:
-            return MARKER in fh.read(4096)
+        with os.fdopen(open_regular(target), "rb") as fh:
+            return MARKER.encode() in fh.read(4096)
     except OSError:
         return False
 
 
 def install(root: str, exe: str, systemd: bool = True, boot_only: bool = False,
-            extra_args: Sequence[str] = ()) -> List[str]:
-    """Write the snippet (and units); refuse to overwrite files that are not ours. Returns the paths written."""
+            extra_args: Sequence[str] = (), writable: Sequence[str] = ()) -> List[str]:
+    """Write the snippet (and units); refuse to overwrite files that are not ours. Returns the paths written.
+
+    Under ``root`` (a mounted image) every path is resolved inside the root, so an absolute link in the image
+    writes into the image, never into this host's /etc.
+    """
     paths = [PROFILE_SNIPPET] + ([SERVICE, TIMER] if systemd else [])
+    unit = service_unit(exe, extra_args, writable) if systemd else ""  # a bad value fails before anything is written
     for path in paths:
         target = _path(root, path)
         if os.path.lexists(target) and not _ours(target):
             raise FileExistsError(f"{path} exists and was not written by dl-doctor; not overwriting it")
     written = [_write(root, PROFILE_SNIPPET, profile_snippet())]
     if systemd:
-        written.append(_write(root, SERVICE, service_unit(exe, extra_args)))
+        written.append(_write(root, SERVICE, unit))
         written.append(_write(root, TIMER, timer_unit(boot_only)))
-        link = _path(root, TIMER_LINK)  # what `systemctl enable` does; works on a mounted image too
+        link = _path(root, TIMER_LINK, follow_last=False)  # what `systemctl enable` does; works on an image too
         os.makedirs(os.path.dirname(link), exist_ok=True)
         if os.path.lexists(link):
             os.unlink(link)
@@ -141,13 +200,13 @@ def install(root: str, exe: str, systemd: bool = True, boot_only: bool = False,
 
 def uninstall(root: str) -> List[str]:
     removed: List[str] = []
-    link = _path(root, TIMER_LINK)
+    link = _path(root, TIMER_LINK, follow_last=False)
     if os.path.islink(link) and os.readlink(link) == "../dl-doctor.timer":
         os.unlink(link)
         removed.append(TIMER_LINK)
     for path in (PROFILE_SNIPPET, SERVICE, TIMER):
-        target = _path(root, path)
-        if os.path.lexists(target) and _ours(target):
+        target = _path(root, path, follow_last=False)
+        if os.path.lexists(target) and not os.path.islink(target) and _ours(target):
             os.unlink(target)
             removed.append(path)
     return removed

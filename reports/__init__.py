@@ -6,8 +6,6 @@ Renderers only format; they never collect facts or judge them.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from importlib import resources
 from typing import Any, Dict
 
@@ -28,19 +26,8 @@ def to_json(document: Dict[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".dl-doctor-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+def write_atomic(path: str, text: str, private: bool = True) -> str:
+    """Write ``text`` to ``path`` safely (doctor.output.write_file): private (0600) unless ``private=False``."""
+    from doctor.output import write_file
+
+    return write_file(path, text, private=private)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Any, Dict, List, Sequence
 
@@ -9,6 +10,36 @@ COLORS = {"fail": "31;1", "error": "35;1", "warn": "33;1", "pass": "32", "skip":
 LABELS = {"fail": "FAIL", "error": "ERROR", "warn": "WARN", "pass": "PASS", "skip": "SKIP"}
 ORDER = ("error", "fail", "warn", "skip", "pass")
 WIDTH = 100
+
+
+# C0 and C1 control characters (but newline and tab), DEL, the bidirectional overrides that reorder what a terminal
+# shows, and lone surrogates (names that were not UTF-8): escaped, so nothing from the machine can move the cursor,
+# retitle the window, hide text or smuggle an escape sequence into a terminal, a diff or the login line.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(m: "re.Match[str]") -> str:
+    ch = m.group(0)
+    code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe_text(text: str) -> str:
+    """``text`` with every control character and invisible reordering mark escaped (``\\x1b``, ``\\u202e``)."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def safe_value(obj: Any) -> Any:
+    """A copy of a report (or any JSON value) with :func:`safe_text` applied to every string, keys included."""
+    if isinstance(obj, dict):
+        return {safe_value(k): safe_value(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [safe_value(v) for v in obj]
+    if isinstance(obj, str):
+        return safe_text(obj)
+    return obj
 
 
 def _paint(text: str, style: str, color: bool) -> str:
@@ -47,6 +78,8 @@ def summary_line(report: Dict[str, Any]) -> str:
 
 def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
            paths: Sequence[str] = ()) -> str:
+    report = safe_value(report)
+    paths = [safe_text(p) for p in paths]
     lines: List[str] = []
     tool = report.get("tool", {})
     if not quiet:

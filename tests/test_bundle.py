@@ -100,7 +100,10 @@ def test_bundle_round_trips_through_check(run_cli, tree, tmp_path):
 
 def test_live_bundle_records_commands_and_masks_secrets_they_print(run_cli, tmp_path):
     fake = tmp_path / "python-fake"
-    fake.write_text("#!/bin/sh\necho \"using $HF_TOKEN\"\necho \"key=$MY_API_KEY\" >&2\nexit 3\n")
+    # The child gets a scrubbed environment (doctor.trust): the secrets never reach it. What it prints of its own
+    # (a token in a config it cats, say) is masked in the bundle.
+    fake.write_text(f"#!/bin/sh\necho \"env=[$HF_TOKEN]\"\necho \"using {TOKEN}\"\necho \"key={PASSWORD}\" >&2\n"
+                    f"exit 3\n")
     fake.chmod(0o755)
     out = tmp_path / "live.tar.gz"
     result = run_cli("bundle", "--no-env-scan", "--python", str(fake), "-o", str(out), "-q",
@@ -115,6 +118,7 @@ def test_live_bundle_records_commands_and_masks_secrets_they_print(run_cli, tmp_
     text = files[ran[0]["archived_as"]].decode()
     assert "# returncode: 3" in text
     assert "using [REDACTED]" in text and "key=[REDACTED]" in text
+    assert "env=[]" in text
 
 
 def test_redact_placeholders_agree_across_the_whole_bundle(run_cli, tree, tmp_path):

@@ -74,12 +74,19 @@ def _report(status_counts, findings):
 def test_status_line_names_the_worst_finding_and_stays_one_line():
     findings = [{"id": "DLD-NET-001", "status": "warn", "message": "no EFA"},
                 {"id": "DLD-GPU-008", "status": "fail", "message": "Xid 79:\nGPU fell off the bus " + "x" * 400}]
-    line = status_line(_report({"fail": 1, "warn": 1, "pass": 30}, findings), "/var/lib/dl-doctor/last.html")
+    line = status_line(_report({"fail": 1, "warn": 1, "pass": 30}, findings))
     assert "\n" not in line and len(line) <= 240
     assert line.startswith("dl-doctor 2026-11-29 16:15 UTC: 1 fail, 1 warn. DLD-GPU-008: Xid 79: GPU fell off the bus")
-    assert line.endswith("… Details: /var/lib/dl-doctor/last.html")
+    # a command every user can run, not the cached report (private to root)
+    assert line.endswith("… Details: run dl-doctor")
     ok = status_line(_report({"pass": 30, "skip": 5}, [{"id": "DLD-X-1", "status": "pass", "message": ""}]))
     assert ok == "dl-doctor 2026-11-29 16:15 UTC: OK (30 pass, 5 skipped). Details: run dl-doctor"
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def test_run_writes_the_status_line(run_cli, tmp_path):
@@ -91,7 +98,10 @@ def test_run_writes_the_status_line(run_cli, tmp_path):
     text = status.read_text()
     assert text.count("\n") == 1
     assert ": 2 fail, 1 warn. DLD-DRV-003: Driver/library version mismatch" in text
-    assert text.rstrip().endswith(f"Details: {html}")
+    assert text.rstrip().endswith("Details: run dl-doctor")
+    # no environment in it: readable by every user who logs in (less the umask); the report stays private
+    assert status.stat().st_mode & 0o777 == 0o644 & ~_umask()
+    assert html.stat().st_mode & 0o777 == 0o600 & ~_umask()
 
 
 def test_install_and_uninstall_into_an_image_tree(run_cli, tmp_path):

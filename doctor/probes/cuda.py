@@ -46,7 +46,10 @@ def toolkit_version(ctx: ProbeContext, root: str) -> Tuple[Optional[str], Option
         if m:
             return m.group(1), f"dist-info/{name}"
     if host.live and host.exists(f"{root}/bin/nvcc"):
-        result = host.run([host.resolve(f"{root}/bin/nvcc"), "--version"], timeout=5)
+        try:
+            result = host.run([host.resolve(f"{root}/bin/nvcc"), "--version"], timeout=5)
+        except OSError:  # not runnable here, or not by root (doctor.trust): the version stays unknown
+            return None, None
         m = _NVCC.search(result.stdout)
         if m:
             return m.group(2), "nvcc --version"

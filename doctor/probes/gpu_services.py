@@ -18,8 +18,11 @@ def _unit(ctx: ProbeContext, name: str) -> Dict[str, Any]:
     enabled = any(host.lexists(p) for p in host.glob(f"/etc/systemd/system/*.wants/{name}"))
     active = None
     if host.live and path and host.which("systemctl"):
-        result = host.run(["systemctl", "is-active", name], timeout=3)
-        active = result.stdout.strip() or None
+        try:
+            result = host.run(["systemctl", "is-active", name], timeout=3)
+            active = result.stdout.strip()[:64] or None
+        except OSError:
+            active = None
     return {"installed": path is not None, "unit_path": path, "enabled": enabled, "active": active}
 
 
@@ -38,7 +41,10 @@ def fabric_manager_version(ctx: ProbeContext, packages: Optional[List[Dict[str, 
     if host.live:
         exe = host.which("nv-fabricmanager") or ("/usr/bin/nv-fabricmanager" if host.exists("/usr/bin/nv-fabricmanager") else None)
         if exe:
-            result = host.run([exe, "--version"], timeout=3)
+            try:
+                result = host.run([exe, "--version"], timeout=3)
+            except OSError:
+                return None
             m = _FM_VERSION.search(result.stdout + result.stderr)
             if m:
                 return {"version": m.group(1), "source": "nv-fabricmanager --version"}

@@ -14,12 +14,13 @@ import posixpath
 import threading
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
-from doctor.host import Host
+from doctor.host import Host, UntrustedCommand
 from doctor.ldso import Loader
 from doctor.probes import ProbeContext, probe
+from doctor.trust import python_startup_paths
+from doctor.workers import map_daemon
 
 DEFAULT_ENV_LIMIT = 32
 FRAMEWORKS = ("torch", "torchvision", "torchaudio", "tensorflow", "jax", "jaxlib", "deepspeed", "apex", "xformers",
@@ -30,7 +31,10 @@ KEY_LIBS = {"cudart": "libcudart.so", "cublas": "libcublas.so", "cudnn": "libcud
 CONDA_ROOT_NAMES = ("anaconda3", "miniconda3", "miniforge3", "mambaforge", "conda")
 SKIP_DIRS = {"node_modules", ".cache", "site-packages", "dist-packages", ".git", "proc", "sys", "__pycache__", "pkgs"}
 _DIST = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[^-]+?)\.(dist-info|egg-info)$")
-_VERSION_PY = re.compile(r"""^(__version__|cuda|git_version)\s*(?::\s*[^=]+)?=\s*['"]?([^'"\n]*?)['"]?\s*$""", re.M)
+# One line of torch/version.py (`cuda: Optional[str] = '12.4'`), matched per line (lines are capped): no part of
+# the pattern can scan past its line, and the annotation cannot overlap the spaces around it.
+_VERSION_PY_LINE = re.compile(r"""(__version__|cuda|git_version)[ \t]*(?::[^=\n]{0,200})?=[ \t]*(['"]?)([^'"\n]{0,200})\2[ \t]*""")
+MAX_VERSION_LINE = 1024
 _PY_DIR = re.compile(r"^python(3\.\d+)$")
 _PRELOAD_ITEM = re.compile(r"""\(\s*["'](\w+)["']\s*,\s*["'](lib[^"']+)["']\s*\)""")
 _PRELOAD_DICT_ITEM = re.compile(r"""["'](\w+)["']\s*:\s*["'](lib[^"']+)["']""")
@@ -206,9 +210,15 @@ def site_dirs(host: Host, env: Dict[str, Any]) -> List[str]:
 
 
 def parse_version_py(text: str) -> Dict[str, Optional[str]]:
+    """``__version__``, ``cuda`` and ``git_version`` from a framework's ``version.py`` (never executed)."""
     out: Dict[str, Optional[str]] = {}
-    for key, value in _VERSION_PY.findall(text):
-        out[key] = None if value in ("None", "") else value
+    for line in text.splitlines():
+        if len(line) > MAX_VERSION_LINE or not line.startswith(("__version__", "cuda", "git_version")):
+            continue
+        m = _VERSION_PY_LINE.fullmatch(line.rstrip())
+        if m:
+            value = m.group(3).strip()
+            out[m.group(1)] = None if value in ("None", "") else value
     return out
 
 
@@ -445,9 +455,54 @@ def resolve_torch_libraries(host: Host, env: Dict[str, Any], static: Dict[str, A
 
 # -- live and deep ---------------------------------------------------------------------------
 
-def run_live(host: Host, python: str, timeout: float) -> Dict[str, Any]:
+# What the live script prints, field by field: a hostile or broken interpreter's other output is dropped.
+_LIVE_SHAPE = {"version": str, "executable": str, "prefix": str, "base_prefix": str, "sys_path": list,
+               "user_site": str, "user_site_enabled": bool, "site_packages": list, "pythonpath": str,
+               "pth_files": list, "origins": dict}
+_DEEP_SHAPE = {"imported": bool, "version": str, "cuda": str, "cuda_available": bool, "device_count": int,
+               "cuda_error": str, "arch_list": list, "arch_list_error": str, "cudnn": int, "cudnn_error": str,
+               "nccl": str, "nccl_error": str, "import_error": str, "mapped": list}
+MAX_LIST_ITEMS = 4096
+
+
+def _shaped(raw: Any, shape: Dict[str, type]) -> Dict[str, Any]:
+    """Keep only the expected fields of the expected types; lists of strings, dicts of str -> str|None."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"printed {type(raw).__name__}, not an object")
+    out: Dict[str, Any] = {}
+    dropped = []
+    for key, kind in shape.items():
+        if key not in raw or raw[key] is None:
+            continue
+        value = raw[key]
+        if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+            dropped.append(key)
+            continue
+        if kind is list:
+            value = [v for v in value[:MAX_LIST_ITEMS] if isinstance(v, str)]
+        elif kind is dict:
+            value = {str(k)[:200]: v for k, v in list(value.items())[:64] if v is None or isinstance(v, str)}
+        elif kind is int and not -2**31 <= value < 2**31:
+            dropped.append(key)
+            continue
+        out[key] = value
+    if dropped:
+        out["dropped_fields"] = dropped
+    return out
+
+
+def _run_python(host: Host, env: Dict[str, Any], script: str, timeout: float, startup: List[str]):
+    python = env["python"]
+    return host.run([python, "-c", script], timeout=timeout, startup_paths=startup,
+                    requested=env.get("kind") == "requested")
+
+
+def run_live(host: Host, env: Dict[str, Any], timeout: float, startup: List[str]) -> Dict[str, Any]:
+    python = env["python"]
     try:
-        result = host.run([python, "-c", LIVE_SCRIPT], timeout=timeout)
+        result = _run_python(host, env, LIVE_SCRIPT, timeout, startup)
+    except UntrustedCommand as exc:
+        return {"skipped": f"not run as root: {exc.reason}; inspected from its files only"}
     except OSError as exc:
         return {"error": f"cannot run {python}: {exc.strerror or exc}"}
     if result.timed_out:
@@ -455,14 +510,17 @@ def run_live(host: Host, python: str, timeout: float) -> Dict[str, Any]:
     if result.returncode != 0:
         return {"error": f"exit {result.returncode}: {(result.stderr or result.stdout).strip()[-400:]}"}
     try:
-        return json.loads(result.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError) as exc:
+        return _shaped(json.loads(result.stdout.strip().splitlines()[-1]), _LIVE_SHAPE)
+    except (ValueError, IndexError, RecursionError) as exc:
         return {"error": f"unreadable output: {exc}"}
 
 
-def run_deep(host: Host, python: str, timeout: float) -> Dict[str, Any]:
+def run_deep(host: Host, env: Dict[str, Any], timeout: float, startup: List[str]) -> Dict[str, Any]:
+    python = env["python"]
     try:
-        result = host.run([python, "-c", DEEP_SCRIPT], timeout=timeout)
+        result = _run_python(host, env, DEEP_SCRIPT, timeout, startup)
+    except UntrustedCommand as exc:
+        return {"skipped": f"not imported as root: {exc.reason}"}
     except OSError as exc:
         return {"error": f"cannot run {python}: {exc.strerror or exc}"}
     if result.timed_out:
@@ -470,7 +528,10 @@ def run_deep(host: Host, python: str, timeout: float) -> Dict[str, Any]:
     line = next((l for l in result.stdout.splitlines() if l.startswith("DLDOCTOR-DEEP ")), None)
     if line is None:
         return {"error": f"exit {result.returncode}: {(result.stderr or result.stdout).strip()[-600:]}"}
-    out = json.loads(line[len("DLDOCTOR-DEEP "):])
+    try:
+        out = _shaped(json.loads(line[len("DLDOCTOR-DEEP "):]), _DEEP_SHAPE)
+    except (ValueError, RecursionError) as exc:
+        return {"error": f"unreadable output: {exc}"}
     out["stderr_tail"] = result.stderr.strip()[-600:] or None
     return out
 
@@ -487,9 +548,11 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
     timeout = float(ctx.options.get("env_timeout") or 10.0)
     python = env.get("python")
     if host.live and python and host.is_file(python) and env["kind"] != "user-site":
-        out["live"] = run_live(host, python, timeout)
+        startup = python_startup_paths(host, env.get("prefix") if env["kind"] in ("venv", "conda") else None,
+                                       out.get("site_packages") or [])
+        out["live"] = run_live(host, env, timeout, startup)
         if ctx.options.get("deep") and "torch" in out["frameworks"]:
-            out["deep"] = run_deep(host, python, float(ctx.options.get("deep_timeout") or 120.0))
+            out["deep"] = run_deep(host, env, float(ctx.options.get("deep_timeout") or 120.0), startup)
     ld = [d for d in host.environ().get("LD_LIBRARY_PATH", "").split(":") if d]
     live_path = (out.get("live") or {}).get("sys_path")
     # Environments that are the same files (the same site-packages, reached through links) load the same libraries.
@@ -520,9 +583,8 @@ _RESOLVED_LOCK = threading.Lock()
 def python_envs_probe(ctx: ProbeContext) -> Dict[str, Any]:
     limit = int(ctx.options.get("env_limit") or DEFAULT_ENV_LIMIT)
     envs, truncated = discover(ctx, limit)
-    workers = max(1, min(8, len(envs)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe-python_envs:") as pool:
-        results = list(pool.map(lambda e: inspect(ctx, e), envs))
+    # Daemon workers: one stuck in a syscall can never keep the process alive after the reports are written.
+    results = map_daemon(lambda e: inspect(ctx, e), envs, workers=8, name="probe-python_envs:")
     pips = []
     for path in ctx.host.glob("/usr/bin/pip*") + ctx.host.glob("/usr/local/bin/pip*"):
         first = (ctx.host.try_read(path, 512) or "").splitlines()[:1]
