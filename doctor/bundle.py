@@ -86,6 +86,10 @@ def _as_text(path: str, data: bytes) -> Optional[str]:
     return data.decode("utf-8", errors="replace")
 
 
+def _per_line(red: Redactor, text: str) -> str:
+    return "".join(red.text(line) for line in text.splitlines(keepends=True))
+
+
 def _member_name(path: str) -> str:
     clean = "/".join(p for p in path.split("/") if p not in ("", ".", ".."))
     return re.sub(r"[^A-Za-z0-9._@+=,/-]", "_", clean) or "_"
@@ -108,7 +112,9 @@ def build(capture: Capture, snapshot: Dict[str, Any], report: Dict[str, Any], ht
                 item["skipped"] = "binary content"
             else:
                 name = f"raw/files/{_member_name(red.text(path))}"
-                members.append((name, red.text(text).encode("utf-8")))
+                # line by line: a log (the syslog copy) is masked per line, so no pattern spans two records
+                masked = "".join(red.text(line) for line in text.splitlines(keepends=True))
+                members.append((name, masked.encode("utf-8", errors="replace")))
                 item["archived_as"] = name
         files_manifest.append(item)
 
@@ -119,8 +125,8 @@ def build(capture: Capture, snapshot: Dict[str, Any], report: Dict[str, Any], ht
         name = f"raw/commands/{n:03d}-{program}.txt"
         body = (f"$ {' '.join(argv)}\n# returncode: {cmd['returncode']}  duration: {cmd['duration_s']}s  "
                 f"timed out: {cmd['timed_out']}" + (f"  error: {red.text(cmd['error'])}" if cmd["error"] else "")
-                + f"\n--- stdout ---\n{red.text(cmd['stdout'])}\n--- stderr ---\n{red.text(cmd['stderr'])}\n")
-        members.append((name, body.encode("utf-8")))
+                + f"\n--- stdout ---\n{_per_line(red, cmd['stdout'])}\n--- stderr ---\n{_per_line(red, cmd['stderr'])}\n")
+        members.append((name, body.encode("utf-8", errors="replace")))
         commands_manifest.append({"argv": argv, "probe": cmd["probe"], "returncode": cmd["returncode"],
                                   "duration_s": cmd["duration_s"], "timed_out": cmd["timed_out"],
                                   "error": red.text(cmd["error"]) if cmd["error"] else None,
@@ -164,17 +170,42 @@ class BundleError(ValueError):
     pass
 
 
+# Reading a bundle someone sent: bounded, whatever the archive holds.
+MAX_READ_MEMBERS = 20000            # tar members looked at before giving up
+MAX_READ_MEMBER_BYTES = 256 << 20   # one JSON member
+MAX_READ_SCAN_BYTES = 1 << 30       # decompressed bytes scanned to find it
+
+
 def read_member(path: str, member: str) -> Dict[str, Any]:
-    """One JSON member (``facts.json``, ``manifest.json``) of a bundle, read without unpacking anything to disk."""
+    """One JSON member (``facts.json``, ``manifest.json``) of a bundle, read without unpacking anything to disk.
+
+    At most MAX_READ_MEMBERS members and MAX_READ_SCAN_BYTES of decompressed archive are scanned; a member over
+    MAX_READ_MEMBER_BYTES is refused. A truncated or corrupt archive is a BundleError (one line, exit 2).
+    """
+    import zlib
+
+    from doctor.validate import load_json_bytes
+
     try:
         with tarfile.open(path, mode="r:*") as tar:
-            for info in tar:
+            for n, info in enumerate(tar):
+                if n >= MAX_READ_MEMBERS:
+                    raise BundleError(f"{path} has more than {MAX_READ_MEMBERS} members before {member}; not a "
+                                      f"dl-doctor bundle")
+                if info.offset_data > MAX_READ_SCAN_BYTES:
+                    raise BundleError(f"{path}: {member} not found in the first {MAX_READ_SCAN_BYTES >> 20} MiB")
                 parts = info.name.split("/")
                 if info.isfile() and len(parts) == 2 and parts[1] == member:
+                    if info.size > MAX_READ_MEMBER_BYTES:
+                        raise BundleError(f"{path}: {member} is {info.size} bytes, over the "
+                                          f"{MAX_READ_MEMBER_BYTES >> 20} MiB limit")
                     fh = tar.extractfile(info)
-                    return json.loads(fh.read().decode("utf-8")) if fh else {}
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise BundleError(f"{path} is not a readable dl-doctor bundle: {exc}")
+                    data = fh.read(MAX_READ_MEMBER_BYTES + 1) if fh else b"{}"
+                    return load_json_bytes(data, f"{path}: {member} in the bundle")
+    except BundleError:
+        raise
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise BundleError(f"{path} is not a readable dl-doctor bundle (truncated or corrupt?): {exc}")
     except ValueError as exc:
-        raise BundleError(f"{path}: {member} in the bundle is not JSON: {exc}")
+        raise BundleError(str(exc))
     raise BundleError(f"{path} is a tar archive but not a dl-doctor bundle (no {member})")

@@ -358,23 +358,29 @@ def read_document(path: str, bundle_member: str = "facts.json") -> Any:
 
     from doctor.bundle import BundleError, read_member
 
+    import zlib
+
+    from doctor.validate import MAX_DOCUMENT_BYTES, InputError, load_json_bytes
+
     try:
         if os.path.isfile(path) and tarfile.is_tarfile(path):
             try:
                 return read_member(path, bundle_member)
             except BundleError as exc:
                 raise UsageProblem(str(exc))
-        else:
-            with open(path, encoding="utf-8") as fh:
-                return json.load(fh)
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_DOCUMENT_BYTES + 1)
+        return load_json_bytes(data, path)
+    except InputError as exc:
+        raise UsageProblem(str(exc))
     except FileNotFoundError:
         raise UsageProblem(f"cannot read {path}: no such file")
     except IsADirectoryError:
         raise UsageProblem(f"cannot read {path}: it is a directory")
+    except (EOFError, zlib.error, tarfile.TarError) as exc:  # click would report EOFError as "interrupted"
+        raise UsageProblem(f"{path} is not a readable dl-doctor bundle (truncated or corrupt?): {exc}")
     except OSError as exc:
         raise UsageProblem(f"cannot read {path}: {exc.strerror or exc}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UsageProblem(f"{path} is not a JSON file: {exc}")
 
 
 def snapshot_of(path: str, data: Any) -> Dict[str, Any]:
@@ -401,6 +407,12 @@ def snapshot_of(path: str, data: Any) -> Dict[str, Any]:
                            f"{FACTS_SCHEMA_VERSION}")
     if not isinstance(snapshot.get("facts"), dict):
         raise UsageProblem(f"{path} has no 'facts' object")
+    from doctor.validate import InputError, validate_snapshot
+
+    try:
+        validate_snapshot(snapshot, path)
+    except InputError as exc:
+        raise UsageProblem(str(exc))
     return snapshot
 
 

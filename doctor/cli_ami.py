@@ -21,6 +21,14 @@ def _snapshot_and_findings(path: str) -> Tuple[Dict[str, Any], List[Mapping[str,
     doc = read_document(path, bundle_member="report.json")
     snapshot = snapshot_of(path, doc)
     if isinstance(doc.get("findings"), list):
+        from doctor.model import Status
+
+        statuses = {s.value for s in Status}
+        for n, f in enumerate(doc["findings"]):
+            if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("id", "status", "message")) \
+                    or f["status"] not in statuses:
+                raise UsageProblem(f"{path}: findings[{n}] is not a finding (id, status and message strings, "
+                                   f"status one of {', '.join(sorted(statuses))})")
         return snapshot, doc["findings"]
     from doctor.engine import evaluate
 

@@ -20,60 +20,158 @@ from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
 
 MASK = "[REDACTED]"
 
-_SECRET_WORDS = ("PASSWORD", "PASSWD", "SECRET", "TOKEN", "CREDENTIAL", "APIKEY", "PRIVATEKEY", "COOKIE")
-_SECRET_PARTS = {"KEY", "KEYS", "PASS", "PWD", "AUTH", "CREDS", "SIGNATURE", "SESSION", "PRIVATE"}
-_NOT_SECRET = {"PWD", "OLDPWD", "KEYMAP", "XAUTHORITY", "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS",
-               "XDG_SESSION_ID", "XDG_SESSION_TYPE", "XDG_SESSION_CLASS", "XDG_SESSION_DESKTOP"}
+
+def _load_rules() -> Dict[str, Any]:
+    from importlib import resources
+
+    try:
+        import tomllib  # type: ignore[import-not-found]
+    except ModuleNotFoundError:  # Python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef]
+    text = resources.files("doctor").joinpath("data/secrets.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+RULES = _load_rules()
+_SECRET_WORDS = tuple(RULES["names"]["words"])
+_SECRET_PARTS = set(RULES["names"]["parts"])
+_SECRET_SUFFIXES = tuple(RULES["names"]["suffixes"])
+_NOT_SECRET = set(RULES["names"]["not_secret"])
+_SECRET_QUERY = {q.lower() for q in RULES["urls"]["query"]}
+MAX_NAME = 128
 
 
 def looks_secret_name(name: str) -> bool:
-    """True for variable/key names whose values are secrets (AWS_SECRET_ACCESS_KEY, HF_TOKEN, DB_PASS...)."""
-    upper = name.upper()
+    """True for variable/key names whose values are secrets (AWS_SECRET_ACCESS_KEY, HF_TOKEN, DB_PASS, SENTRY_DSN...)."""
+    upper = name[:MAX_NAME].upper()
     if upper in _NOT_SECRET:
         return False
     squashed = re.sub(r"[^A-Z0-9]", "", upper)
     if any(word in squashed for word in _SECRET_WORDS):
         return True
     parts = [p for p in re.split(r"[^A-Z0-9]+", upper) if p]
-    return any(p in _SECRET_PARTS for p in parts) or (len(parts) > 0 and parts[-1].endswith("KEY"))
+    return any(p in _SECRET_PARTS for p in parts) or (len(parts) > 0 and parts[-1].endswith(_SECRET_SUFFIXES))
 
 
-_NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
 # Values that cannot be secrets even under a secret-looking name
 # (TOKENIZERS_PARALLELISM=false, max_tokens=4096): kept, because they help support.
 _TRIVIAL = re.compile(r"^(?:\d{1,4}|true|false|yes|no|none|null|on|off)$", re.I)
 
+# Every quantifier below is bounded, so each attempt scans a bounded window and a whole pass stays linear in the
+# input (tests/test_hostile.py runs every pattern on 1 MiB of adversarial text).
+_NAME = r"[A-Za-z_][A-Za-z0-9_.-]{0,127}"
+
 
 def _secret_assignment(m: "re.Match[str]") -> str:
-    name, sep, quote, value = m.group(1), m.group(2), m.group(3), m.group(4)
-    if looks_secret_name(name) and not _TRIVIAL.match(value):
+    name, sep = m.group("name"), m.group("sep")
+    for group, quote in (("dq", '"'), ("sq", "'"), ("bare", "")):
+        value = m.group(group)
+        if value is not None:
+            break
+    if looks_secret_name(name) and value and value != MASK and not _TRIVIAL.match(value):
         return f"{name}{sep}{quote}{MASK}{quote}"
     return m.group(0)
 
-# (pattern, replacement) applied to every string, in order.
+
+def _query(m: "re.Match[str]") -> str:
+    name, value = m.group(2), m.group(3)
+    if value and value != MASK and (name.lower() in _SECRET_QUERY or looks_secret_name(name)) \
+            and not _TRIVIAL.match(value):
+        return f"{m.group(1)}{name}={MASK}"
+    return m.group(0)
+
+
+_TOKENISH = re.compile(r"^(?=.{0,256}[0-9])[A-Za-z0-9_-]{12,256}$|^[A-Za-z0-9_-]{24,256}$")
+
+
+def _url_user(m: "re.Match[str]") -> str:
+    """``https://TOKEN@host/``: a user name that is a token (long, or long with digits) is masked."""
+    user = m.group(2)
+    return f"{m.group(1)}{MASK}@" if _TOKENISH.match(user) else m.group(0)
+
+
+def _masked_group(m: "re.Match[str]") -> str:
+    start, end = m.span("secret")
+    base = m.start()
+    text = m.group(0)
+    return text[: start - base] + MASK + text[end - base:]
+
+
+_FLAG_HEAD = re.compile(r"[A-Za-z0-9-]{0,64}$")
+
+
+def _flag(m: "re.Match[str]") -> str:
+    """The keyword must sit in a command-line flag: ``-``/``--`` then letters, digits and dashes up to it."""
+    before = m.string[max(0, m.start() - 64):m.start()]
+    head = _FLAG_HEAD.search(before)
+    word = head.group(0) if head else ""
+    if not word.startswith("-"):
+        return m.group(0)
+    if len(word) == 64 and m.start() > 64 and m.string[m.start() - 65] not in " \t\n\"'=":
+        return m.group(0)
+    if _TRIVIAL.match(m.group(2)):
+        return m.group(0)
+    start = m.start(2) - m.start()
+    return m.group(0)[:start] + MASK
+
+
+# (pattern, replacement) applied to every string, in order. Private keys are handled first, by hand (mask_private_keys).
 _ALWAYS: List[Tuple[Pattern[str], Any]] = [
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S),
-     "-----BEGIN PRIVATE KEY----- " + MASK),
     (re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
      MASK),
-    (re.compile(r"(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdzE|FQoGZXIvYXdzE)[A-Za-z0-9/+=]{16,}"), MASK),
-    (re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}"
-                r"|xox[abposr]-[A-Za-z0-9-]{10,}|hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35}"
-                r"|npm_[A-Za-z0-9]{36})"), MASK),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), MASK),
-    (re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*"), lambda m: f"{m.group(1)}{m.group(2)}{MASK}"),
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s:@]*):([^/\s@]+)@"), lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@"),
-    (re.compile(r"(?i)(--?[a-z0-9-]*(?:password|passwd|token|secret|api-key|apikey)[a-z0-9-]*)(=|\s+)(?!\[REDACTED\])(\S+)"),
+    (re.compile(r"(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdzE|FQoGZXIvYXdzE)[A-Za-z0-9/+=]{16,4096}"), MASK),
+    (re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{30,255}"
+                r"|glpat-[A-Za-z0-9_-]{20,255}|xox[abposr]-[A-Za-z0-9-]{10,255}|hf_[A-Za-z0-9]{30,255}"
+                r"|sk-[A-Za-z0-9_-]{20,255}|AIza[0-9A-Za-z_-]{35}|npm_[A-Za-z0-9]{36})"), MASK),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,4096}\.[A-Za-z0-9_-]{8,4096}\.[A-Za-z0-9_-]{8,4096}"), MASK),
+    (re.compile(r"(?i)\b(bearer|basic|token)([ \t]{1,16})[A-Za-z0-9\-._~+/]{8,4096}={0,3}"),
      lambda m: f"{m.group(1)}{m.group(2)}{MASK}"),
-    (re.compile(r"(?<![A-Za-z0-9_])(" + _NAME + r")(\s*[=:]\s*)([\"']?)(?!\[REDACTED\])([^\s\"',;]+)\3"),
+    # URL shapes with a token in the path (data: secrets.toml [[urls.path]])
+    *[(re.compile(rule["pattern"]), _masked_group) for rule in RULES["urls"]["path"]],
+    # user:password@ and TOKEN@ in URLs
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)([^/\s:@]{0,256}):([^/\s@]{1,512})@"),
+     lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)([^/\s:@\[]{1,256})@"), _url_user),
+    # ?token=... &password=... ;sig=... in URLs (before the assignments, which would read `https:` as a name)
+    (re.compile(r"([?&;])([A-Za-z0-9_.\[\]-]{1,64})=([^&#\s\"'<>]{0,2048})"), _query),
+    # command lines (data: secrets.toml [[commands.flag]])
+    *[(re.compile(rule["pattern"]), _masked_group) for rule in RULES["commands"]["flag"]],
+    # --password=..., --hf-token ...: found by the keyword (a literal, cheap to scan for), then checked to be a flag
+    (re.compile(r"(?i)(?:password|passwd|passphrase|token|secret|api-key|apikey)[a-z0-9-]{0,64}"
+                r"(=|[ \t]{1,8})(?!\[REDACTED\])(\S{1,4096})"), _flag),
+    # NAME=value, NAME: value, NAME = "a quoted value with spaces" (not `scheme://`)
+    (re.compile(r"(?<![A-Za-z0-9_.-])(?P<name>" + _NAME + r")(?P<sep>[ \t]{0,8}(?:=|:(?!//))[ \t]{0,8})"
+                r"(?:\"(?P<dq>[^\"\n]{0,1024})\"|'(?P<sq>[^'\n]{0,1024})'|(?P<bare>[^\s\"',;&]{1,4096}))"),
      _secret_assignment),
 ]
+
+_PRIVATE_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----")
+_PRIVATE_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----")
+
+
+def mask_private_keys(text: str) -> str:
+    """Every PEM private key block, from its BEGIN line to its END line (or to the end of the text)."""
+    if "PRIVATE KEY-----" not in text:
+        return text
+    out: List[str] = []
+    pos = 0
+    while True:
+        m = _PRIVATE_BEGIN.search(text, pos)
+        if not m:
+            break
+        out.append(text[pos:m.start()])
+        out.append("-----BEGIN PRIVATE KEY----- " + MASK)
+        end = _PRIVATE_END.search(text, m.end())
+        pos = end.end() if end else len(text)
+    out.append(text[pos:])
+    return "".join(out)
+
 
 _MAC = re.compile(r"(?<![0-9A-Fa-f:])[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}(?![0-9A-Fa-f:])")
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])")
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
-_EC2_HOST = re.compile(r"\bip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?:\.[A-Za-z0-9.-]+)?")
-_HOME = re.compile(r"(/home/|/Users/)([A-Za-z0-9._-]+)")
+_EC2_HOST = re.compile(r"\bip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?:\.[A-Za-z0-9.-]{1,253})?")
+_HOME = re.compile(r"(/home/|/Users/)([A-Za-z0-9._-]{1,64})")
 _SYSTEM_USERS = {"root", "nobody", "daemon", "bin", "sys", "admin", "user", "ubuntu", "ec2-user", "centos", "cloud-user"}
 
 
@@ -111,6 +209,7 @@ class Redactor:
         for secret in self._secret_values:
             if secret in out:
                 out = out.replace(secret, MASK)
+        out = mask_private_keys(out)
         for pattern, repl in _ALWAYS:
             out = pattern.sub(repl, out)
         if self.extended:

@@ -160,7 +160,7 @@ def test_capture_limits_each_file_and_the_total():
 
 @pytest.mark.parametrize("make,message", [
     (lambda p: _tar(p, {"x/notes.txt": b"hi"}), "is a tar archive but not a dl-doctor bundle (no facts.json)"),
-    (lambda p: _tar(p, {"x/facts.json": b"{nope"}), "facts.json in the bundle is not JSON"),
+    (lambda p: _tar(p, {"x/facts.json": b"{nope"}), "facts.json in the bundle is not a JSON file"),
 ])
 def test_check_rejects_a_bad_bundle_in_one_line(run_cli, tmp_path, make, message):
     path = tmp_path / "bad.tar.gz"
