@@ -26,13 +26,23 @@ def _split(value: str) -> List[str]:
     return [p for p in value.split(":") if p]
 
 
+# Real libraries have tens of dynamic tags (libtorch_cuda.so: ~60); a crafted file can claim millions.
+MAX_DYNAMIC_TAGS = 4096
+MAX_SEGMENTS = 4096
+
+
 def _parse(fh) -> Optional[Dict[str, Any]]:
     elf = ELFFile(fh)
     out: Dict[str, Any] = {"soname": None, "needed": [], "rpath": [], "runpath": [], "machine": elf["e_machine"]}
-    for segment in elf.iter_segments():
+    for n, segment in enumerate(elf.iter_segments()):
+        if n >= MAX_SEGMENTS:
+            break
         if not isinstance(segment, DynamicSegment):
             continue
-        for tag in segment.iter_tags():
+        for count, tag in enumerate(segment.iter_tags()):
+            if count >= MAX_DYNAMIC_TAGS:
+                out["truncated"] = f"more than {MAX_DYNAMIC_TAGS} dynamic tags; the rest were not read"
+                break
             kind = tag.entry.d_tag
             if kind == "DT_NEEDED":
                 out["needed"].append(tag.needed)
@@ -64,7 +74,7 @@ def read_dynamic(host: Host, path: str) -> Optional[Dict[str, Any]]:
                     else:
                         fh.seek(0)
                         _CACHE[key] = _parse(fh)
-            except (OSError, ELFError, ValueError, AssertionError):
+            except Exception:  # noqa: BLE001 - a malformed ELF is "not an ELF we can read", never a crash
                 return None
         hit = _CACHE[key]
     return None if hit is None else {k: (list(v) if isinstance(v, list) else v) for k, v in hit.items()}

@@ -162,10 +162,34 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def toml_string(value: str) -> str:
+    """A TOML basic string for any text: backslash, quote and control characters escaped; every other character,
+    non-ASCII and outside the BMP included, kept as itself (TOML has no surrogate-pair escapes, as JSON does)."""
+    out = []
+    for ch in value:
+        code = ord(ch)
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        elif 0xD800 <= code <= 0xDFFF:  # a lone surrogate cannot be written as UTF-8
+            out.append(f"\\\\x{code & 0xFF:02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_key(name: str) -> str:
+    """A bare key where TOML allows one (ASCII letters, digits, - and _), else a quoted one."""
+    import re
+
+    return name if re.fullmatch(r"[A-Za-z0-9_-]{1,128}", name) else toml_string(name)
+
+
 def to_toml(stack: Dict[str, Any], packages: Optional[List[str]] = None) -> str:
     """An expectations file pinning a known-good stack (a starting point to loosen by hand)."""
     def q(v: Any) -> str:
-        return str(v) if isinstance(v, (int, bool)) and not isinstance(v, bool) else json.dumps(str(v))
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else toml_string(str(v))
 
     lines = ["# dl-doctor golden-stack expectations, written by `dl-doctor expect --from`.",
              "# Values are exact; loosen them with ranges (\">=12.2,<12.3\") or patterns (\"4.18.0-477.*\").", ""]
@@ -177,11 +201,11 @@ def to_toml(stack: Dict[str, Any], packages: Optional[List[str]] = None) -> str:
     for name, env in (stack.get("environments") or {}).items():
         if not env.get("torch") and not (set(env.get("packages") or {}) & wanted):
             continue
-        lines += ["", f"[environments.{json.dumps(name) if not name.replace('-', '').replace('_', '').isalnum() else name}]"]
+        lines += ["", f"[environments.{toml_key(str(name))}]"]
         for key in ("python", "torch", "cuda", "cudnn", "nccl"):
             if env.get(key):
                 lines.append(f"{key} = {q(env[key])}")
         pkgs = {k: v for k, v in (env.get("packages") or {}).items() if k in wanted}
         if pkgs:
-            lines.append("packages = { " + ", ".join(f"{json.dumps(k)} = {q(v)}" for k, v in sorted(pkgs.items())) + " }")
+            lines.append("packages = { " + ", ".join(f"{toml_key(k)} = {q(v)}" for k, v in sorted(pkgs.items())) + " }")
     return "\n".join(lines) + "\n"

@@ -40,7 +40,7 @@ def test_expect_from_a_good_run_pins_it_and_the_same_machine_meets_every_expecta
     text = result.stdout
     assert 'driver = "550.54.15"' in text and "gpu_count = 8" in text
     assert "[environments.pytorch]" in text and 'torch = "2.4.1+cu124"' in text
-    assert 'packages = { "numpy" = "1.26.4", "torchvision" = "0.19.1" }' in text
+    assert "packages = { numpy = \"1.26.4\", torchvision = \"0.19.1\" }" in text
     expect = tmp_path / "expect.toml"
     expect.write_text(text)
 

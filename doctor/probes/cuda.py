@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from doctor.probes import ProbeContext, probe
 
-_CUDA_H = re.compile(r"^#define\s+CUDA_VERSION\s+(\d+)", re.M)
+_CUDA_H = re.compile(r"^#define[ \t]{1,16}CUDA_VERSION[ \t]{1,16}([0-9]{1,9})", re.M)
 _VERSION_TXT = re.compile(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)")
 _NVCC = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
 _DIST = re.compile(r"^nvidia_cuda_(?:nvcc|runtime)-(\d+\.\d+)\.\d+\.dist-info$")
@@ -28,10 +28,12 @@ def toolkit_version(ctx: ProbeContext, root: str) -> Tuple[Optional[str], Option
     text = host.try_read(f"{root}/version.json", 1 << 20)
     if text:
         try:
-            version = json.loads(text).get("cuda", {}).get("version")
-            if version:
-                return version, "version.json"
-        except ValueError:
+            doc = json.loads(text)
+            cuda = doc.get("cuda") if isinstance(doc, dict) else None
+            version = cuda.get("version") if isinstance(cuda, dict) else None
+            if isinstance(version, str) and version:
+                return version[:64], "version.json"
+        except (ValueError, RecursionError):
             pass
     text = host.try_read(f"{root}/version.txt", 4096)
     if text:

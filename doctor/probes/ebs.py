@@ -12,6 +12,7 @@ import struct
 import time
 from typing import Any, Dict, List, Optional
 
+from doctor.parse import isnum
 from doctor.probes import ProbeContext, Unavailable, probe
 
 EBS_MODEL = "Amazon Elastic Block Store"
@@ -31,7 +32,7 @@ def parse_diskstats(text: str) -> Dict[str, Dict[str, int]]:
              "ms_writing", "in_flight", "ms_io", "weighted_ms")
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) < 14 or not all(p.isdigit() for p in parts[3:14]):
+        if len(parts) < 14 or not all(isnum(p) for p in parts[3:14]):
             continue
         out[parts[2]] = dict(zip(names, (int(p) for p in parts[3:14])))
     return out
@@ -104,7 +105,7 @@ def ebs_probe(ctx: ProbeContext) -> Dict[str, Any]:
         sectors = (host.try_read(f"/sys/block/{dev}/size", 64) or "0").strip()
         volumes.append({"device": dev, "controller": f"nvme{m.group(1)}", "model": model or None, "kind": kind,
                         "volume_id": volume_id(serial) if kind == "ebs" else None,
-                        "size_gib": round(int(sectors) * 512 / 2 ** 30, 1) if sectors.isdigit() else None,
+                        "size_gib": round(int(sectors) * 512 / 2 ** 30, 1) if isnum(sectors) else None,
                         "partitions": [p for p in host.listdir(f"/sys/block/{dev}") if p.startswith(dev + "p")]})
     stats_text = host.try_read("/proc/diskstats")
     window: Dict[str, Any] = {}

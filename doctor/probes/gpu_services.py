@@ -71,8 +71,13 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
     text = host.try_read("/etc/docker/daemon.json", 1 << 20)
     if text is not None:
         try:
-            runtimes = sorted((json.loads(text) or {}).get("runtimes", {}) or {})
-        except (ValueError, AttributeError) as exc:
+            doc = json.loads(text)
+            found = doc.get("runtimes") if isinstance(doc, dict) else None
+            if found is None or isinstance(found, dict):
+                runtimes = sorted(str(k)[:200] for k in (found or {}))
+            else:
+                daemon_error = f"/etc/docker/daemon.json: \"runtimes\" is a {type(found).__name__}, not an object"
+        except (ValueError, RecursionError) as exc:
             daemon_error = f"/etc/docker/daemon.json is not valid JSON: {exc}"
     containerd = host.try_read("/etc/containerd/config.toml", 1 << 20)
     cdi = sorted(host.glob("/etc/cdi/nvidia*.yaml") + host.glob("/var/run/cdi/nvidia*.yaml"))

@@ -13,7 +13,7 @@ INTERESTING = re.compile(r"NVRM|nvidia|Xid|RmInitAdapter|fallen off the bus|nouv
                          r"Key was rejected|module verification failed", re.I)
 BOOT_MARKER = re.compile(r"kernel: (Linux version \d|Command line: )")
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?|[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\): "
-                  r"(?P<code>\d+)(?:, pid=(?P<pid>[^,]*))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<text>.*)$")
+                  r"(?P<code>[0-9]{1,10})(?:, pid=(?P<pid>[^,]*))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<text>.*)$")
 _RMINIT = re.compile(r"NVRM: (?:GPU (?P<bus>[0-9A-Fa-f:.]+): )?RmInitAdapter failed!?\s*(?P<code>\([^)]*\))?")
 # The driver prints the mismatch over two lines ("... the client has the version X, but" /
 # "NVRM: this kernel module has the version Y.  Please").

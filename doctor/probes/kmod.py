@@ -3,17 +3,19 @@ streams, nouveau blacklists, Secure Boot. Files only, so it works on a mounted i
 
 from __future__ import annotations
 
-import gzip
 import lzma
 import os
 import re
 from functools import cmp_to_key
 from typing import Any, Dict, List, Optional
 
+from doctor.parse import isnum
 from doctor.probes import ProbeContext, Unavailable, probe
 
 MODULE_NAMES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.gz", "nvidia.ko.zst")
-MAX_MODULE_BYTES = 256 * 1024 * 1024
+MAX_MODULE_BYTES = 256 * 1024 * 1024        # a module file (compressed or not) larger than this is not read
+MAX_DECOMPRESSED_BYTES = 512 * 1024 * 1024  # real nvidia.ko are ~20-120 MiB; past this the stream is abandoned
+CHUNK = 1 << 20
 SIGNATURE_MAGIC = b"~Module signature appended~\n"
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 _MODINFO = re.compile(rb"(?:^|\0)(vermagic|version|signer|sig_id|license)=([^\0]{1,200})")
@@ -21,7 +23,7 @@ _MODINFO = re.compile(rb"(?:^|\0)(vermagic|version|signer|sig_id|license)=([^\0]
 
 def kernel_sort_key(release: str) -> List[Any]:
     """Sort kernel releases the way `rpm`/`dpkg` would for practical purposes (numbers numerically)."""
-    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-_+~]", release) if p]
+    return [(0, int(p)) if isnum(p) else (1, p) for p in re.split(r"[.\-_+~]", release) if p]
 
 
 def _cmp(a: str, b: str) -> int:
@@ -100,22 +102,101 @@ def parse_dpkg_status(text: str, prefixes=("nvidia", "libnvidia", "linux-modules
     return out
 
 
+def _decompressed(fh, kind: str):
+    """The module's bytes in chunks, decompressed as a stream (never whole in memory), at most MAX_DECOMPRESSED_BYTES."""
+    import zlib
+
+    if kind == "gz":
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif kind == "xz":
+        d = lzma.LZMADecompressor()
+    total = 0
+    while True:
+        data = fh.read(CHUNK)
+        if kind == "raw":
+            if not data:
+                return
+            yield data
+            continue
+        if not data:
+            if kind == "gz" and not d.eof:
+                raise EOFError("compressed stream ends early")
+            if kind == "xz" and not d.eof:
+                raise EOFError("compressed stream ends early")
+            return
+        while data:
+            if kind == "gz":
+                out = d.decompress(data, CHUNK)
+                data = d.unconsumed_tail
+            else:
+                out = d.decompress(data, CHUNK)
+                data = b""
+                while not d.eof and not d.needs_input:
+                    total += len(out)
+                    if total > MAX_DECOMPRESSED_BYTES:
+                        raise _TooLarge()
+                    yield out
+                    out = d.decompress(b"", CHUNK)
+            total += len(out)
+            if total > MAX_DECOMPRESSED_BYTES:
+                raise _TooLarge()
+            if out:
+                yield out
+            if getattr(d, "eof", False):
+                return
+
+
+_MODINFO_KEYS = (b"vermagic", b"version", b"signer", b"sig_id", b"license")
+
+
+def _find_modinfo(data: bytes) -> Dict[str, str]:
+    """The first ``\\0key=value\\0`` of each .modinfo key, found with bytes.find (fast on any input)."""
+    out: Dict[str, str] = {}
+    for key in _MODINFO_KEYS:
+        at = data.find(b"\0" + key + b"=")
+        if at < 0:
+            continue
+        start = at + len(key) + 2
+        end = data.find(b"\0", start, start + 201)
+        value = data[start:end if end >= 0 else start + 200]
+        if value:
+            out[key.decode()] = value.decode("utf-8", "replace").strip()
+    return out
+
+
+class _TooLarge(Exception):
+    pass
+
+
 def _module_info(ctx: ProbeContext, path: str) -> Dict[str, Any]:
+    """vermagic/version/signer of a module file, read as a stream with bounded memory and size."""
     host = ctx.host
+    kind = "xz" if path.endswith(".xz") else "gz" if path.endswith(".gz") else "zst" if path.endswith(".zst") else "raw"
+    if kind == "zst":
+        return {"note": "zstd-compressed; not read"}
+    info: Dict[str, Any] = {}
+    tail = b""
     try:
-        size = host.stat(path).st_size
-        if size > MAX_MODULE_BYTES:
+        if host.stat(path).st_size > MAX_MODULE_BYTES:
             return {"note": "too large to read"}
-        raw = host.read_bytes(path, MAX_MODULE_BYTES)
-        if path.endswith(".xz"):
-            raw = lzma.decompress(raw)
-        elif path.endswith(".gz"):
-            raw = gzip.decompress(raw)
-        elif path.endswith(".zst"):
-            return {"note": "zstd-compressed; not read"}
-    except (OSError, lzma.LZMAError, EOFError) as exc:
-        return {"note": f"unreadable: {exc}"}
-    return parse_modinfo(raw)
+        with host.open_binary(path) as fh:
+            for chunk in _decompressed(fh, kind):
+                window = tail + chunk
+                if len(info) < len(_MODINFO_KEYS):
+                    for key, value in _find_modinfo(window).items():
+                        info.setdefault(key, value)
+                tail = window[-1024:]
+    except _TooLarge:
+        info["note"] = (f"decompresses to more than {MAX_DECOMPRESSED_BYTES >> 20} MiB (a real module is far "
+                        f"smaller): stopped there; whether it is signed is unknown")
+        info["signed"] = None
+        return info
+    except (OSError, lzma.LZMAError, EOFError, ValueError) as exc:
+        return {**info, "note": f"unreadable: {exc}"}
+    except Exception as exc:  # noqa: BLE001 - zlib.error and friends: a corrupt file costs only its own facts
+        return {**info, "note": f"unreadable: {type(exc).__name__}: {exc}"}
+    info["signed"] = tail.endswith(SIGNATURE_MAGIC)
+    return info
 
 
 def _find_modules(ctx: ProbeContext, kernel: str) -> List[str]:

@@ -7,6 +7,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from doctor.ldso import Loader
+from doctor.parse import ascii_int
 from doctor.probes import ProbeContext, probe
 
 PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64", "/opt/aws-ofi-nccl/lib",
@@ -114,7 +115,7 @@ def limits_probe(ctx: ProbeContext) -> Dict[str, Any]:
         "iommu_cmdline": [t for t in cmdline if "iommu" in t] if cmdline else None,
         "cmdline_known": bool(cmdline),
         "transparent_hugepage": thp_mode,
-        "numa_balancing": int(numa) if numa and numa.strip().isdigit() else None,
+        "numa_balancing": ascii_int(numa),
         "numa_nodes": len(nodes) or None,
         "cpu_governor": governor.strip() if governor else None,
     }

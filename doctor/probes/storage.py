@@ -10,7 +10,7 @@ from doctor.probes import ProbeContext, Unavailable, probe
 from doctor.probes.system import parse_meminfo
 
 _OCTAL = re.compile(r"\\([0-7]{3})")
-_SIZE = re.compile(r"^(\d+)([kKmMgGtT%]?)$")
+_SIZE = re.compile(r"^([0-9]{1,20})([kKmMgGtT%]?)$")
 _UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 ** 4}
 
 

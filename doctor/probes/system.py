@@ -8,6 +8,7 @@ import shlex
 import socket
 from typing import Any, Dict, List, Optional
 
+from doctor.parse import ascii_int, isnum
 from doctor.probes import ProbeContext, Unavailable, probe
 
 
@@ -36,7 +37,7 @@ def parse_meminfo(text: str) -> Dict[str, int]:
     """``/proc/meminfo`` values in bytes (``MemTotal:  16318056 kB``)."""
     out: Dict[str, int] = {}
     for line in text.splitlines():
-        m = re.match(r"^([A-Za-z0-9_()]+):\s+(\d+)(?:\s+(kB))?\s*$", line)
+        m = re.match(r"^([A-Za-z0-9_()]{1,64}):[ \t]{1,64}([0-9]{1,25})(?:[ \t]{1,8}(kB))?[ \t]{0,8}$", line)
         if m:
             out[m.group(1)] = int(m.group(2)) * (1024 if m.group(3) else 1)
     return out
@@ -161,19 +162,19 @@ def cgroup_limits(host) -> Dict[str, Any]:
     mem = host.try_read("/sys/fs/cgroup/memory.max", 64)
     if mem is not None:
         out["version"] = 2
-        out["memory_limit_bytes"] = int(mem) if mem.strip().isdigit() else None
+        out["memory_limit_bytes"] = ascii_int(mem)
         cpu = (host.try_read("/sys/fs/cgroup/cpu.max", 64) or "").split()
-        if len(cpu) == 2 and cpu[0].isdigit() and cpu[1].isdigit() and int(cpu[1]):
+        if len(cpu) == 2 and isnum(cpu[0]) and isnum(cpu[1]) and int(cpu[1]):
             out["cpu_limit"] = round(int(cpu[0]) / int(cpu[1]), 2)
         return out
     mem = host.try_read("/sys/fs/cgroup/memory/memory.limit_in_bytes", 64)
     if mem is not None:
         out["version"] = 1
-        value = int(mem) if mem.strip().isdigit() else None
+        value = ascii_int(mem)
         out["memory_limit_bytes"] = value if value and value < 2 ** 60 else None  # v1 "unlimited" is a huge number
         quota = (host.try_read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", 64) or "").strip()
         period = (host.try_read("/sys/fs/cgroup/cpu/cpu.cfs_period_us", 64) or "").strip()
-        if quota.lstrip("-").isdigit() and period.isdigit() and int(quota) > 0 and int(period):
+        if isnum(quota.lstrip("-")) and isnum(period) and int(quota) > 0 and int(period):
             out["cpu_limit"] = round(int(quota) / int(period), 2)
     return out
 
