@@ -38,8 +38,11 @@ def load_json_bytes(data: bytes, what: str) -> Any:
     if len(data) > MAX_DOCUMENT_BYTES:
         raise InputError(f"{what} is larger than {MAX_DOCUMENT_BYTES >> 20} MiB")
     try:
+        from doctor.engine import printable
+
         text = data.decode("utf-8")
-        return json.loads(text, parse_constant=_reject_constant)
+        # lone surrogates (legal as JSON escapes, not as UTF-8) become readable \\xNN text, as in collected facts
+        return printable(json.loads(text, parse_constant=_reject_constant))
     except UnicodeDecodeError as exc:
         raise InputError(f"{what} is not UTF-8 text: {exc.reason} at byte {exc.start}")
     except RecursionError:
