@@ -421,3 +421,74 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path):
         pytest.skip(f"systemd-analyze cannot run here: {proc.stderr.strip()[:200]}")
     unknown = [l for l in proc.stderr.splitlines() if "Unknown" in l and "dl-doctor" in l]
     assert not unknown, proc.stderr
+
+
+# -- smaller things ---------------------------------------------------------------------------------------------------
+
+def test_a_live_interpreter_printing_the_wrong_shape_costs_only_its_own_facts(run_cli, tmp_path):
+    for body, expect in (('echo "[1, 2]"', "not an object"), ("echo '{\"sys_path\": 5, \"version\": \"3.11.7\"}'", None),
+                         ("echo '{{{{'", "unreadable output")):
+        fake = tmp_path / "python3"
+        fake.write_text(f"#!/bin/sh\n{body}\n")
+        fake.chmod(0o755)
+        r = run_cli("run", "--json", "-", "--no-env-scan", "--python", str(fake), "--only", "DLD-PY-001")
+        assert r.returncode in (0, 1), r.stderr
+        report = json.loads(r.stdout)
+        assert not [e for e in report["probe_errors"] if e["probe"] == "python_envs"]
+        env = next(e for e in report["facts"]["python_envs"]["environments"] if e.get("python") == str(fake))
+        if expect:
+            assert expect in env["live"]["error"]
+        else:
+            assert env["live"] == {"version": "3.11.7", "dropped_fields": ["sys_path"]}
+
+
+def test_expect_from_writes_valid_toml_for_any_environment_name(run_cli, tmp_path):
+    try:
+        import tomllib  # type: ignore[import-not-found]
+    except ModuleNotFoundError:  # Python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef]
+    from conftest import snapshot
+
+    snap = snapshot(json.loads((FIXTURES / "checks" / "_p4d_python.json").read_text()))
+    envs = snap["facts"]["python_envs"]["environments"]
+    torch_env = next(e for e in envs if (e.get("frameworks") or {}).get("torch"))
+    torch_env["name"] = "café 😀 \"quoted\" \\ env\x7f"
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps(snap))
+    r = run_cli("expect", "--from", str(facts), "-o", str(tmp_path / "e.toml"))
+    assert r.returncode == 0, r.stderr
+    parsed = tomllib.loads((tmp_path / "e.toml").read_text(encoding="utf-8"))
+    assert "café 😀 \"quoted\" \\ env\x7f" in parsed["environments"]
+    r = run_cli("check", str(facts), "--expect", str(tmp_path / "e.toml"), "--only", "DLD-EXP-001", "--json", "-")
+    statuses = {f["id"]: f["status"] for f in json.loads(r.stdout)["findings"]}
+    assert r.returncode == 0 and statuses and set(statuses.values()) == {"pass"}, statuses
+
+
+def test_the_metadata_endpoint_cannot_be_redirected_from_the_environment():
+    root = Path(__file__).parents[1]
+    sources = [p for d in ("doctor", "checks", "reports") for p in (root / d).rglob("*.py")]
+    assert sources and not [p for p in sources if "DL_DOCTOR_IMDS" in p.read_text(encoding="utf-8")]
+
+
+def test_timeout_help_says_which_probes_get_longer(run_cli):
+    r = run_cli("run", "--help")
+    assert "at least 60 s" in " ".join(r.stdout.split()) and "--sample-seconds" in r.stdout
+
+
+@pytest.mark.skipif(not (IS_ROOT and Path("/run/systemd/system").is_dir()),
+                    reason="needs root on a host booted with systemd (systemd-run)")
+def test_a_sandboxed_run_gathers_the_same_facts(tmp_path):
+    """The unit's sandbox (ProtectSystem=strict, ProtectHome=read-only, PrivateTmp, NoNewPrivileges...) hides
+    nothing dl-doctor reads: the same probes succeed with the same facts."""
+    from doctor.login_hook import SANDBOX
+
+    props = [f"--property={line}" for line in SANDBOX.splitlines()]
+    plain = subprocess.run([dl_doctor_exe(), "collect", "-o", "-", "--no-env-scan"], capture_output=True, text=True,
+                           timeout=120)
+    boxed = subprocess.run(["systemd-run", "--wait", "--pipe", "--quiet", *props, dl_doctor_exe(), "collect", "-o",
+                            "-", "--no-env-scan"], capture_output=True, text=True, timeout=180)
+    assert plain.returncode == 0 and boxed.returncode == 0, boxed.stderr
+    a, b = json.loads(plain.stdout), json.loads(boxed.stdout)
+    assert {k: v["status"] for k, v in a["probes"].items()} == {k: v["status"] for k, v in b["probes"].items()}
+    for probe in ("gpu_pci", "nvidia_driver", "kmod", "os", "kernel"):
+        assert a["facts"].get(probe) == b["facts"].get(probe), probe
