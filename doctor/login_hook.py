@@ -108,8 +108,7 @@ UMask=0022"""
 
 def service_unit(exe: str, extra_args: Sequence[str] = (), writable: Sequence[str] = ()) -> str:
     args = ["run", "--quiet", "--no-color", "--fail-on", "never", "--output-dir", f"{STATE_DIR}/reports",
-            "--keep-reports", str(KEEP_REPORTS), "--json", f"{STATE_DIR}/last.json", "--html", f"{STATE_DIR}/last.html",
-            "--status-line", STATUS_FILE, *extra_args]
+            "--keep-reports", str(KEEP_REPORTS), "--status-line", STATUS_FILE, *extra_args]
     exec_start = " ".join(systemd_quote(a) for a in [exe, *args])
     rw = "".join(f"\nReadWritePaths={systemd_quote(w)}" for w in writable)
     return f"""{MARKER}

@@ -20,6 +20,7 @@ from typing import Any, Dict, List
 
 import pytest
 
+pytestmark = pytest.mark.slow
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

@@ -222,6 +222,7 @@ def test_the_pattern_census_finds_the_patterns():
     assert "doctor.redact._ALWAYS[0]" in PATTERNS and "doctor.probes.python_envs._VERSION_PY_LINE" in PATTERNS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PATTERNS))
 def test_every_pattern_is_linear_on_1_mib_of_adversarial_input(name):
     """Quadratic backtracking on 1 MiB takes minutes; linear takes well under a second. The slowest adversarial
@@ -232,6 +233,7 @@ def test_every_pattern_is_linear_on_1_mib_of_adversarial_input(name):
     assert big < 2.0 or big < 64 * worst, (name, repr(worst_unit), worst, big)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unit", ["-a", "a.", "a-", "a:", "token ", "?a=&", "https://x@", "/home/a"])
 def test_redaction_of_1_mib_is_linear(unit):
     from doctor.redact import Redactor
