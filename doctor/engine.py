@@ -98,6 +98,8 @@ def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[s
             status[name] = {"status": "timeout", "duration_s": elapsed}
             continue
         duration = round(run.duration or 0.0, 3)
+        for problem in run.ctx.input_errors:
+            errors.append({"probe": name, "kind": "input", "error": problem, "duration_s": duration})
         for what in run.ctx.denials:
             limited.append({"probe": name, "would_add": what})
         exc = run.exc

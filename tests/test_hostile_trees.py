@@ -262,3 +262,26 @@ def test_version_py_parser_is_linear_and_still_reads_torch():
     text = "__version__ = '2.4.0+cu124'\ndebug = False\ncuda: Optional[str] = '12.4'\ngit_version = 'e4ee3be4'\nhip = None\n"
     assert parse_version_py(text) == {"__version__": "2.4.0+cu124", "cuda": "12.4", "git_version": "e4ee3be4"}
     assert parse_version_py("cuda = None\n") == {"cuda": None}
+
+
+def test_a_bad_file_costs_only_its_own_facts_with_the_reason_in_probe_errors(tmp_path):
+    root = tmp_path / "root"
+    build_tree(root, {
+        "etc/os-release": UBUNTU2204_OS_RELEASE,
+        "boot/vmlinuz-6.1.0-1": "",
+        "lib/modules/6.1.0-1/updates/dkms/nvidia.ko.gz": b"\x1f\x8b\x08\x00corrupt" + b"\0" * 64,
+        "etc/docker/daemon.json": '{"runtimes": 5}',
+        "usr/bin/dockerd": "",
+        "usr/local/cuda-12.4/version.json": '["not", "an", "object"]',
+        "usr/local/cuda-12.4/bin/nvcc": "",
+        "proc/meminfo": "MemTotal:       ²²² kB\nMemAvailable: " + "9" * 5000 + " kB\n",
+    })
+    r = _dld("run", "--sysroot", str(root), "--json", "-", "--html", str(tmp_path / "r.html"))
+    assert r.returncode in (0, 1), r.stderr
+    report = json.loads(r.stdout)
+    inputs = {e["probe"]: e["error"] for e in report["probe_errors"] if e["kind"] == "input"}
+    assert "unreadable module" in inputs["kmod"] and "daemon.json" in inputs["gpu_services"]
+    assert "version.json" in inputs["cuda_toolkits"]
+    assert not [e for e in report["probe_errors"] if e["kind"] == "exception"]
+    for probe in ("kmod", "gpu_services", "cuda_toolkits", "memory"):
+        assert probe in report["facts"], probe

@@ -29,10 +29,18 @@ class ProbeContext:
     host: Host
     options: Mapping[str, Any] = field(default_factory=dict)
     denials: List[str] = field(default_factory=list)
+    input_errors: List[str] = field(default_factory=list)
 
     def denied(self, what_root_would_add: str) -> None:
         """Record that part of the facts needs more privilege."""
         self.denials.append(what_root_would_add)
+
+    def bad_input(self, what: str, reason: str) -> None:
+        """Record that one file (or one program's output) could not be understood: its facts are missing, the rest
+        of the probe's stand. Reported in ``probe_errors`` with kind ``input``."""
+        if len(self.input_errors) < 100:
+            text = reason if reason.startswith(what) else f"{what}: {reason}"
+            self.input_errors.append(text[:1000])
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,9 @@ def toolkit_version(ctx: ProbeContext, root: str) -> Tuple[Optional[str], Option
             version = cuda.get("version") if isinstance(cuda, dict) else None
             if isinstance(version, str) and version:
                 return version[:64], "version.json"
-        except (ValueError, RecursionError):
-            pass
+            ctx.bad_input(f"{root}/version.json", "no \"cuda\": {\"version\": ...} in it")
+        except (ValueError, RecursionError) as exc:
+            ctx.bad_input(f"{root}/version.json", f"not JSON: {exc}")
     text = host.try_read(f"{root}/version.txt", 4096)
     if text:
         m = _VERSION_TXT.search(text)

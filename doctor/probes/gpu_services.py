@@ -79,6 +79,8 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
                 daemon_error = f"/etc/docker/daemon.json: \"runtimes\" is a {type(found).__name__}, not an object"
         except (ValueError, RecursionError) as exc:
             daemon_error = f"/etc/docker/daemon.json is not valid JSON: {exc}"
+        if daemon_error:
+            ctx.bad_input("/etc/docker/daemon.json", daemon_error)
     containerd = host.try_read("/etc/containerd/config.toml", 1 << 20)
     cdi = sorted(host.glob("/etc/cdi/nvidia*.yaml") + host.glob("/var/run/cdi/nvidia*.yaml"))
     return {

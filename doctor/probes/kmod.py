@@ -187,13 +187,16 @@ def _module_info(ctx: ProbeContext, path: str) -> Dict[str, Any]:
                         info.setdefault(key, value)
                 tail = window[-1024:]
     except _TooLarge:
+        ctx.bad_input(path, f"decompresses to more than {MAX_DECOMPRESSED_BYTES >> 20} MiB; read no further")
         info["note"] = (f"decompresses to more than {MAX_DECOMPRESSED_BYTES >> 20} MiB (a real module is far "
                         f"smaller): stopped there; whether it is signed is unknown")
         info["signed"] = None
         return info
     except (OSError, lzma.LZMAError, EOFError, ValueError) as exc:
+        ctx.bad_input(path, f"unreadable module: {exc}")
         return {**info, "note": f"unreadable: {exc}"}
     except Exception as exc:  # noqa: BLE001 - zlib.error and friends: a corrupt file costs only its own facts
+        ctx.bad_input(path, f"unreadable module: {type(exc).__name__}: {exc}")
         return {**info, "note": f"unreadable: {type(exc).__name__}: {exc}"}
     info["signed"] = tail.endswith(SIGNATURE_MAGIC)
     return info
