@@ -15,7 +15,7 @@ from pathlib import Path
 
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 15
-    import compat_matrix
+    from dl_doctor import compat_matrix
 
     loads = []
     for _ in range(runs):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from doctor.model import Facts
-from doctor.units import GIB, MIB, human_bytes  # noqa: F401 - re-exported for checks
+from dl_doctor.model import Facts
+from dl_doctor.units import GIB, MIB, human_bytes  # noqa: F401 - re-exported for checks
 
 
 def os_family(facts: Facts) -> Optional[str]:

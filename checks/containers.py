@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from checks.common import nvidia_gpus
-from doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+from dl_doctor.checks.common import nvidia_gpus
+from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
 def in_container(facts: Facts):

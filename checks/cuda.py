@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from checks.common import (cuda_consumers, driver_branch, driver_install_commands, driver_version, needs_nvidia_gpu,
+from dl_doctor.checks.common import (cuda_consumers, driver_branch, driver_install_commands, driver_version, needs_nvidia_gpu,
                            nvidia_gpus)
-from doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
 def _active_compat(facts: Facts) -> List[Dict[str, Any]]:

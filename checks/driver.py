@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-from checks.common import needs_nvidia_gpu, nvidia_gpus, os_family
-from doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+from dl_doctor.checks.common import needs_nvidia_gpu, nvidia_gpus, os_family
+from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
 def _driver_installed(facts: Facts) -> bool:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from checks.common import needs_nvidia_gpu, os_family
-from doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+from dl_doctor.checks.common import needs_nvidia_gpu, os_family
+from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
 def _driver_fix(facts: Facts) -> Fix:

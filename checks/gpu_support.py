@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from checks.common import cuda_consumers, driver_branch, driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
-from doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+from dl_doctor.checks.common import cuda_consumers, driver_branch, driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
+from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
 def _v(text: str) -> List[int]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from checks.common import os_family
-from doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+from dl_doctor.checks.common import os_family
+from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
 def _instance(facts: Facts, matrix):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from checks.common import GIB, MIB, container_kind, grow_partition_commands, human_bytes
-from doctor.model import Facts, Fix, Result, Status, check, fail, passed, skip, warn
+from dl_doctor.checks.common import GIB, MIB, container_kind, grow_partition_commands, human_bytes
+from dl_doctor.model import Facts, Fix, Result, Status, check, fail, passed, skip, warn
 
 # Policy thresholds (not version facts): below SHM_FAIL nothing multi-process works
 # reliably (Docker's default is 64 MiB); below SHM_PER_GPU x GPUs (at least 1 GiB)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from doctor.model import Facts, Fix, Result, check, passed, warn
+from dl_doctor.model import Facts, Fix, Result, check, passed, warn
 
 
 @check(

@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from compat_matrix.schema import COMMON, TABLES, Table, check_value
+from dl_doctor.compat_matrix.schema import COMMON, TABLES, Table, check_value
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -161,7 +161,7 @@ def validate_document(path: str, data: Dict[str, Any], known_sources: Iterable[s
 
 
 def builtin_files() -> List[str]:
-    base = resources.files("compat_matrix").joinpath("data")
+    base = resources.files("dl_doctor.compat_matrix").joinpath("data")
     return sorted(str(p) for p in base.iterdir() if p.name.endswith(".toml"))
 
 

@@ -1,6 +1,6 @@
-"""``python -m doctor`` runs the same command line as the ``dl-doctor`` script."""
+"""``python -m dl_doctor`` runs the same command line as the ``dl-doctor`` script."""
 
-from doctor.cli import main
+from dl_doctor.cli import main
 
 if __name__ == "__main__":
     main()

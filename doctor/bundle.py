@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from doctor.redact import Redactor
+from dl_doctor.redact import Redactor
 
 BUNDLE_KIND = "dl-doctor-bundle"
 BUNDLE_SCHEMA_VERSION = "1"
@@ -184,7 +184,7 @@ def read_member(path: str, member: str) -> Dict[str, Any]:
     """
     import zlib
 
-    from doctor.validate import load_json_bytes
+    from dl_doctor.validate import load_json_bytes
 
     try:
         with tarfile.open(path, mode="r:*") as tar:

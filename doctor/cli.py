@@ -20,12 +20,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
-from doctor import __version__
-from doctor.engine import (DEFAULT_TIMEOUT, build_report, collect, evaluate, exit_code, utc_now)
-from doctor.host import Host
-from doctor.model import FACTS_SCHEMA_VERSION, Explanation
-from doctor.redact import redact as redact_document
-from doctor.registry import Registry, load_registry
+from dl_doctor import __version__
+from dl_doctor.engine import (DEFAULT_TIMEOUT, build_report, collect, evaluate, exit_code, utc_now)
+from dl_doctor.host import Host
+from dl_doctor.model import FACTS_SCHEMA_VERSION, Explanation
+from dl_doctor.redact import redact as redact_document
+from dl_doctor.registry import Registry, load_registry
 
 
 class UsageProblem(click.ClickException):
@@ -98,7 +98,7 @@ def report_options(func):
 
 
 def _check_ebs_types(ctx, param, values):
-    from doctor.probes.ebs import parse_volume_type_option
+    from dl_doctor.probes.ebs import parse_volume_type_option
 
     for v in values:
         try:
@@ -150,7 +150,7 @@ def _select(registry: Registry, only: Sequence[str], skip: Sequence[str]):
 
 
 def _matrix(overlays: Sequence[str]):
-    import compat_matrix
+    from dl_doctor import compat_matrix
 
     try:
         return compat_matrix.load(overlays=list(overlays))
@@ -163,7 +163,7 @@ def _matrix(overlays: Sequence[str]):
 def _expectations(path: Optional[str]) -> Optional[Dict[str, Any]]:
     if not path:
         return None
-    from doctor.expect import ExpectationError, load
+    from dl_doctor.expect import ExpectationError, load
 
     try:
         return load(path)
@@ -227,9 +227,9 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
                  expect_file: Optional[str] = None, junit_path: Optional[str] = None,
                  prom_path: Optional[str] = None, status_path: Optional[str] = None,
                  keep_reports: Optional[int] = None) -> int:
-    from reports import html as html_report
-    from doctor.output import OutputRefused, prune_reports, reserve_unique
-    from reports import junit, prometheus, terminal, to_json, write_atomic
+    from dl_doctor.reports import html as html_report
+    from dl_doctor.output import OutputRefused, prune_reports, reserve_unique
+    from dl_doctor.reports import junit, prometheus, terminal, to_json, write_atomic
 
     report, findings = _build_report(snapshot, registry, mode=mode, started=started, t0=t0, fail_on=fail_on,
                                      only=only, skip_=skip_, redact_more=redact_more, overlays=overlays,
@@ -258,7 +258,7 @@ def _emit_report(snapshot: Dict[str, Any], registry: Registry, *, mode: str, sta
     if prom_path:
         targets.append((prom_path, prometheus.render(report), False))
     if status_path:
-        from doctor.login_hook import status_line
+        from dl_doctor.login_hook import status_line
 
         targets.append((status_path, status_line(report) + "\n", False))
     for path, text, private in targets:
@@ -320,7 +320,7 @@ def run_cmd(sysroot, timeout, pythons, deep, run_as_owner, no_env_scan, env_limi
 def collect_cmd(sysroot, timeout, pythons, deep, run_as_owner, no_env_scan, env_limit, sample_seconds, ebs_types, output,
                 redact) -> int:
     """Collect facts only, for `dl-doctor check` later or elsewhere."""
-    from reports import to_json, write_atomic
+    from dl_doctor.reports import to_json, write_atomic
 
     registry = _registry()
     snapshot = _collect(registry, sysroot, timeout, pythons, deep, no_env_scan, env_limit, sample_seconds, ebs_types,
@@ -337,7 +337,7 @@ def collect_cmd(sysroot, timeout, pythons, deep, run_as_owner, no_env_scan, env_
 
 def write_or_refuse(path: str, data, private: bool = True) -> None:
     """One output file; a refused target or a failed write is exit 2 with one line."""
-    from doctor.output import OutputRefused, write_file
+    from dl_doctor.output import OutputRefused, write_file
 
     try:
         write_file(path, data, private=private)
@@ -356,11 +356,11 @@ def read_document(path: str, bundle_member: str = "facts.json") -> Any:
     """The JSON document at ``path``, or the member ``bundle_member`` of a support bundle; bad input is exit 2."""
     import tarfile
 
-    from doctor.bundle import BundleError, read_member
+    from dl_doctor.bundle import BundleError, read_member
 
     import zlib
 
-    from doctor.validate import MAX_DOCUMENT_BYTES, InputError, load_json_bytes
+    from dl_doctor.validate import MAX_DOCUMENT_BYTES, InputError, load_json_bytes
 
     try:
         if os.path.isfile(path) and tarfile.is_tarfile(path):
@@ -407,7 +407,7 @@ def snapshot_of(path: str, data: Any) -> Dict[str, Any]:
                            f"{FACTS_SCHEMA_VERSION}")
     if not isinstance(snapshot.get("facts"), dict):
         raise UsageProblem(f"{path} has no 'facts' object")
-    from doctor.validate import InputError, validate_snapshot
+    from dl_doctor.validate import InputError, validate_snapshot
 
     try:
         validate_snapshot(snapshot, path)
@@ -473,8 +473,8 @@ def explain_cmd(key) -> int:
 
 # -- entry point ----------------------------------------------------------------
 
-import doctor.cli_matrix  # noqa: E402,F401 - registers `dl-doctor matrix`
-import doctor.cli_ami  # noqa: E402,F401 - registers expect, diff, bundle and the login-hook commands
+import dl_doctor.cli_matrix  # noqa: E402,F401 - registers `dl-doctor matrix`
+import dl_doctor.cli_ami  # noqa: E402,F401 - registers expect, diff, bundle and the login-hook commands
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     debug = bool(os.environ.get("DL_DOCTOR_DEBUG"))

@@ -10,10 +10,10 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 import click
 
-from doctor.cli import (UsageProblem, _build_report, _collect, _expectations, _matrix, _registry, _safe_name,
+from dl_doctor.cli import (UsageProblem, _build_report, _collect, _expectations, _matrix, _registry, _safe_name,
                         _select, _use_color, cli, collect_options, load_snapshot, matrix_overlay_option, read_document, write_or_refuse,
                         snapshot_of)
-from doctor.model import Facts
+from dl_doctor.model import Facts
 
 
 def _snapshot_and_findings(path: str) -> Tuple[Dict[str, Any], List[Mapping[str, Any]]]:
@@ -21,7 +21,7 @@ def _snapshot_and_findings(path: str) -> Tuple[Dict[str, Any], List[Mapping[str,
     doc = read_document(path, bundle_member="report.json")
     snapshot = snapshot_of(path, doc)
     if isinstance(doc.get("findings"), list):
-        from doctor.model import Status
+        from dl_doctor.model import Status
 
         statuses = {s.value for s in Status}
         for n, f in enumerate(doc["findings"]):
@@ -30,7 +30,7 @@ def _snapshot_and_findings(path: str) -> Tuple[Dict[str, Any], List[Mapping[str,
                 raise UsageProblem(f"{path}: findings[{n}] is not a finding (id, status and message strings, "
                                    f"status one of {', '.join(sorted(statuses))})")
         return snapshot, doc["findings"]
-    from doctor.engine import evaluate
+    from dl_doctor.engine import evaluate
 
     findings = evaluate(snapshot, _registry().checks, _matrix(()))
     return snapshot, [f.to_dict() for f in findings]
@@ -45,8 +45,8 @@ def _snapshot_and_findings(path: str) -> Tuple[Dict[str, Any], List[Mapping[str,
                    "by default).")
 def expect_cmd(source, output, packages) -> int:
     """Write golden-stack expectations (for --expect) from a known-good run."""
-    from doctor.expect import DEFAULT_PACKAGES, to_toml
-    from doctor.stack import stack
+    from dl_doctor.expect import DEFAULT_PACKAGES, to_toml
+    from dl_doctor.stack import stack
     snapshot = load_snapshot(source)
     text = to_toml(stack(Facts(snapshot)), sorted(set(DEFAULT_PACKAGES) | set(packages)))
     if output:
@@ -66,7 +66,7 @@ def expect_cmd(source, output, packages) -> int:
                    "'kernel', 'environments.*.packages.pip', 'DLD-DISK-*'.")
 def diff_cmd(baseline, current, as_json, ignore) -> int:
     """Drift between two reports (or facts files): versions and findings. Exit 1 when anything drifted."""
-    from doctor.diff import diff, render_text
+    from dl_doctor.diff import diff, render_text
 
     base_snap, base_findings = _snapshot_and_findings(baseline)
     cur_snap, cur_findings = _snapshot_and_findings(current)
@@ -90,11 +90,11 @@ def diff_cmd(baseline, current, as_json, ignore) -> int:
 def bundle_cmd(sysroot, timeout, pythons, deep, run_as_owner, no_env_scan, env_limit, sample_seconds, ebs_types, output, redact,
                expect_file, quiet, no_color, overlays) -> int:
     """Run, then pack the reports, the facts and the raw probe outputs (redacted) for a support ticket."""
-    from doctor.bundle import Capture, build
-    from doctor.engine import exit_code, utc_now
-    from doctor.redact import redactor_for
-    from reports import html as html_report
-    from reports import terminal
+    from dl_doctor.bundle import Capture, build
+    from dl_doctor.engine import exit_code, utc_now
+    from dl_doctor.redact import redactor_for
+    from dl_doctor.reports import html as html_report
+    from dl_doctor.reports import terminal
 
     started, t0 = utc_now(), time.monotonic()
     registry = _registry()
@@ -143,7 +143,7 @@ def _dl_doctor_exe() -> str:
 @click.option("--exe", metavar="PATH", help="The dl-doctor the service runs (default: this one).")
 def install_login_hook_cmd(root, boot_only, no_systemd, prom_path, expect_file, exe) -> int:
     """Show a one-line status at login from the last cached run (never runs dl-doctor at login)."""
-    from doctor.login_hook import STATUS_FILE, UnitValueError, install
+    from dl_doctor.login_hook import STATUS_FILE, UnitValueError, install
 
     if not os.path.isdir(root):
         raise UsageProblem(f"--root {root} is not a directory")
@@ -175,7 +175,7 @@ def install_login_hook_cmd(root, boot_only, no_systemd, prom_path, expect_file, 
 @click.option("--root", default="/", show_default=True, metavar="DIR", help="Remove from this tree instead.")
 def uninstall_login_hook_cmd(root) -> int:
     """Remove what install-login-hook put in place (files it did not write are left alone)."""
-    from doctor.login_hook import uninstall
+    from dl_doctor.login_hook import uninstall
 
     if not os.path.isdir(root):
         raise UsageProblem(f"--root {root} is not a directory")

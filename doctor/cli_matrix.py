@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Optional
 
 import click
 
-from doctor.cli import UsageProblem, _matrix, cli, matrix_overlay_option
+from dl_doctor.cli import UsageProblem, _matrix, cli, matrix_overlay_option
 
 
 class NoEntry(click.ClickException):
@@ -145,7 +145,7 @@ def matrix_instance(instance_type, as_json, overlays) -> int:
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
 def matrix_validate(files) -> int:
     """Validate matrix files (default: the built-in data and site overlays); exit 1 on errors."""
-    import compat_matrix
+    from dl_doctor import compat_matrix
 
     paths = list(files) or compat_matrix.site_overlay_files()
     errors = compat_matrix.validate_files(paths)

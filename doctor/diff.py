@@ -10,8 +10,8 @@ from __future__ import annotations
 import fnmatch
 from typing import Any, Dict, List, Mapping, Sequence
 
-from doctor.model import Facts
-from doctor.stack import flatten, stack
+from dl_doctor.model import Facts
+from dl_doctor.stack import flatten, stack
 
 PROBLEMS = ("warn", "fail", "error")
 
@@ -59,7 +59,7 @@ def diff(baseline: Mapping[str, Any], current: Mapping[str, Any], base_findings:
 
 def _one_line(obj: Any) -> Any:
     """Every string escaped for a terminal and kept on one line (a value cannot forge a line of the diff)."""
-    from reports.terminal import safe_text
+    from dl_doctor.reports.terminal import safe_text
 
     if isinstance(obj, dict):
         return {_one_line(k): _one_line(val) for k, val in obj.items()}

@@ -16,7 +16,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
 
-from doctor.host import Host
+from dl_doctor.host import Host
 
 _CACHE: Dict[Tuple[int, int, int, int], Optional[Dict[str, Any]]] = {}
 _LOCK = threading.Lock()

@@ -13,11 +13,11 @@ import traceback
 from types import MappingProxyType
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from doctor import __version__
-from doctor.host import Host
-from doctor.model import (DISPLAY_ORDER, FACTS_SCHEMA_VERSION, KEY_RE, REPORT_SCHEMA_VERSION, CheckSpec, Facts,
+from dl_doctor import __version__
+from dl_doctor.host import Host
+from dl_doctor.model import (DISPLAY_ORDER, FACTS_SCHEMA_VERSION, KEY_RE, REPORT_SCHEMA_VERSION, CheckSpec, Facts,
                           Finding, Result, Status, iter_statuses)
-from doctor.probes import ProbeContext, ProbeSpec, Unavailable
+from dl_doctor.probes import ProbeContext, ProbeSpec, Unavailable
 
 DEFAULT_TIMEOUT = 5.0
 
@@ -300,7 +300,7 @@ def build_report(snapshot: Mapping[str, Any], findings: Sequence[Finding], *, mo
 
 
 def exit_code(findings: Iterable[Finding], fail_on: str) -> int:
-    from doctor.model import FAIL_ON_LEVEL, SEVERITY
+    from dl_doctor.model import FAIL_ON_LEVEL, SEVERITY
 
     level = FAIL_ON_LEVEL[fail_on]
     if level is None:

@@ -418,7 +418,7 @@ class Host:
         named (``--python``). The child gets a scrubbed environment (no secrets), no terminal, its own process
         group (killed whole at the timeout), and at most ``MAX_COMMAND_OUTPUT`` bytes of each stream are kept.
         """
-        from doctor import trust
+        from dl_doctor import trust
 
         argv = [str(a) for a in argv]
         if not self.live:

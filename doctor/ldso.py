@@ -24,8 +24,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from doctor.elf import read_dynamic
-from doctor.host import Host
+from dl_doctor.elf import read_dynamic
+from dl_doctor.host import Host
 
 CACHE_MAGIC_NEW = b"glibc-ld.so.cache1.1"
 FLAG_X8664_LIB64 = 0x0303

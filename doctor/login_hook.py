@@ -31,7 +31,7 @@ def status_line(report: Dict[str, Any], width: int = 240) -> str:
     It names a command, not the cached report: the reports carry the environment and are private to root; any user
     can run ``dl-doctor`` themselves. Control characters from the machine (an image's names) are escaped.
     """
-    from reports.terminal import safe_text
+    from dl_doctor.reports.terminal import safe_text
     s = report.get("summary", {})
     started = report.get("run", {}).get("started_at") or ""
     try:
@@ -149,20 +149,20 @@ def _path(root: str, path: str, follow_last: bool = True) -> str:
     """``path`` inside ``root`` with every symbolic link resolved inside it: nothing leads out of a mounted image."""
     if os.path.realpath(root) == "/":
         return path
-    from doctor.host import Host
+    from dl_doctor.host import Host
 
     return Host(sysroot=root).resolve(path, follow_last=follow_last)
 
 
 def _write(root: str, path: str, text: str) -> str:
-    from doctor.output import write_file
+    from dl_doctor.output import write_file
 
     write_file(_path(root, path), text, private=False)  # read by the shell of every user, and by systemd
     return path
 
 
 def _ours(target: str) -> bool:
-    from doctor.host import open_regular
+    from dl_doctor.host import open_regular
 
     try:
         with os.fdopen(open_regular(target), "rb") as fh:

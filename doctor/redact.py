@@ -28,7 +28,7 @@ def _load_rules() -> Dict[str, Any]:
         import tomllib  # type: ignore[import-not-found]
     except ModuleNotFoundError:  # Python < 3.11
         import tomli as tomllib  # type: ignore[no-redef]
-    text = resources.files("doctor").joinpath("data/secrets.toml").read_text(encoding="utf-8")
+    text = resources.files("dl_doctor").joinpath("data/secrets.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Iterable, List, Optional, Sequence, Type
 
-from doctor.model import CheckSpec
-from doctor.probes import ProbeSpec
+from dl_doctor.model import CheckSpec
+from dl_doctor.probes import ProbeSpec
 
 CHECK_GROUP = "dl_doctor.checks"
 PROBE_GROUP = "dl_doctor.probes"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from doctor.model import Facts
+from dl_doctor.model import Facts
 
 
 def _first(values):

@@ -211,7 +211,7 @@ def python_startup_paths(host, prefix: Optional[str], site_dirs: Sequence[str]) 
 
 def scrubbed_environ(environ: Mapping[str, str], home: Optional[str] = None, user: Optional[str] = None) -> Dict[str, str]:
     """The environment a child gets: what decides how libraries and modules load, never a secret."""
-    from doctor.redact import looks_secret_name
+    from dl_doctor.redact import looks_secret_name
 
     out = {k: v for k, v in environ.items()
            if (k in _KEEP_EXACT or k.startswith(_KEEP_PREFIXES)) and not looks_secret_name(k)}

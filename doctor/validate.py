@@ -38,7 +38,7 @@ def load_json_bytes(data: bytes, what: str) -> Any:
     if len(data) > MAX_DOCUMENT_BYTES:
         raise InputError(f"{what} is larger than {MAX_DOCUMENT_BYTES >> 20} MiB")
     try:
-        from doctor.engine import printable
+        from dl_doctor.engine import printable
 
         text = data.decode("utf-8")
         # lone surrogates (legal as JSON escapes, not as UTF-8) become readable \\xNN text, as in collected facts
@@ -155,7 +155,7 @@ def _json_type(value: Any) -> str:
 
 def validate_snapshot(snapshot: Dict[str, Any], what: str) -> None:
     """Limits, then the facts schema; raises InputError naming the field."""
-    from reports import facts_schema
+    from dl_doctor.reports import facts_schema
 
     check_limits(snapshot, what)
     check_schema(snapshot, facts_schema(), what)

@@ -12,13 +12,13 @@ from typing import Any, Dict
 
 def schema() -> Dict[str, Any]:
     """The JSON Schema of the report (``reports/schema/report-v1.json``)."""
-    text = resources.files("reports").joinpath("schema/report-v1.json").read_text(encoding="utf-8")
+    text = resources.files("dl_doctor.reports").joinpath("schema/report-v1.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 
 def facts_schema() -> Dict[str, Any]:
     """The JSON Schema of a facts snapshot (``reports/schema/facts-v1.json``)."""
-    text = resources.files("reports").joinpath("schema/facts-v1.json").read_text(encoding="utf-8")
+    text = resources.files("dl_doctor.reports").joinpath("schema/facts-v1.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 
@@ -28,6 +28,6 @@ def to_json(document: Dict[str, Any]) -> str:
 
 def write_atomic(path: str, text: str, private: bool = True) -> str:
     """Write ``text`` to ``path`` safely (doctor.output.write_file): private (0600) unless ``private=False``."""
-    from doctor.output import write_file
+    from dl_doctor.output import write_file
 
     return write_file(path, text, private=private)

@@ -7,13 +7,13 @@ from typing import Any, Dict
 
 import jinja2
 
-from reports.inventory import inventory
-from reports.terminal import ORDER, headline
+from dl_doctor.reports.inventory import inventory
+from dl_doctor.reports.terminal import ORDER, headline
 
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("reports", "templates"),
+        loader=jinja2.PackageLoader("dl_doctor.reports", "templates"),
         autoescape=True,  # every value is escaped, whatever the file name
         undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from doctor.units import human_bytes
+from dl_doctor.units import human_bytes
 
 
 def _get(facts: Dict[str, Any], path: str) -> Any:
@@ -19,7 +19,7 @@ def _get(facts: Dict[str, Any], path: str) -> Any:
 def _gpu_name(pci_id: str) -> str:
     """``10de:20b0`` -> ``NVIDIA A100 SXM4 40GB (10de:20b0)`` when the matrix knows it."""
     try:
-        import compat_matrix
+        from dl_doctor import compat_matrix
 
         entry = compat_matrix.load().gpu_by_pci(pci_id)
     except Exception:  # noqa: BLE001 - a name is a nicety; the ID is the fact

@@ -68,7 +68,7 @@ def dl_doctor_exe() -> str:
 def validate_report(doc: Dict[str, Any]) -> None:
     import jsonschema
 
-    from reports import facts_schema, schema
+    from dl_doctor.reports import facts_schema, schema
 
     if doc.get("kind") == "dl-doctor-facts":
         jsonschema.validate(doc, facts_schema())

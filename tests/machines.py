@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict
 
 from conftest import FIXTURES, build_tree
-from doctor.engine import collect
-from doctor.host import Host
-from doctor.probes.nvml import collect_nvml
-from doctor.registry import load_registry
+from dl_doctor.engine import collect
+from dl_doctor.host import Host
+from dl_doctor.probes.nvml import collect_nvml
+from dl_doctor.registry import load_registry
 from fake_nvml import FakeNVML
 from trees import MEMINFO_64G, RHEL88_OS_RELEASE
 

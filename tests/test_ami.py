@@ -150,7 +150,7 @@ def test_junit_validates_against_the_junit_schema_and_agrees_with_the_findings(r
 def test_junit_survives_control_characters_in_messages():
     import xmlschema
 
-    from reports import junit
+    from dl_doctor.reports import junit
 
     report = {"run": {"duration_s": 0.5, "options": {}}, "host": {"hostname": "h"},
               "findings": [{"id": "DLD-GPU-008", "slug": "xid-errors", "title": "t", "status": "fail",
@@ -188,7 +188,7 @@ def test_prometheus_textfile_parses_with_the_prometheus_client_parser(run_cli, t
 def test_prometheus_label_values_are_escaped():
     from prometheus_client.parser import text_string_to_metric_families
 
-    from reports import prometheus
+    from dl_doctor.reports import prometheus
 
     report = {"tool": {"version": "1"}, "host": {"hostname": 'we"ird\\host\nname'}, "run": {}, "summary": {},
               "findings": [], "facts": {}}
@@ -294,7 +294,7 @@ def test_expectations_on_an_unbooted_image_hold_what_the_files_say(run_cli, tree
 
 
 def test_environment_names_with_dots_and_spaces_keep_their_expectations_apart():
-    from doctor.expect import evaluate
+    from dl_doctor.expect import evaluate
 
     stack = {"environments": {"my env.v2": {"python": "3.11", "packages": {"numpy": "1.26.4"}}}}
     expectations = {"environments": {"my env.v2": {"python": "3.11", "packages": {"NumPy": "<2"}},
@@ -307,9 +307,9 @@ def test_environment_names_with_dots_and_spaces_keep_their_expectations_apart():
 
 
 def test_finding_ids_stay_valid_for_any_environment_name():
-    from doctor.engine import run_check_all
-    from doctor.model import Facts
-    from doctor.registry import load_registry
+    from dl_doctor.engine import run_check_all
+    from dl_doctor.model import Facts
+    from dl_doctor.registry import load_registry
     from conftest import snapshot
 
     spec = next(s for s in load_registry().checks if s.id == "DLD-EXP-001")

@@ -9,8 +9,8 @@ import tarfile
 import pytest
 
 import machines
-from doctor.bundle import Capture
-from doctor.host import Host
+from dl_doctor.bundle import Capture
+from dl_doctor.host import Host
 
 TOKEN = "zz9TopSecretValue42"              # no recognisable format: only its variable's name gives it away
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

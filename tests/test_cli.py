@@ -175,8 +175,8 @@ def _plugin(tmp_path, module_source, probes="", checks=""):
 
 HANGING = """
     import time
-    from doctor.probes import probe
-    from doctor.model import check, passed
+    from dl_doctor.probes import probe
+    from dl_doctor.model import check, passed
 
     @probe("rootonly", "reads a root-only log", root_adds="Xid errors from /var/log/messages (root only)")
     def rootonly(ctx):
@@ -269,7 +269,7 @@ def test_explain_by_id_or_slug(run_cli, key):
 
 
 def test_version(run_cli):
-    from doctor import __version__
+    from dl_doctor import __version__
 
     r = run_cli("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"dl-doctor {__version__}"
@@ -278,7 +278,7 @@ def test_version(run_cli):
 def test_python_m_doctor(tmp_path):
     import subprocess
 
-    r = subprocess.run([sys.executable, "-m", "doctor", "list"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "dl_doctor", "list"], capture_output=True, text=True)
     assert r.returncode == 0 and "DLD-SYS-001" in r.stdout
 
 

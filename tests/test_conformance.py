@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, snapshot
-from doctor.engine import run_check_all
-from doctor.model import Facts
-import compat_matrix
-from doctor.registry import load_registry
+from dl_doctor.engine import run_check_all
+from dl_doctor.model import Facts
+from dl_doctor import compat_matrix
+from dl_doctor.registry import load_registry
 
 REGISTRY = load_registry()
 CHECKS = sorted(REGISTRY.checks, key=lambda s: s.id)
-BUILTIN = [s for s in CHECKS if s.module.startswith("checks.")]
+BUILTIN = [s for s in CHECKS if s.module.startswith("dl_doctor.checks.")]
 
 
 MATRIX = compat_matrix.load(site=False)
@@ -88,7 +88,7 @@ def test_registry_loads_builtins_through_entry_points_without_errors():
 @pytest.mark.parametrize("spec", CHECKS, ids=lambda s: s.id)
 def test_metadata_and_explanation(spec):
     assert spec.validate() == []
-    assert spec.id.startswith("DLD-") or not spec.module.startswith("checks.")
+    assert spec.id.startswith("DLD-") or not spec.module.startswith("dl_doctor.checks.")
 
 
 @pytest.mark.parametrize("spec", BUILTIN, ids=lambda s: s.id)

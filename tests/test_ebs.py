@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from doctor.probes.ebs import (EBS_MAGIC, STATS_FIELDS, parse_diskstats, parse_ebs_stats_page, parse_volume_type_option,
+from dl_doctor.probes.ebs import (EBS_MAGIC, STATS_FIELDS, parse_diskstats, parse_ebs_stats_page, parse_volume_type_option,
                                rates, volume_id)
 
 # /proc/diskstats lines (kernel 5.x/6.x format, 20 fields) taken one second apart on a busy gp3 volume.

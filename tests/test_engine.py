@@ -6,11 +6,11 @@ import time
 import pytest
 
 from conftest import snapshot
-from doctor.engine import collect, evaluate, exit_code, run_check
-from doctor.host import Host
-from doctor.model import Facts, Finding, Fix, Status, check, fail, passed, warn
-from doctor.probes import Unavailable, probe
-from doctor.registry import Registry, from_modules
+from dl_doctor.engine import collect, evaluate, exit_code, run_check
+from dl_doctor.host import Host
+from dl_doctor.model import Facts, Finding, Fix, Status, check, fail, passed, warn
+from dl_doctor.probes import Unavailable, probe
+from dl_doctor.registry import Registry, from_modules
 
 RELEASE = threading.Event()
 

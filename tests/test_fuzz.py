@@ -46,8 +46,8 @@ hostile_bytes = st.binary(max_size=600) | st.builds(lambda t: t.encode("utf-8", 
 
 
 def _parsers():
-    from doctor.host import parse_environ_block
-    from doctor.probes import cuda, ebs, kernel_log, kmod, network, nvidia, python_envs, storage, system
+    from dl_doctor.host import parse_environ_block
+    from dl_doctor.probes import cuda, ebs, kernel_log, kmod, network, nvidia, python_envs, storage, system
 
     text = {
         "cuda_h_version": cuda.cuda_h_version, "parse_diskstats": ebs.parse_diskstats,
@@ -146,7 +146,7 @@ def mutated(draw):
 
 def _cli(argv: List[str]) -> tuple:
     """The real command line, in-process (a subprocess per example would cost ten times more)."""
-    from doctor.cli import main
+    from dl_doctor.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from doctor.host import CommandUnavailable, Host, parse_environ_block
+from dl_doctor.host import CommandUnavailable, Host, parse_environ_block
 
 
 def test_absolute_symlink_resolves_inside_the_tree(tree):

@@ -61,7 +61,7 @@ def test_fifos_where_the_environment_probe_reads_cannot_hang_the_run(tmp_path):
 
 
 def test_a_device_or_fifo_is_never_read_as_a_file(tmp_path):
-    from doctor.host import Host, NotARegularFile
+    from dl_doctor.host import Host, NotARegularFile
 
     os.mkfifo(tmp_path / "fifo")
     host = Host()
@@ -135,8 +135,8 @@ def _elf_with_needed(count: int) -> bytes:
 
 
 def test_an_elf_with_600000_needed_entries_is_capped(tmp_path):
-    from doctor import elf
-    from doctor.host import Host
+    from dl_doctor import elf
+    from dl_doctor.host import Host
 
     small = tmp_path / "small.so"
     small.write_bytes(_elf_with_needed(3))
@@ -168,9 +168,9 @@ def test_a_decompression_bomb_module_is_read_as_a_bounded_stream(tmp_path):
 
 
 def test_a_real_shaped_module_still_reads_its_modinfo_and_signature(tmp_path):
-    from doctor.host import Host
-    from doctor.probes import ProbeContext
-    from doctor.probes.kmod import SIGNATURE_MAGIC, _module_info
+    from dl_doctor.host import Host
+    from dl_doctor.probes import ProbeContext
+    from dl_doctor.probes.kmod import SIGNATURE_MAGIC, _module_info
 
     body = (b"\x7fELF" + os.urandom(3 << 20) + b"\0vermagic=5.15.0-1051-aws SMP mod_unload modversions \0"
             b"version=535.104.05\0license=NVIDIA\0" + os.urandom(1 << 20) + SIGNATURE_MAGIC)
@@ -186,11 +186,15 @@ def test_a_real_shaped_module_still_reads_its_modinfo_and_signature(tmp_path):
 
 def _all_patterns():
     pats = {}
-    for pkg_name in ("doctor", "checks", "compat_matrix", "reports"):
+    seen = set()
+    for pkg_name in ("dl_doctor", "dl_doctor.checks", "dl_doctor.compat_matrix", "dl_doctor.reports"):
         pkg = importlib.import_module(pkg_name)
         mods = [pkg] + [importlib.import_module(m.name) for m in pkgutil.walk_packages(pkg.__path__, pkg_name + ".")
                         if not m.name.endswith("__main__")]
         for mod in mods:
+            if mod.__name__ in seen:
+                continue
+            seen.add(mod.__name__)
             for key, value in vars(mod).items():
                 items = value if isinstance(value, (list, tuple)) else [value]
                 for i, item in enumerate(items):
@@ -219,7 +223,7 @@ def _input(pattern: re.Pattern, unit: str, size: int):
 
 def test_the_pattern_census_finds_the_patterns():
     assert len(PATTERNS) > 50
-    assert "doctor.redact._ALWAYS[0]" in PATTERNS and "doctor.probes.python_envs._VERSION_PY_LINE" in PATTERNS
+    assert "dl_doctor.redact._ALWAYS[0]" in PATTERNS and "dl_doctor.probes.python_envs._VERSION_PY_LINE" in PATTERNS
 
 
 @pytest.mark.slow
@@ -236,7 +240,7 @@ def test_every_pattern_is_linear_on_1_mib_of_adversarial_input(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("unit", ["-a", "a.", "a-", "a:", "token ", "?a=&", "https://x@", "/home/a"])
 def test_redaction_of_1_mib_is_linear(unit):
-    from doctor.redact import Redactor
+    from dl_doctor.redact import Redactor
 
     red = Redactor(extended=True, hostnames=["box"], usernames=["alice"])
     small = (unit * ((1 << 18) // len(unit) + 1))[: 1 << 18]
@@ -253,7 +257,7 @@ def _timed(func, arg) -> float:
 
 
 def test_version_py_parser_is_linear_and_still_reads_torch():
-    from doctor.probes.python_envs import parse_version_py
+    from dl_doctor.probes.python_envs import parse_version_py
 
     start = time.perf_counter()
     assert parse_version_py("cuda:" + " " * 65536) == {}

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from doctor.host import Host
-from doctor.probes import ProbeContext, Unavailable
-from doctor.probes.imds import imds_collect, imds_probe
+from dl_doctor.host import Host
+from dl_doctor.probes import ProbeContext, Unavailable
+from dl_doctor.probes.imds import imds_collect, imds_probe
 
 
 class FakeIMDS(http.server.ThreadingHTTPServer):

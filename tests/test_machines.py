@@ -41,9 +41,9 @@ def test_exact_findings(run_cli, name):
 
 
 def test_upgrade_without_reboot_says_reboot():
-    from doctor.engine import evaluate
-    from doctor.registry import load_registry
-    import compat_matrix
+    from dl_doctor.engine import evaluate
+    from dl_doctor.registry import load_registry
+    from dl_doctor import compat_matrix
 
     snap = json.loads((SNAPSHOTS / "p4d_driver_upgrade_no_reboot.json").read_text())
     findings = {f.id: f for f in evaluate(snap, load_registry().checks, compat_matrix.load(site=False))}

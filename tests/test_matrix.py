@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-import compat_matrix
-from compat_matrix import MatrixError, load, validate_files
+from dl_doctor import compat_matrix
+from dl_doctor.compat_matrix import MatrixError, load, validate_files
 
 M = load(site=False)
 

@@ -2,7 +2,7 @@
 
 import json
 
-from doctor.probes.network import parse_installed_packages, parse_limits_conf
+from dl_doctor.probes.network import parse_installed_packages, parse_limits_conf
 
 # Layout of /opt/amazon/efa_installed_packages as the EFA installer writes it (RHEL 8 flavour).
 INSTALLED = """# EFA installer version: 1.30.0

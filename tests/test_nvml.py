@@ -3,13 +3,13 @@
 import pytest
 
 from conftest import FIXTURES, snapshot
-from doctor.engine import evaluate
-from doctor.probes import Unavailable
-from doctor.probes.nvml import collect_nvml
-from doctor.registry import load_registry
+from dl_doctor.engine import evaluate
+from dl_doctor.probes import Unavailable
+from dl_doctor.probes.nvml import collect_nvml
+from dl_doctor.registry import load_registry
 from fake_nvml import FakeNVML
 
-import compat_matrix
+from dl_doctor import compat_matrix
 
 
 def nv(name):

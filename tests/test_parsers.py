@@ -1,8 +1,8 @@
 """Probe parsers on verbatim captured text, malformed input included."""
 
-from doctor.probes.nvidia import parse_gpu_information, parse_proc_modules, parse_proc_version
-from doctor.probes.storage import mount_for, parse_mounts, tmpfs_size_option
-from doctor.probes.system import detect_container, parse_meminfo, parse_os_release
+from dl_doctor.probes.nvidia import parse_gpu_information, parse_proc_modules, parse_proc_version
+from dl_doctor.probes.storage import mount_for, parse_mounts, tmpfs_size_option
+from dl_doctor.probes.system import detect_container, parse_meminfo, parse_os_release
 
 RHEL88_OS_RELEASE = '''NAME="Red Hat Enterprise Linux"
 VERSION="8.8 (Ootpa)"

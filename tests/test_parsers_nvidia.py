@@ -3,13 +3,13 @@
 import gzip
 import lzma
 
-from doctor.probes.cloud import is_ec2
-from doctor.probes.cuda import cuda_h_version
-from doctor.probes.kernel_log import current_boot, parse_kernel_log
-from doctor.probes.kmod import (classify_module_path, kernel_sort_key, newest_kernel, parse_bls_entry, parse_dnf_module,
+from dl_doctor.probes.cloud import is_ec2
+from dl_doctor.probes.cuda import cuda_h_version
+from dl_doctor.probes.kernel_log import current_boot, parse_kernel_log
+from dl_doctor.probes.kmod import (classify_module_path, kernel_sort_key, newest_kernel, parse_bls_entry, parse_dnf_module,
                                 parse_dpkg_status, parse_grubenv, parse_modinfo)
-from doctor.probes.nvidia import library_version
-from doctor.probes.nvml import normalize_bus_id, throttle_names
+from dl_doctor.probes.nvidia import library_version
+from dl_doctor.probes.nvml import normalize_bus_id, throttle_names
 
 # Verbatim kernel log lines from public bug reports and write-ups.
 XID_63 = "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate."

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from doctor.engine import collect
-from doctor.host import Host
-from doctor.probes import ProbeContext
-from doctor.probes.python_envs import discover, inspect, parse_version_py, python_envs_probe, torch_preload_model
-from doctor.registry import load_registry
+from dl_doctor.engine import collect
+from dl_doctor.host import Host
+from dl_doctor.probes import ProbeContext
+from dl_doctor.probes.python_envs import discover, inspect, parse_version_py, python_envs_probe, torch_preload_model
+from dl_doctor.registry import load_registry
 
 CC = shutil.which("cc") or shutil.which("gcc")
 ENVS = Path(os.environ.get("DL_DOCTOR_TEST_ENVS", Path.home() / ".cache" / "dl-doctor-test-envs"))

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import trees
-from doctor.redact import MASK, Redactor, looks_secret_name, redact
+from dl_doctor.redact import MASK, Redactor, looks_secret_name, redact
 
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

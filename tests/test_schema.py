@@ -7,10 +7,10 @@ import jsonschema
 import pytest
 
 from conftest import snapshot
-from doctor.engine import build_report, evaluate, utc_now
-from doctor.redact import redact
-from doctor.registry import load_registry
-from reports import facts_schema, schema
+from dl_doctor.engine import build_report, evaluate, utc_now
+from dl_doctor.redact import redact
+from dl_doctor.registry import load_registry
+from dl_doctor.reports import facts_schema, schema
 
 SNAP = snapshot({"os": {"id": "rhel", "pretty_name": "RHEL 8.8"}, "kernel": {"release": "4.18.0-477.el8.x86_64"}})
 REPORT = redact(build_report(SNAP, evaluate(SNAP, load_registry().checks), mode="facts", started_at=utc_now(),
@@ -44,7 +44,7 @@ def test_malformed_reports_are_rejected(mutate):
 
 
 def test_schema_files_are_shipped_as_package_data():
-    import reports
+    from dl_doctor import reports
 
     assert json.loads(json.dumps(schema()))["title"] == "dl-doctor report"
     assert reports.facts_schema()["title"] == "dl-doctor facts snapshot"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from doctor.host import Host
+from dl_doctor.host import Host
 
 
 class Unavailable(Exception):

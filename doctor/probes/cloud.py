@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from doctor.probes import ProbeContext, Unavailable, probe
+from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 DMI = "/sys/class/dmi/id"
 

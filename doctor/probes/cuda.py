@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from doctor.probes import ProbeContext, probe
+from dl_doctor.probes import ProbeContext, probe
 
 _CUDA_H = re.compile(r"^#define[ \t]{1,16}CUDA_VERSION[ \t]{1,16}([0-9]{1,9})", re.M)
 _VERSION_TXT = re.compile(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)")

@@ -12,8 +12,8 @@ import struct
 import time
 from typing import Any, Dict, List, Optional
 
-from doctor.parse import isnum
-from doctor.probes import ProbeContext, Unavailable, probe
+from dl_doctor.parse import isnum
+from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 EBS_MODEL = "Amazon Elastic Block Store"
 INSTANCE_STORE_MODEL = "Amazon EC2 NVMe Instance Storage"

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional
 
-from doctor.probes import ProbeContext, probe
+from dl_doctor.probes import ProbeContext, probe
 
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system", "/run/systemd/system")
 _FM_VERSION = re.compile(r"(\d{3}\.\d{1,3}(?:\.\d{1,3})?)")
@@ -54,7 +54,7 @@ def fabric_manager_version(ctx: ProbeContext, packages: Optional[List[Dict[str, 
 @probe("gpu_services", "nvidia-fabricmanager, nvidia-persistenced and the NVIDIA container toolkit")
 def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
-    from doctor.probes.kmod import parse_dpkg_status
+    from dl_doctor.probes.kmod import parse_dpkg_status
 
     dpkg = host.try_read("/var/lib/dpkg/status", 64 * 1024 * 1024)
     packages = parse_dpkg_status(dpkg) if dpkg else None

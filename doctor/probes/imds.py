@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from doctor.probes import ProbeContext, Unavailable, probe
-from doctor.probes.cloud import DMI, is_ec2
+from dl_doctor.probes import ProbeContext, Unavailable, probe
+from dl_doctor.probes.cloud import DMI, is_ec2
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
 PATHS = {

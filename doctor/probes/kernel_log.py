@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional
 
-from doctor.host import CommandUnavailable
-from doctor.probes import ProbeContext, Unavailable, probe
+from dl_doctor.host import CommandUnavailable
+from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 LOG_FILES = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
 INTERESTING = re.compile(r"NVRM|nvidia|Xid|RmInitAdapter|fallen off the bus|nouveau|NVSwitch|nvidia-nvswitch|"

@@ -9,8 +9,8 @@ import re
 from functools import cmp_to_key
 from typing import Any, Dict, List, Optional
 
-from doctor.parse import isnum
-from doctor.probes import ProbeContext, Unavailable, probe
+from dl_doctor.parse import isnum
+from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 MODULE_NAMES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.gz", "nvidia.ko.zst")
 MAX_MODULE_BYTES = 256 * 1024 * 1024        # a module file (compressed or not) larger than this is not read

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional
 
-from doctor.ldso import Loader
-from doctor.parse import ascii_int
-from doctor.probes import ProbeContext, probe
+from dl_doctor.ldso import Loader
+from dl_doctor.parse import ascii_int
+from dl_doctor.probes import ProbeContext, probe
 
 PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64", "/opt/aws-ofi-nccl/lib",
                "/usr/local/cuda/efa/lib", "/usr/local/lib", "/usr/lib64", "/usr/lib/x86_64-linux-gnu")

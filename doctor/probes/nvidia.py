@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from doctor.probes import ProbeContext, Unavailable, probe
+from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 NVIDIA_VENDOR = "10de"
 

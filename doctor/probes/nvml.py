@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
-from doctor.probes import ProbeContext, Unavailable, probe
+from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 # nvmlClocksEventReasons / ClocksThrottleReasons bits (nvml.h).
 THROTTLE_REASONS = {

@@ -16,11 +16,11 @@ import re
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from doctor.host import Host, UntrustedCommand
-from doctor.ldso import Loader
-from doctor.probes import ProbeContext, probe
-from doctor.trust import python_startup_paths
-from doctor.workers import map_daemon
+from dl_doctor.host import Host, UntrustedCommand
+from dl_doctor.ldso import Loader
+from dl_doctor.probes import ProbeContext, probe
+from dl_doctor.trust import python_startup_paths
+from dl_doctor.workers import map_daemon
 
 DEFAULT_ENV_LIMIT = 32
 FRAMEWORKS = ("torch", "torchvision", "torchaudio", "tensorflow", "jax", "jaxlib", "deepspeed", "apex", "xformers",

@@ -6,8 +6,8 @@ import posixpath
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from doctor.probes import ProbeContext, Unavailable, probe
-from doctor.probes.system import parse_meminfo
+from dl_doctor.probes import ProbeContext, Unavailable, probe
+from dl_doctor.probes.system import parse_meminfo
 
 _OCTAL = re.compile(r"\\([0-7]{3})")
 _SIZE = re.compile(r"^([0-9]{1,20})([kKmMgGtT%]?)$")

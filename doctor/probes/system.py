@@ -8,8 +8,8 @@ import shlex
 import socket
 from typing import Any, Dict, List, Optional
 
-from doctor.parse import ascii_int, isnum
-from doctor.probes import ProbeContext, Unavailable, probe
+from dl_doctor.parse import ascii_int, isnum
+from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 
 # -- parsers (pure; tested on verbatim samples) -------------------------------

@@ -91,7 +91,7 @@ def main() -> int:
         for case in json.loads(path.read_text()).get("cases", []):
             if isinstance(case.get("facts"), dict):
                 facts.add(case["facts"])
-    live = subprocess.run([sys.executable, "-m", "doctor", "collect", "-o", "-", "--timeout", "10"],
+    live = subprocess.run([sys.executable, "-m", "dl_doctor", "collect", "-o", "-", "--timeout", "10"],
                           capture_output=True, text=True, cwd="/", check=True)
     facts.add(json.loads(live.stdout)["facts"])
     schema = json.loads(SCHEMA.read_text())
