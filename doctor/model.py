@@ -79,20 +79,41 @@ class Result:
     key: Optional[str] = None
 
 
-def passed(message: str, **evidence: Any) -> Result:
-    return Result(Status.PASS, message, evidence)
+def _result(status: "Status", message: str, evidence: Optional[Mapping[str, Any]], fix: Optional[Fix],
+            key: Optional[str], more: Mapping[str, Any]) -> Result:
+    merged = dict(evidence or {})
+    merged.update(more)
+    return Result(status, message, merged, fix, key)
 
 
-def warn(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None) -> Result:
-    return Result(Status.WARN, message, dict(evidence or {}), fix)
+# One calling convention for every helper: ``helper(message, evidence=None, fix=None, *, key=None, **more)``.
+# Evidence may be a mapping (keys are fact paths, which may hold dots) and/or keywords; ``fix`` is a Fix; ``key``
+# names the item when a check judges several (the finding's ID becomes ``ID:key``).
+
+def passed(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
+           key: Optional[str] = None, **more: Any) -> Result:
+    return _result(Status.PASS, message, evidence, fix, key, more)
 
 
-def fail(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None) -> Result:
-    return Result(Status.FAIL, message, dict(evidence or {}), fix)
+def warn(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
+         key: Optional[str] = None, **more: Any) -> Result:
+    return _result(Status.WARN, message, evidence, fix, key, more)
 
 
-def skip(message: str, **evidence: Any) -> Result:
-    return Result(Status.SKIP, message, evidence)
+def fail(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
+         key: Optional[str] = None, **more: Any) -> Result:
+    return _result(Status.FAIL, message, evidence, fix, key, more)
+
+
+def skip(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
+         key: Optional[str] = None, **more: Any) -> Result:
+    return _result(Status.SKIP, message, evidence, fix, key, more)
+
+
+def error(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
+          key: Optional[str] = None, **more: Any) -> Result:
+    """Something that stops dl-doctor itself from judging (a plugin that did not load)."""
+    return _result(Status.ERROR, message, evidence, fix, key, more)
 
 
 @dataclass

@@ -113,10 +113,56 @@ def load_group(registry: Registry, group: str, kind: Type, add) -> None:
             add(spec, origin)
 
 
+def _schema_facts() -> dict:
+    from dl_doctor.reports import facts_schema
+
+    return (facts_schema().get("properties", {}).get("facts", {}) or {}).get("properties", {}) or {}
+
+
+def unknown_fact(registry: Registry, path: str, schema: Optional[dict] = None) -> Optional[str]:
+    """Why ``path`` names a fact no registered probe provides (None when some probe does)."""
+    parts = path.split(".")
+    probes = {p.name: p for p in registry.probes}
+    spec = probes.get(parts[0])
+    if spec is None:
+        close = difflib.get_close_matches(parts[0], list(probes), n=1)
+        return f"no probe is named {parts[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    rest = ".".join(parts[1:])
+    if spec.provides:
+        if not rest or any(rest == p or rest.startswith(p + ".") or p.startswith(rest + ".") for p in spec.provides):
+            return None
+        return f"probe {spec.name!r} provides {', '.join(spec.provides)}"
+    node = (schema if schema is not None else _schema_facts()).get(parts[0])
+    for part in parts[1:]:
+        props = (node or {}).get("properties") if isinstance(node, dict) else None
+        if not props:
+            return None  # nothing recorded below here: not known to be wrong
+        if part not in props:
+            close = difflib.get_close_matches(part, list(props), n=1)
+            return (f"probe {spec.name!r} has no fact {part!r} there"
+                    + (f" (did you mean {close[0]!r}?)" if close else ""))
+        node = props[part]
+    return None
+
+
+def check_contract(registry: Registry) -> None:
+    """Reject a check whose ``requires=`` names a fact no probe provides (a typo would skip it forever)."""
+    schema = _schema_facts()
+    for spec in list(registry.checks):
+        for path in spec.requires:
+            why = unknown_fact(registry, path, schema)
+            if why:
+                registry.checks.remove(spec)
+                registry.load_errors.append(f"check {spec.id} ({spec.module}) requires {path!r}, which no probe "
+                                            f"provides: {why}; the check is not loaded")
+                break
+
+
 def load_registry() -> Registry:
     registry = Registry()
     load_group(registry, PROBE_GROUP, ProbeSpec, registry.add_probe)
     load_group(registry, CHECK_GROUP, CheckSpec, registry.add_check)
+    check_contract(registry)
     if not registry.checks:
         registry.load_errors.append(
             "no checks are registered: dl-doctor must be installed (pip install .) so that its "

@@ -45,13 +45,7 @@ def tree(tmp_path):
     return make
 
 
-def snapshot(facts: Dict[str, Any], mode: str = "live", **extra: Any) -> Dict[str, Any]:
-    """A minimal facts snapshot around ``facts``."""
-    snap = {"schema_version": "1", "kind": "dl-doctor-facts", "tool": {"name": "dl-doctor", "version": "test"},
-            "collected_at": "2026-11-29T00:00:00Z", "mode": mode, "sysroot": None if mode == "live" else "/mnt",
-            "facts": facts, "probe_errors": [], "unavailable": {}, "probes": {}, "privilege": {}}
-    snap.update(extra)
-    return snap
+from dl_doctor.testing import snapshot  # noqa: E402,F401 - the one helper, shared with plugins
 
 
 def dl_doctor_exe() -> str:

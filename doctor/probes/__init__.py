@@ -15,7 +15,7 @@ host only through ``ctx.host``.  It may
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dl_doctor.host import Host
 
@@ -53,13 +53,18 @@ class ProbeSpec:
     # Probes that legitimately take longer (running every interpreter) name the option that holds
     # their own time limit; the run's --timeout is the floor.
     timeout_option: Optional[str] = None
+    # The facts this probe provides, as dotted paths below its name ("value", "devices"); empty: the built-in
+    # facts schema (reports/schema/facts-v1.json) says, or, for a plugin without one, anything below its name.
+    provides: Tuple[str, ...] = ()
 
 
-def probe(name: str, description: str, root_adds: Optional[str] = None, timeout_option: Optional[str] = None):
-    """Declare a probe whose facts are stored under ``name``."""
+def probe(name: str, description: str, root_adds: Optional[str] = None, timeout_option: Optional[str] = None,
+          provides: Sequence[str] = ()):
+    """Declare a probe whose facts are stored under ``name`` (``provides``: the fact paths below it)."""
 
     def wrap(func: Callable[[ProbeContext], Dict[str, Any]]) -> ProbeSpec:
         return ProbeSpec(name=name, func=func, description=description, root_adds=root_adds,
-                         module=getattr(func, "__module__", ""), timeout_option=timeout_option)
+                         module=getattr(func, "__module__", ""), timeout_option=timeout_option,
+                         provides=tuple(provides))
 
     return wrap

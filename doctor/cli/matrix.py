@@ -12,7 +12,9 @@ from typing import Any, Callable, Dict, Optional
 
 import click
 
-from dl_doctor.cli import UsageProblem, _matrix, cli, matrix_overlay_option
+from dl_doctor.app import InputProblem
+from dl_doctor.app import load_matrix as _matrix
+from dl_doctor.cli.base import cli, matrix_overlay_option
 
 
 class NoEntry(click.ClickException):
@@ -60,7 +62,7 @@ def _valid_version(text: str, what: str) -> str:
     try:
         Version(text)
     except InvalidVersion:
-        raise UsageProblem(f"'{text}' is not a {what} version")
+        raise InputProblem(f"'{text}' is not a {what} version")
     return text
 
 

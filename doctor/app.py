@@ -1,0 +1,339 @@
+"""The application layer: what the commands do, without click.
+
+Collecting facts, building a report, loading the matrix and expectations, reading a report / facts file / bundle,
+writing the outputs. Every problem with the user's input is an :class:`InputProblem` (one line); the command line
+maps it to exit 2 in one place (``dl_doctor.cli.main``). Options travel as small dataclasses, not twenty parameters.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+DEFAULT_TIMEOUT = 5.0
+
+
+class InputProblem(Exception):
+    """Bad input: one line for the user, exit 2 on the command line."""
+
+
+# -- options --------------------------------------------------------------------------------------------------------
+
+@dataclass
+class CollectOptions:
+    """What `run`, `collect` and `bundle` collect, and how."""
+
+    sysroot: Optional[str] = None
+    timeout: float = DEFAULT_TIMEOUT
+    pythons: Sequence[str] = ()
+    deep: bool = False
+    run_as_owner: bool = False
+    no_env_scan: bool = False
+    env_limit: int = 32
+    sample_seconds: float = 1.0
+    ebs_types: Sequence[str] = ()
+
+    def probe_options(self) -> Dict[str, Any]:
+        return {"timeout": self.timeout, "python": list(self.pythons), "deep": self.deep,
+                "no_env_scan": self.no_env_scan, "env_limit": self.env_limit,
+                "env_timeout": max(self.timeout, 10.0),
+                "python_envs_timeout": 600.0 if self.deep else max(self.timeout, 60.0),
+                "sample_seconds": self.sample_seconds, "ebs_timeout": self.timeout + self.sample_seconds,
+                "ebs_volume_types": list(self.ebs_types)}
+
+    def report_options(self) -> Dict[str, Any]:
+        return {"timeout": self.timeout, "python": list(self.pythons), "deep": self.deep,
+                "env_scan": not self.no_env_scan, "env_limit": self.env_limit}
+
+
+@dataclass
+class JudgeOptions:
+    """Which checks judge the facts, against what."""
+
+    fail_on: str = "fail"
+    only: Sequence[str] = ()
+    skip: Sequence[str] = ()
+    redact: bool = False
+    overlays: Sequence[str] = ()
+    expect_file: Optional[str] = None
+
+
+@dataclass
+class OutputOptions:
+    """Where the report goes."""
+
+    json_path: Optional[str] = None
+    html_path: Optional[str] = None
+    output_dir: str = "dl-doctor-reports"
+    junit_path: Optional[str] = None
+    prom_path: Optional[str] = None
+    status_path: Optional[str] = None
+    keep_reports: Optional[int] = None
+
+
+@dataclass
+class Outcome:
+    """A finished run: the (redacted) report, its findings, what was written and what could not be."""
+
+    report: Dict[str, Any]
+    findings: List[Any]
+    json_text: str
+    written: List[str] = field(default_factory=list)
+    problems: List[str] = field(default_factory=list)
+
+
+# -- loading --------------------------------------------------------------------------------------------------------
+
+def split_selectors(values: Sequence[str]) -> List[str]:
+    out: List[str] = []
+    for value in values:
+        out.extend(v.strip() for v in value.split(",") if v.strip())
+    return out
+
+
+def registry():
+    from dl_doctor.registry import load_registry
+
+    return load_registry()
+
+
+def select_checks(reg, only: Sequence[str], skip: Sequence[str]):
+    only_l, skip_l = split_selectors(only), split_selectors(skip)
+    unknown = reg.unknown_selectors(only_l + skip_l)
+    if unknown:
+        hint = reg.closest_checks(unknown[0])
+        raise InputProblem(f"unknown check or tag '{unknown[0]}'" + (f" (did you mean {', '.join(hint)}?)" if hint else "")
+                           + "; see 'dl-doctor list'")
+    return reg.select(only_l, skip_l)
+
+
+def load_matrix(overlays: Sequence[str]):
+    from dl_doctor import compat_matrix
+
+    try:
+        return compat_matrix.load(overlays=list(overlays))
+    except compat_matrix.MatrixError as exc:
+        more = f" ({len(exc.errors) - 1} more; run 'dl-doctor matrix validate FILE')" if len(exc.errors) > 1 else ""
+        raise InputProblem(f"invalid compatibility matrix: {exc.errors[0]}{more}")
+
+
+@functools.lru_cache(maxsize=4)  # validated before collection, used after it: read once
+def load_expectations(path: Optional[str]) -> Optional[Dict[str, Any]]:
+    if not path:
+        return None
+    from dl_doctor.expect import ExpectationError, load
+
+    try:
+        return load(path)
+    except ExpectationError as exc:
+        raise InputProblem(str(exc))
+
+
+def validate_inputs(reg, judge: JudgeOptions) -> None:
+    """Reject bad input before spending time on probes."""
+    select_checks(reg, judge.only, judge.skip)
+    load_matrix(judge.overlays)
+    load_expectations(judge.expect_file)
+
+
+def read_document(path: str, bundle_member: str = "facts.json") -> Any:
+    """The JSON document at ``path``, or the member ``bundle_member`` of a support bundle."""
+    import tarfile
+    import zlib
+
+    from dl_doctor.bundle import BundleError, read_member
+    from dl_doctor.validate import MAX_DOCUMENT_BYTES, InputError, load_json_bytes
+
+    try:
+        if os.path.isfile(path) and tarfile.is_tarfile(path):
+            return read_member(path, bundle_member)
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_DOCUMENT_BYTES + 1)
+        return load_json_bytes(data, path)
+    except (InputError, BundleError) as exc:
+        raise InputProblem(str(exc))
+    except FileNotFoundError:
+        raise InputProblem(f"cannot read {path}: no such file")
+    except IsADirectoryError:
+        raise InputProblem(f"cannot read {path}: it is a directory")
+    except (EOFError, zlib.error, tarfile.TarError) as exc:  # click would report EOFError as "interrupted"
+        raise InputProblem(f"{path} is not a readable dl-doctor bundle (truncated or corrupt?): {exc}")
+    except OSError as exc:
+        raise InputProblem(f"cannot read {path}: {exc.strerror or exc}")
+
+
+def snapshot_of(path: str, data: Any) -> Dict[str, Any]:
+    """The facts snapshot in a facts file or a report (``path`` names it in errors), validated."""
+    from dl_doctor.model import FACTS_SCHEMA_VERSION
+    from dl_doctor.validate import InputError, validate_snapshot
+
+    if not isinstance(data, dict):
+        raise InputProblem(f"{path} is not a dl-doctor facts file or report")
+    version = str(data.get("schema_version", ""))
+    if data.get("kind") == "dl-doctor-facts":
+        snapshot = data
+    elif "findings" in data and isinstance(data.get("facts"), dict):
+        run = data.get("run") if isinstance(data.get("run"), dict) else {}
+        snapshot = {
+            "schema_version": version, "kind": "dl-doctor-facts", "tool": data.get("tool", {}),
+            "collected_at": run.get("facts_collected_at") or run.get("started_at"),
+            "mode": run.get("facts_mode") or ("sysroot" if run.get("mode") == "sysroot" else "live"),
+            "sysroot": run.get("sysroot"), "facts": data["facts"],
+            "probe_errors": data.get("probe_errors", []), "unavailable": data.get("unavailable", {}),
+            "privilege": data.get("privilege", {}),
+        }
+    else:
+        raise InputProblem(f"{path} is not a dl-doctor facts file or report (no 'kind' or 'facts')")
+    if version.split(".")[0] != FACTS_SCHEMA_VERSION:
+        raise InputProblem(f"{path} has schema_version {version!r}; this dl-doctor reads version "
+                           f"{FACTS_SCHEMA_VERSION}")
+    if not isinstance(snapshot.get("facts"), dict):
+        raise InputProblem(f"{path} has no 'facts' object")
+    try:
+        validate_snapshot(snapshot, path)
+    except InputError as exc:
+        raise InputProblem(str(exc))
+    return snapshot
+
+
+def load_snapshot(path: str, bundle_member: str = "facts.json") -> Dict[str, Any]:
+    """A facts snapshot from a facts file, a JSON report or a support bundle."""
+    return snapshot_of(path, read_document(path, bundle_member))
+
+
+def snapshot_and_findings(path: str, reg=None) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    """A report (or a bundle's report) brings its findings; a bare facts file gets today's checks run on it."""
+    from dl_doctor.model import Status
+
+    doc = read_document(path, bundle_member="report.json")
+    snapshot = snapshot_of(path, doc)
+    if isinstance(doc.get("findings"), list):
+        statuses = {s.value for s in Status}
+        for n, f in enumerate(doc["findings"]):
+            if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("id", "status", "message")) \
+                    or f["status"] not in statuses:
+                raise InputProblem(f"{path}: findings[{n}] is not a finding (id, status and message strings, "
+                                   f"status one of {', '.join(sorted(statuses))})")
+        return snapshot, doc["findings"]
+    from dl_doctor.engine import evaluate
+
+    findings = evaluate(snapshot, (reg or registry()).checks, load_matrix(()))
+    return snapshot, [f.to_dict() for f in findings]
+
+
+# -- collecting and judging -------------------------------------------------------------------------------------------
+
+def collect_facts(reg, opts: CollectOptions, capture: Any = None) -> Dict[str, Any]:
+    from dl_doctor.engine import collect
+    from dl_doctor.host import Host
+
+    try:
+        host = Host(sysroot=opts.sysroot, command_timeout=opts.timeout, capture=capture,
+                    run_as_owner=opts.run_as_owner)
+    except NotADirectoryError as exc:
+        raise InputProblem(str(exc))
+    return collect(reg.probes, host, opts.probe_options(), timeout=opts.timeout)
+
+
+def judge(snapshot: Dict[str, Any], reg, opts: JudgeOptions, *, mode: str, started: _dt.datetime, t0: float,
+          extra_options: Optional[Dict[str, Any]] = None) -> Tuple[Dict[str, Any], List[Any]]:
+    """The report (not yet redacted) and its findings."""
+    from dl_doctor.engine import build_report, evaluate
+
+    checks = select_checks(reg, opts.only, opts.skip)
+    matrix = load_matrix(opts.overlays)
+    findings = evaluate(snapshot, checks, matrix, {"expectations": load_expectations(opts.expect_file),
+                                                   "load_errors": list(reg.load_errors)})
+    options = {"fail_on": opts.fail_on, "only": split_selectors(opts.only), "skip": split_selectors(opts.skip),
+               "redact": opts.redact, "expect": opts.expect_file}
+    options.update(extra_options or {})
+    report = build_report(snapshot, findings, mode=mode, started_at=started, duration_s=time.monotonic() - t0,
+                          options=options, load_errors=reg.load_errors)
+    report["run"]["matrix"] = matrix.info()
+    return report, findings
+
+
+def safe_name(text: Optional[str]) -> str:
+    if not text or "[" in text:
+        return "redacted" if text else "unknown-host"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:80]
+
+
+def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: OutputOptions, *, mode: str,
+                  started: _dt.datetime, t0: float, extra_options: Optional[Dict[str, Any]] = None) -> Outcome:
+    """Judge, redact once, and write every output asked for (only those: nothing is rendered for nothing)."""
+    from dl_doctor.output import OutputRefused, prune_reports, reserve_unique, write_file
+    from dl_doctor.redact import redact
+    from dl_doctor.reports import to_json
+
+    report, findings = judge(snapshot, reg, judge_opts, mode=mode, started=started, t0=t0,
+                             extra_options=extra_options)
+    report = redact(report, extended=judge_opts.redact, snapshot=dict(snapshot))
+    outcome = Outcome(report, findings, to_json(report))
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    base = os.path.join(out.output_dir, f"dl-doctor-{safe_name(report['host'].get('hostname'))}-{stamp}")
+    defaults = out.json_path is None or out.html_path is None
+    if defaults:
+        try:  # a name no other run in this directory has, even in the same second
+            base = reserve_unique(base, ".json" if out.json_path is None else ".html")
+        except OSError as exc:
+            outcome.problems.append(f"cannot write into {out.output_dir}: {exc.strerror or exc}")
+    # (path, renderer, private): reports carry the environment and stay private; the status line and the metrics
+    # carry none and stay readable by the users and exporters that read them.
+    targets: List[Tuple[str, Any, bool]] = []
+    if out.json_path != "-":
+        targets.append((out.json_path or base + ".json", lambda: outcome.json_text, True))
+    targets.append((out.html_path or base + ".html", lambda: _render("html", report), True))
+    if out.junit_path:
+        targets.append((out.junit_path, lambda: _render("junit", report), True))
+    if out.prom_path:
+        targets.append((out.prom_path, lambda: _render("prometheus", report), False))
+    if out.status_path:
+        targets.append((out.status_path, lambda: _render("status", report), False))
+    for path, render, private in targets:
+        try:
+            write_file(path, render(), private=private)
+            outcome.written.append(path)
+        except OutputRefused as exc:
+            outcome.problems.append(f"not writing {exc.filename}: it {exc.why}")
+        except OSError as exc:
+            outcome.problems.append(f"cannot write {path}: {exc.strerror or exc}")
+    if out.keep_reports is not None and defaults:
+        prune_reports(out.output_dir, out.keep_reports, protect=outcome.written)
+    return outcome
+
+
+def _render(kind: str, report: Dict[str, Any]) -> str:
+    """Renderers are imported only when their output is asked for (jinja2 costs a noticeable part of a start)."""
+    if kind == "html":
+        from dl_doctor.reports import html
+
+        return html.render(report)
+    if kind == "junit":
+        from dl_doctor.reports import junit
+
+        return junit.render(report)
+    if kind == "prometheus":
+        from dl_doctor.reports import prometheus
+
+        return prometheus.render(report)
+    from dl_doctor.login_hook import status_line
+
+    return status_line(report) + "\n"
+
+
+def write_or_refuse(path: str, data: Any, private: bool = True) -> None:
+    """One output file; a refused target or a failed write is an InputProblem."""
+    from dl_doctor.output import OutputRefused, write_file
+
+    try:
+        write_file(path, data, private=private)
+    except OutputRefused as exc:
+        raise InputProblem(f"not writing {exc.filename}: it {exc.why}")
+    except OSError as exc:
+        raise InputProblem(f"cannot write {path}: {exc.strerror or exc}")

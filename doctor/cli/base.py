@@ -1,0 +1,137 @@
+"""The click group and the options shared by the commands. Commands live in one module per family; what they do
+lives in :mod:`dl_doctor.app`."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import click
+
+from dl_doctor import __version__
+from dl_doctor.app import DEFAULT_TIMEOUT, CollectOptions, JudgeOptions, OutputOptions
+
+
+class DefaultRunGroup(click.Group):
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        # `dl-doctor` and `dl-doctor --json - ...` mean `dl-doctor run ...`; a word that is
+        # not a command stays an error ("No such command").
+        if not args or (args[0].startswith("-") and args[0] not in ("--help", "-h", "--version")):
+            args = ["run"] + list(args)
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DefaultRunGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="dl-doctor", message="%(prog)s %(version)s")
+def cli() -> None:
+    """Can this machine train? Checks the driver, GPUs, CUDA, Python environments,
+    storage and networking of a deep-learning machine and says what to fix.
+
+    Without a command, runs `dl-doctor run`.
+    """
+
+
+matrix_overlay_option = click.option(
+    "--matrix-overlay", "overlays", multiple=True, type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+    help="Extra compatibility-matrix data (TOML) that adds or overrides entries (repeatable).")
+
+
+def _apply(func, opts):
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def report_options(func):
+    """Options shared by `run` and `check`."""
+    return _apply(func, [
+        click.option("--json", "json_path", metavar="PATH", help="Write the JSON report here ('-' = alone on stdout)."),
+        click.option("--html", "html_path", metavar="PATH", help="Write the HTML report here."),
+        click.option("--output-dir", default="dl-doctor-reports", show_default=True, metavar="DIR",
+                     help="Where reports without an explicit path go."),
+        click.option("--fail-on", type=click.Choice(["fail", "warn", "never"]), default="fail", show_default=True,
+                     help="Exit 1 when a finding is at or above this level (error counts as fail)."),
+        click.option("--only", multiple=True, metavar="ID|SLUG|TAG", help="Run only these checks (repeatable, comma-separated)."),
+        click.option("--skip", "skip_", multiple=True, metavar="ID|SLUG|TAG", help="Do not run these checks."),
+        click.option("--redact", is_flag=True, help="Also mask host names, IP/MAC addresses, user names and home paths."),
+        click.option("-q", "--quiet", is_flag=True, help="Print only problems and the summary line."),
+        click.option("--no-color", is_flag=True, help="No colour (also when NO_COLOR is set or output is not a TTY)."),
+        matrix_overlay_option,
+        click.option("--expect", "expect_file", metavar="EXPECT.toml",
+                     help="Golden-stack expectations to hold the host to (see `dl-doctor expect --from`)."),
+        click.option("--junit", "junit_path", metavar="PATH", help="Also write the findings as JUnit XML."),
+        click.option("--prometheus", "prom_path", metavar="PATH",
+                     help="Also write metrics in Prometheus text format (node_exporter textfile collector)."),
+        click.option("--status-line", "status_path", metavar="PATH",
+                     help="Also write a one-line status (what the login hook prints)."),
+        click.option("--keep-reports", type=click.IntRange(1, 100000), metavar="N",
+                     help="Keep only the newest N runs' reports in --output-dir (the login hook's timer keeps 30)."),
+    ])
+
+
+def _check_ebs_types(ctx, param, values):
+    from dl_doctor.probes.ebs import parse_volume_type_option
+
+    for v in values:
+        try:
+            parse_volume_type_option(v)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc))
+    return values
+
+
+def collect_options(func):
+    return _apply(func, [
+        click.option("--sysroot", type=click.Path(exists=True, file_okay=False, resolve_path=False), metavar="DIR",
+                     help="Inspect a mounted image or a captured tree instead of the live host."),
+        click.option("--timeout", type=click.FloatRange(0.1, 600.0), default=DEFAULT_TIMEOUT, show_default=True,
+                     metavar="SECONDS", help="Time limit of each probe (the Python-environment probe gets at least "
+                     "60 s, 600 s with --deep; the EBS probe adds --sample-seconds)."),
+        click.option("--python", "pythons", multiple=True, metavar="PATH", help="Another interpreter to inspect (repeatable)."),
+        click.option("--deep", is_flag=True, help="Also import the frameworks (in a subprocess per environment) and "
+                     "record what really loads."),
+        click.option("--run-as-owner", is_flag=True, help="As root, run another user's interpreter as that user "
+                     "(dropped privileges) instead of inspecting it from its files only."),
+        click.option("--no-env-scan", is_flag=True, help="Inspect only dl-doctor's interpreter and each --python."),
+        click.option("--env-limit", type=click.IntRange(1, 1000), default=32, show_default=True, metavar="N",
+                     help="At most this many Python environments."),
+        click.option("--sample-seconds", type=click.FloatRange(0.1, 60.0), default=1.0, show_default=True,
+                     metavar="SECONDS", help="How long to sample disk I/O (while the other probes run)."),
+        click.option("--ebs-volume-type", "ebs_types", multiple=True, metavar="VOL=TYPE[:IOPS[:MBPS]]",
+                     callback=_check_ebs_types, help="An EBS volume's type (and provisioned IOPS/throughput)."),
+    ])
+
+
+# click hands each option over as a keyword; these turn the keywords into the application's option objects.
+
+def collect_opts(kw: Dict[str, Any]) -> CollectOptions:
+    return CollectOptions(sysroot=kw.get("sysroot"), timeout=kw.get("timeout", DEFAULT_TIMEOUT),
+                          pythons=tuple(kw.get("pythons") or ()), deep=bool(kw.get("deep")),
+                          run_as_owner=bool(kw.get("run_as_owner")), no_env_scan=bool(kw.get("no_env_scan")),
+                          env_limit=kw.get("env_limit", 32), sample_seconds=kw.get("sample_seconds", 1.0),
+                          ebs_types=tuple(kw.get("ebs_types") or ()))
+
+
+def judge_opts(kw: Dict[str, Any]) -> JudgeOptions:
+    return JudgeOptions(fail_on=kw.get("fail_on", "fail"), only=tuple(kw.get("only") or ()),
+                        skip=tuple(kw.get("skip_") or ()), redact=bool(kw.get("redact")),
+                        overlays=tuple(kw.get("overlays") or ()), expect_file=kw.get("expect_file"))
+
+
+def output_opts(kw: Dict[str, Any]) -> OutputOptions:
+    return OutputOptions(json_path=kw.get("json_path"), html_path=kw.get("html_path"),
+                         output_dir=kw.get("output_dir", "dl-doctor-reports"), junit_path=kw.get("junit_path"),
+                         prom_path=kw.get("prom_path"), status_path=kw.get("status_path"),
+                         keep_reports=kw.get("keep_reports"))
+
+
+def use_color(no_color: bool, stream=None) -> bool:
+    import os
+    import sys
+
+    stream = stream or sys.stdout
+    if no_color or os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

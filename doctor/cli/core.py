@@ -1,0 +1,127 @@
+"""`run`, `collect`, `check`, `list`, `explain`: thin wrappers over :mod:`dl_doctor.app`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from dl_doctor import app
+from dl_doctor.cli.base import (cli, collect_options, collect_opts, judge_opts, output_opts, report_options,
+                                use_color)
+
+
+def emit(outcome: app.Outcome, *, json_to_stdout: bool, quiet: bool, no_color: bool, fail_on: str) -> int:
+    """Print the terminal summary (or the JSON on stdout) and the problems; the exit code."""
+    from dl_doctor.engine import exit_code
+    from dl_doctor.reports import terminal
+
+    if json_to_stdout:
+        sys.stdout.write(outcome.json_text)
+        sys.stdout.flush()
+        if not quiet:
+            for path in outcome.written:
+                click.echo(f"Report: {path}", err=True)
+    else:
+        click.echo(terminal.render(outcome.report, color=use_color(no_color), quiet=quiet,
+                                   paths=[] if quiet else outcome.written), nl=False)
+    for problem in outcome.problems:
+        click.echo(f"dl-doctor: error: {problem}", err=True)
+    return 2 if outcome.problems else exit_code(outcome.findings, fail_on)
+
+
+@cli.command("run")
+@collect_options
+@report_options
+def run_cmd(**kw) -> int:
+    """Collect facts from this host (or --sysroot), run every check and write the reports."""
+    from dl_doctor.engine import utc_now
+
+    started, t0 = utc_now(), time.monotonic()
+    collect, judge, out = collect_opts(kw), judge_opts(kw), output_opts(kw)
+    reg = app.registry()
+    app.validate_inputs(reg, judge)
+    snapshot = app.collect_facts(reg, collect)
+    outcome = app.write_outputs(snapshot, reg, judge, out, mode=snapshot["mode"], started=started, t0=t0,
+                                extra_options=collect.report_options())
+    return emit(outcome, json_to_stdout=out.json_path == "-", quiet=kw["quiet"], no_color=kw["no_color"],
+                fail_on=judge.fail_on)
+
+
+@cli.command("collect")
+@collect_options
+@click.option("-o", "--output", required=True, metavar="FACTS.json", help="Where to write the facts ('-' = stdout).")
+@click.option("--redact", is_flag=True, help="Also mask host names, IP/MAC addresses, user names and home paths.")
+def collect_cmd(output, redact, **kw) -> int:
+    """Collect facts only, for `dl-doctor check` later or elsewhere."""
+    from dl_doctor.redact import redact as redact_document
+    from dl_doctor.reports import to_json
+
+    snapshot = app.collect_facts(app.registry(), collect_opts(kw))
+    text = to_json(redact_document(snapshot, extended=redact))
+    if output == "-":
+        sys.stdout.write(text)
+        return 0
+    app.write_or_refuse(output, text, private=True)
+    click.echo(f"Facts: {output} ({len(snapshot['facts'])} probes, {len(snapshot['probe_errors'])} errors)", err=True)
+    return 0
+
+
+@cli.command("check")
+@click.argument("facts_file", metavar="FACTS.json")
+@report_options
+def check_cmd(facts_file, **kw) -> int:
+    """Run today's checks on facts collected earlier (a facts file, a JSON report or a bundle)."""
+    from dl_doctor.engine import utc_now
+
+    started, t0 = utc_now(), time.monotonic()
+    judge, out = judge_opts(kw), output_opts(kw)
+    reg = app.registry()
+    snapshot = app.load_snapshot(facts_file)
+    outcome = app.write_outputs(snapshot, reg, judge, out, mode="facts", started=started, t0=t0,
+                                extra_options={"facts_file": facts_file})
+    return emit(outcome, json_to_stdout=out.json_path == "-", quiet=kw["quiet"], no_color=kw["no_color"],
+                fail_on=judge.fail_on)
+
+
+@cli.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_cmd(as_json) -> int:
+    """List every registered check: ID, slug, title, tags."""
+    reg = app.registry()
+    checks = sorted(reg.checks, key=lambda s: s.id)
+    if as_json:
+        click.echo(json.dumps([{"id": s.id, "slug": s.slug, "title": s.title, "tags": list(s.tags),
+                                "requires": list(s.requires), "module": s.module} for s in checks], indent=2))
+    else:
+        for s in checks:
+            click.echo(f"{s.id:<13} {s.slug:<28} {s.title}  [{', '.join(s.tags)}]")
+    for err in reg.load_errors:
+        click.echo(f"dl-doctor: warning: {err}", err=True)
+    return 0
+
+
+@cli.command("explain")
+@click.argument("key", metavar="ID|SLUG")
+def explain_cmd(key) -> int:
+    """Explain a check: what it checks, why it matters, how to fix it."""
+    import textwrap
+
+    from dl_doctor.model import Explanation
+
+    reg = app.registry()
+    spec = reg.find_check(key)
+    if spec is None:
+        hint = reg.closest_checks(key)
+        raise app.InputProblem(f"unknown check '{key}'" + (f" (did you mean {', '.join(hint)}?)" if hint else "")
+                               + "; see 'dl-doctor list'")
+    click.echo(f"{spec.id} ({spec.slug}): {spec.title}")
+    click.echo(f"tags: {', '.join(spec.tags)}" + (f"; needs facts: {', '.join(spec.requires)}" if spec.requires else ""))
+    for attr, heading in Explanation.SECTIONS:
+        click.echo("")
+        click.echo(heading)
+        click.echo(textwrap.fill(getattr(spec.explanation, attr), width=88, initial_indent="  ",
+                                 subsequent_indent="  "))
+    return 0
