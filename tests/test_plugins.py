@@ -1,0 +1,204 @@
+"""The plugin contract end to end: an out-of-tree package (tests/plugin_sample) installed beside dl-doctor, a broken
+plugin and a typo in requires=, and one top-level package that no local `checks/` or `reports/` can shadow."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, dl_doctor_exe
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "tests" / "plugin_sample"
+
+
+def _env(pythonpath=None, **more):
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent", "LANG": "C.UTF-8", **more}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
+    return env
+
+
+@pytest.fixture(scope="module")
+def sample_plugin(tmp_path_factory):
+    target = tmp_path_factory.mktemp("site")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--no-index", "--target", str(target), str(SAMPLE)], capture_output=True, text=True,
+                          timeout=300)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot build the sample plugin here: {proc.stderr.strip()[-300:]}")
+    return target
+
+
+def _dist(target: Path, name: str, entry_points: str, modules: dict) -> None:
+    """A minimal installed distribution (dist-info + modules), as pip would leave it."""
+    info = target / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    for mod, text in modules.items():
+        (target / f"{mod}.py").write_text(text)
+
+
+def test_an_out_of_tree_plugin_registers_runs_and_tests_itself(sample_plugin, tmp_path):
+    env = _env([sample_plugin])
+    listed = subprocess.run([dl_doctor_exe(), "list", "--json"], capture_output=True, text=True, env=env, timeout=60)
+    assert listed.returncode == 0 and "warning" not in listed.stderr, listed.stderr
+    assert "ACME-TEMP-001" in {c["id"] for c in json.loads(listed.stdout)}
+
+    root = tmp_path / "root"
+    (root / "etc/acme").mkdir(parents=True)
+    (root / "etc/acme/fleet.conf").write_text("max_temp_c = 85\n")
+    r = subprocess.run([dl_doctor_exe(), "run", "--sysroot", str(root), "--json", "-", "--html", "/dev/null",
+                        "--only", "ACME-TEMP-001,DLD-PLUGIN-001"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["facts"]["acme"] == {"max_temp_c": 85, "source": "/etc/acme/fleet.conf"}
+    statuses = {f["id"]: f["status"] for f in report["findings"]}
+    assert statuses == {"ACME-TEMP-001": "skip", "DLD-PLUGIN-001": "pass"}  # no NVML under a sysroot
+
+    # the plugin's own tests run with dl-doctor's installed helpers
+    t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(SAMPLE / "tests")],
+                       capture_output=True, text=True, env={**env, "PYTHONPATH": str(sample_plugin)}, timeout=120,
+                       cwd=tmp_path)
+    assert t.returncode == 0, t.stdout + t.stderr
+    assert "5 passed" in t.stdout
+
+
+def test_a_broken_plugin_or_a_typo_in_requires_fails_a_bake(tmp_path):
+    target = tmp_path / "site"
+    target.mkdir()
+    _dist(target, "broken_plugin", "[dl_doctor.checks]\nbroken = broken_mod\n",
+          {"broken_mod": "import acme_lib_that_is_not_installed\n"})
+    _dist(target, "typo_plugin", "[dl_doctor.checks]\ntypo = typo_mod\n", {"typo_mod": '''
+from dl_doctor.model import check, passed
+
+@check(id="TYPO-GPU-001", slug="typo-check", title="A check with a typo in requires", tags=("gpu",),
+       requires=("gpu_pci.gpu_cuont",), what="what it checks, at length", why="why it matters, at length",
+       fix="how to fix it, at length")
+def typo_check(facts):
+    return passed("never reached")
+'''})
+    env = _env([target])
+    listed = subprocess.run([dl_doctor_exe(), "list"], capture_output=True, text=True, env=env, timeout=60)
+    assert "broken (broken_mod) failed to load: ModuleNotFoundError" in listed.stderr
+    assert ("check TYPO-GPU-001 (typo_mod) requires 'gpu_pci.gpu_cuont', which no probe provides: probe 'gpu_pci' "
+            "has no fact 'gpu_cuont' there (did you mean 'gpu_count'?)") in " ".join(listed.stderr.split())
+    assert "TYPO-GPU-001" not in listed.stdout
+
+    facts = FIXTURES / "snapshots" / "g5_ubuntu2204.json"
+    r = subprocess.run([dl_doctor_exe(), "check", str(facts), "--json", "-", "--html", "/dev/null",
+                        "--fail-on", "fail", "--only", "DLD-PLUGIN-001"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 1, r.stderr
+    finding = json.loads(r.stdout)["findings"][0]
+    assert finding["status"] == "error" and finding["message"].startswith("2 plugin problems")
+
+
+def test_one_top_level_package_that_local_checks_and_reports_cannot_shadow(tmp_path):
+    for pkg in ("checks", "reports", "doctor", "compat_matrix"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("raise ImportError('the wrong package')\n")
+    env = _env([tmp_path])
+    m = subprocess.run([sys.executable, "-m", "dl_doctor", "list"], capture_output=True, text=True, cwd=tmp_path,
+                       env=env, timeout=60)
+    assert m.returncode == 0 and m.stderr == "", m.stderr
+    assert len(m.stdout.splitlines()) >= 45
+    r = subprocess.run([dl_doctor_exe(), "run", "--only", "DLD-SYS-001", "--json", "-", "--html", "/dev/null",
+                        "--no-env-scan"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert r.returncode in (0, 1) and json.loads(r.stdout)["findings"][0]["id"] == "DLD-SYS-001", r.stderr
+
+
+def test_the_wheel_installs_one_top_level_package(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "--no-index", "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot build a wheel here: {proc.stderr.strip()[-300:]}")
+    wheel = next(tmp_path.glob("dl_doctor-*.whl"))
+    tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
+    assert tops == {"dl_doctor", wheel.name.split("-py")[0].replace("dl_doctor-", "dl_doctor-") + ".dist-info"} \
+        or tops - {t for t in tops if t.endswith(".dist-info")} == {"dl_doctor"}, tops
+    names = zipfile.ZipFile(wheel).namelist()
+    for data in ("dl_doctor/data/secrets.toml", "dl_doctor/reports/templates/report.html.j2",
+                 "dl_doctor/reports/schema/facts-v1.json", "dl_doctor/compat_matrix/data/torch.toml"):
+        assert data in names
+
+
+# -- the shape of the code --------------------------------------------------------------------------------------------
+
+PACKAGE_DIRS = {"dl_doctor": ROOT / "doctor", "dl_doctor.checks": ROOT / "checks",
+                "dl_doctor.compat_matrix": ROOT / "compat_matrix", "dl_doctor.reports": ROOT / "reports"}
+
+
+def _modules():
+    out = {}
+    for pkg, base in PACKAGE_DIRS.items():
+        for path in base.rglob("*.py"):
+            rel = path.relative_to(base).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            if pkg == "dl_doctor" and parts and parts[0] in ("checks", "compat_matrix", "reports"):
+                continue
+            out[".".join([pkg, *parts])] = path
+    return out
+
+
+def _imports(name: str, path: Path, known) -> set:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = set()
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".") if is_pkg else name.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name and not name.startswith(t + "."):  # a package's own parents are not a cycle
+                out.add(t)
+    return out
+
+
+def test_no_import_cycle_in_the_package():
+    mods = _modules()
+    graph = {name: _imports(name, path, mods) for name, path in mods.items()}
+    state = {}
+    stack = []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(m):] + [m]))
+            if m not in state:
+                visit(m)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n)
+
+
+def test_no_cli_function_takes_more_than_eight_parameters():
+    for path in (ROOT / "doctor" / "cli").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                count = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+                assert count <= 8, f"{path.name}:{node.lineno} {node.name} takes {count} parameters"
