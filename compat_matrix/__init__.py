@@ -13,6 +13,7 @@ replace entries by key and are validated exactly like the built-in files.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -532,19 +533,63 @@ def major_minor(version: str) -> Optional[str]:
     return f"{int(parts[0])}.{int(parts[1])}"
 
 
-def _load_documents(paths: Sequence[str], builtin: bool) -> Tuple[List[Document], List[str]]:
+SNAPSHOT = "builtin.json"
+
+
+def builtin_digest(files: Optional[Sequence[str]] = None) -> str:
+    """sha256 over the built-in TOML files' names and bytes: what the snapshot was built from."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in files if files is not None else builtin_files():
+        h.update(os.path.basename(path).encode() + b"\0")
+        with open(path, "rb") as fh:
+            h.update(fh.read())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def build_snapshot() -> Dict[str, Any]:
+    """The built-in matrix, parsed and validated, as JSON data (tests/tools/make_matrix_snapshot.py writes it)."""
+    docs, errors = _load_documents([], builtin=True, use_snapshot=False)
+    if errors:
+        raise MatrixError(errors)
+    return {"digest": builtin_digest(), "documents": [
+        {"name": os.path.basename(d.path), "tables": d.tables, "sources": d.sources} for d in docs]}
+
+
+def _builtin_from_snapshot() -> Optional[List[Document]]:
+    """The built-in documents from the JSON snapshot, when it was built from exactly these TOML files (JSON loads
+    in a few milliseconds; parsing and validating the TOML costs ~35 ms of every start). Else None."""
+    try:
+        base = resources.files("dl_doctor.compat_matrix").joinpath("data")
+        snap = json.loads(base.joinpath(SNAPSHOT).read_text(encoding="utf-8"))
+        files = builtin_files()
+        if snap.get("digest") != builtin_digest(files):
+            return None
+        by_name = {os.path.basename(f): f for f in files}
+        return [Document(by_name[d["name"]], d["tables"], d["sources"]) for d in snap["documents"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _load_documents(paths: Sequence[str], builtin: bool,
+                    use_snapshot: bool = True) -> Tuple[List[Document], List[str]]:
     """Read and validate files; overlays may cite the built-in files' sources (and their own)."""
     raw: List[Tuple[str, Optional[Dict[str, Any]]]] = []
     errors: List[str] = []
-    files = (builtin_files() if builtin else []) + list(paths)
+    snapshot = _builtin_from_snapshot() if builtin and use_snapshot else None
+    files = (builtin_files() if builtin and snapshot is None else []) + list(paths)
     for path in files:
         data, errs = read_file(path)
         raw.append((path, data))
         errors.extend(errs)
     known: set = set()
+    for doc in snapshot or []:
+        known |= set(doc.sources)
     for _, data in raw:
         known |= _declared_sources(data)
-    docs: List[Document] = []
+    docs: List[Document] = list(snapshot or [])
     for path, data in raw:
         if data is None:
             continue
@@ -555,8 +600,8 @@ def _load_documents(paths: Sequence[str], builtin: bool) -> Tuple[List[Document]
 
 
 def validate_files(paths: Sequence[str], with_builtin: bool = True) -> List[str]:
-    """All errors in these files (and the built-in ones they are read with)."""
-    return _load_documents(paths, with_builtin)[1]
+    """All errors in these files (and the built-in ones they are read with, from their TOML)."""
+    return _load_documents(paths, with_builtin, use_snapshot=False)[1]
 
 
 _CACHE: Dict[Tuple[str, ...], Matrix] = {}

@@ -113,6 +113,11 @@ def select_checks(reg, only: Sequence[str], skip: Sequence[str]):
 
 
 def load_matrix(overlays: Sequence[str]):
+    return _load_matrix(tuple(overlays))
+
+
+@functools.lru_cache(maxsize=4)  # validated before collection, used after it: loaded once
+def _load_matrix(overlays: Tuple[str, ...]):
     from dl_doctor import compat_matrix
 
     try:
@@ -228,6 +233,32 @@ def snapshot_and_findings(path: str, reg=None) -> Tuple[Dict[str, Any], List[Dic
 
 # -- collecting and judging -------------------------------------------------------------------------------------------
 
+def prewarm(out: Optional[OutputOptions] = None) -> "threading.Thread":
+    """Work the report will need, done on a daemon thread while the probes mostly wait on the host (files,
+    subprocesses): compile the HTML template, import the renderers and the redaction rules. Nothing is rendered."""
+    import threading
+
+    def work() -> None:
+        try:
+            from dl_doctor import redact  # noqa: F401 - compiles the redaction patterns
+            from dl_doctor.reports import terminal  # noqa: F401
+
+            if out is None or out.html_path != "/dev/null":
+                from dl_doctor.reports import html
+
+                html.template()
+            if out is not None and out.junit_path:
+                from dl_doctor.reports import junit  # noqa: F401
+            if out is not None and out.prom_path:
+                from dl_doctor.reports import prometheus  # noqa: F401
+        except Exception:  # noqa: BLE001 - only a head start; rendering reports its own errors later
+            pass
+
+    thread = threading.Thread(target=work, name="prewarm", daemon=True)
+    thread.start()
+    return thread
+
+
 def collect_facts(reg, opts: CollectOptions, capture: Any = None) -> Dict[str, Any]:
     from dl_doctor.engine import collect
     from dl_doctor.host import Host
@@ -288,7 +319,10 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
     targets: List[Tuple[str, Any, bool]] = []
     if out.json_path != "-":
         targets.append((out.json_path or base + ".json", lambda: outcome.json_text, True))
-    targets.append((out.html_path or base + ".html", lambda: _render("html", report), True))
+    if out.html_path == "/dev/null":
+        outcome.written.append("/dev/null")  # asked for nothing: rendering it would only cost time
+    else:
+        targets.append((out.html_path or base + ".html", lambda: _render("html", report), True))
     if out.junit_path:
         targets.append((out.junit_path, lambda: _render("junit", report), True))
     if out.prom_path:

@@ -30,7 +30,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 MAX_READ_BYTES = 4 * 1024 * 1024
 MAX_SYMLINK_HOPS = 40
@@ -114,6 +114,16 @@ class Host:
     # --run-as-owner: run another user's interpreter as that user instead of leaving it unrun (doctor.trust)
     run_as_owner: bool = False
 
+    def cached(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """A value computed once per Host (one run), however many probes or threads ask: parses that several
+        probes share (the dpkg status file, ELF files, library resolutions). Never shared across two runs."""
+        with self._lock:
+            lock = self._cache_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._cache:
+                self._cache[key] = compute()
+            return self._cache[key]
+
     def __post_init__(self) -> None:
         if self.sysroot is not None:
             root = os.path.realpath(self.sysroot)
@@ -121,6 +131,8 @@ class Host:
                 raise NotADirectoryError(f"sysroot is not a directory: {self.sysroot}")
             self.sysroot = root
         self._lock = threading.Lock()
+        self._cache: Dict[Any, Any] = {}
+        self._cache_locks: Dict[Any, threading.Lock] = {}
         self._environ: Optional[Dict[str, str]] = None
         self._environ_known = True
 

@@ -185,6 +185,7 @@ class Redactor:
                                       if isinstance(v, str) and len(v) >= 8 and not _TRIVIAL.match(v)
                                       and v != MASK}, key=len, reverse=True)
         self.count = 0
+        self._memo: Dict[str, str] = {}
         self._maps: Dict[str, Dict[str, str]] = {}
         self._hostnames = sorted({h for h in hostnames if h and h not in ("localhost",)}, key=len, reverse=True)
         names = set()
@@ -205,6 +206,19 @@ class Redactor:
     # -- strings ----------------------------------------------------------------
 
     def text(self, value: str) -> str:
+        """``value`` with every secret masked (and, extended, names replaced). A report repeats many strings
+        (paths, versions): each distinct one is redacted once."""
+        hit = self._memo.get(value)
+        if hit is not None:
+            if hit != value:
+                self.count += 1
+            return hit
+        out = self._text(value)
+        if len(self._memo) < 100000:
+            self._memo[value] = out
+        return out
+
+    def _text(self, value: str) -> str:
         out = value
         for secret in self._secret_values:
             if secret in out:

@@ -11,10 +11,13 @@ itself: it is reported in ``load_errors``.
 from __future__ import annotations
 
 import difflib
+import functools
+import os
+import re
+import sys
 import types
 from dataclasses import dataclass, field
-from importlib import metadata
-from typing import Any, Iterable, List, Optional, Sequence, Type
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
 from dl_doctor.model import CheckSpec
 from dl_doctor.probes import ProbeSpec
@@ -81,22 +84,77 @@ def _specs_in(obj: Any, kind: Type) -> List[Any]:
     return []
 
 
-def _entry_points(group: str) -> List[metadata.EntryPoint]:
-    eps = metadata.entry_points()
-    if hasattr(eps, "select"):
-        selected = list(eps.select(group=group))
-    else:  # Python 3.9
-        selected = list(eps.get(group, []))
-    # Two installs of the same distribution (e.g. an egg-link and a wheel) list
-    # the same entry point twice; keep one.
+class EntryPoint:
+    """One ``name = module[:attr]`` line of a distribution's ``entry_points.txt``."""
+
+    def __init__(self, name: str, value: str, dist: str):
+        self.name, self.value, self.dist = name, value, dist
+
+    def load(self) -> Any:
+        import importlib
+
+        module, _, attr = self.value.partition(":")
+        obj = importlib.import_module(module.strip())
+        for part in [p for p in attr.strip().split(".") if p]:
+            obj = getattr(obj, part)
+        return obj
+
+
+def _parse_entry_points(text: str) -> Dict[str, List[Tuple[str, str]]]:
+    groups: Dict[str, List[Tuple[str, str]]] = {}
+    current: Optional[str] = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1].strip()
+            continue
+        if current is not None and "=" in line:
+            name, _, value = line.partition("=")
+            groups.setdefault(current, []).append((name.strip(), value.split("[", 1)[0].strip()))
+    return groups
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+@functools.lru_cache(maxsize=1)
+def _all_entry_points() -> Dict[str, List[EntryPoint]]:
+    """Every distribution's entry points on sys.path, the first copy of a distribution winning, as
+    importlib.metadata finds them — read directly from ``*.dist-info/entry_points.txt`` (and ``.egg-info``): this
+    skips importlib.metadata's parse of every distribution's METADATA, a large part of dl-doctor's start."""
     seen = set()
-    unique = []
-    for ep in selected:
-        key = (ep.name, ep.value)
-        if key not in seen:
-            seen.add(key)
-            unique.append(ep)
-    return sorted(unique, key=lambda ep: (ep.name, ep.value))
+    out: Dict[str, List[EntryPoint]] = {}
+    for base in sys.path:
+        directory = base or "."
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for entry in names:
+            if not entry.endswith((".dist-info", ".egg-info")):
+                continue
+            dist = _norm(entry.rsplit(".", 1)[0].split("-", 1)[0])
+            if dist in seen:
+                continue
+            seen.add(dist)
+            try:
+                with open(os.path.join(directory, entry, "entry_points.txt"), encoding="utf-8") as fh:
+                    text = fh.read(1 << 20)
+            except OSError:
+                continue
+            for group, items in _parse_entry_points(text).items():
+                out.setdefault(group, []).extend(EntryPoint(n, v, dist) for n, v in items)
+    return out
+
+
+def _entry_points(group: str) -> List[EntryPoint]:
+    unique = {}
+    for ep in _all_entry_points().get(group, []):
+        unique.setdefault((ep.name, ep.value), ep)
+    return sorted(unique.values(), key=lambda ep: (ep.name, ep.value))
 
 
 def load_group(registry: Registry, group: str, kind: Type, add) -> None:

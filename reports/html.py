@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Dict
 
@@ -22,10 +23,16 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+@functools.lru_cache(maxsize=1)
+def template() -> jinja2.Template:
+    """The compiled template (compiling it is most of the cost of an HTML report; `run` does it while the probes
+    wait on the host)."""
+    return _environment().get_template("report.html.j2")
+
+
 def render(report: Dict[str, Any]) -> str:
     findings = sorted(report.get("findings", []), key=lambda f: (ORDER.index(f["status"]), f["id"]))
-    template = _environment().get_template("report.html.j2")
-    return template.render(
+    return template().render(
         report=report,
         headline=headline(report),
         problems=[f for f in findings if f["status"] in ("error", "fail", "warn")],

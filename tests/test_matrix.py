@@ -353,3 +353,30 @@ def test_cli_validate(run_cli, tmp_path):
     broken_run = run_cli("run", "--matrix-overlay", bad)
     assert broken_run.returncode == 2 and "invalid compatibility matrix: bad.toml" in broken_run.stderr
     assert len(broken_run.stderr.strip().splitlines()) == 1
+
+
+def test_the_json_snapshot_is_built_from_the_toml_files_as_they_are():
+    """compat_matrix/data/builtin.json must be rebuilt (tests/tools/make_matrix_snapshot.py) after any TOML edit."""
+    import json as _json
+    from importlib import resources
+
+    from dl_doctor import compat_matrix as cm
+
+    snap = _json.loads(resources.files("dl_doctor.compat_matrix").joinpath("data/builtin.json").read_text())
+    assert snap["digest"] == cm.builtin_digest(), "run: python tests/tools/make_matrix_snapshot.py"
+    fresh = cm.build_snapshot()
+    assert snap == _json.loads(_json.dumps(fresh)), "run: python tests/tools/make_matrix_snapshot.py"
+    from_snapshot = cm._builtin_from_snapshot()
+    from_toml, errors = cm._load_documents([], True, use_snapshot=False)
+    assert not errors and [(d.tables, d.sources) for d in from_snapshot] == [(d.tables, d.sources) for d in from_toml]
+
+
+def test_a_stale_snapshot_is_not_used(tmp_path, monkeypatch):
+    from dl_doctor import compat_matrix as cm
+
+    files = cm.builtin_files()
+    copy = tmp_path / "cuda.toml"
+    copy.write_text(open(next(f for f in files if f.endswith("cuda.toml"))).read() + "\n# edited\n")
+    monkeypatch.setattr(cm, "builtin_files", lambda: sorted([f for f in files if not f.endswith("cuda.toml")]
+                                                             + [str(copy)]))
+    assert cm._builtin_from_snapshot() is None

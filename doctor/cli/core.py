@@ -43,6 +43,7 @@ def run_cmd(**kw) -> int:
     collect, judge, out = collect_opts(kw), judge_opts(kw), output_opts(kw)
     reg = app.registry()
     app.validate_inputs(reg, judge)
+    app.prewarm(out)
     snapshot = app.collect_facts(reg, collect)
     outcome = app.write_outputs(snapshot, reg, judge, out, mode=snapshot["mode"], started=started, t0=t0,
                                 extra_options=collect.report_options())

@@ -54,10 +54,9 @@ def fabric_manager_version(ctx: ProbeContext, packages: Optional[List[Dict[str, 
 @probe("gpu_services", "nvidia-fabricmanager, nvidia-persistenced and the NVIDIA container toolkit")
 def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
-    from dl_doctor.probes.kmod import parse_dpkg_status
+    from dl_doctor.probes.kmod import dpkg_packages
 
-    dpkg = host.try_read("/var/lib/dpkg/status", 64 * 1024 * 1024)
-    packages = parse_dpkg_status(dpkg) if dpkg else None
+    packages = dpkg_packages(host)
     fm = _unit(ctx, "nvidia-fabricmanager.service")
     fm["version"] = fabric_manager_version(ctx, packages)
     persistenced = _unit(ctx, "nvidia-persistenced.service")

@@ -85,11 +85,20 @@ def parse_dnf_module(text: str) -> Dict[str, str]:
     return out
 
 
-def parse_dpkg_status(text: str, prefixes=("nvidia", "libnvidia", "linux-modules-nvidia", "cuda",
-                                           "linux-image", "dkms", "nvidia-container")) -> List[Dict[str, str]]:
-    """Installed packages of interest from ``/var/lib/dpkg/status``."""
+DPKG_PREFIXES = ("nvidia", "libnvidia", "linux-modules-nvidia", "cuda", "linux-image", "dkms", "nvidia-container")
+
+
+def parse_dpkg_status(text: str, prefixes=DPKG_PREFIXES) -> List[Dict[str, str]]:
+    """Installed packages of interest from ``/var/lib/dpkg/status``.
+
+    A host's status file holds thousands of packages: the ``Package:`` lines of interest are found with one regular
+    expression scan, and only their stanzas are parsed.
+    """
     out = []
-    for block in text.split("\n\n"):
+    heads = re.compile(r"^Package: (?:%s)" % "|".join(re.escape(p) for p in prefixes), re.M)
+    for m in heads.finditer(text):
+        end = text.find("\n\n", m.start())
+        block = text[m.start(): end if end >= 0 else len(text)]
         fields: Dict[str, str] = {}
         for line in block.splitlines():
             if line[:1] in (" ", "\t") or ":" not in line:
@@ -100,6 +109,15 @@ def parse_dpkg_status(text: str, prefixes=("nvidia", "libnvidia", "linux-modules
         if name.startswith(prefixes) and "installed" in fields.get("Status", "").split():
             out.append({"package": name, "version": fields.get("Version", "")})
     return out
+
+
+def dpkg_packages(host) -> Optional[List[Dict[str, str]]]:
+    """The packages of interest in the host's dpkg status file, parsed once per run (kmod and gpu_services ask)."""
+    def parse():
+        text = host.try_read("/var/lib/dpkg/status", 64 * 1024 * 1024)
+        return parse_dpkg_status(text) if text else None
+
+    return host.cached("dpkg_packages", parse)
 
 
 def _decompressed(fh, kind: str):
@@ -267,8 +285,7 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
     if text:
         info = parse_dnf_module(text)
         dnf_stream = {"stream": info.get("stream"), "state": info.get("state")}
-    dpkg = host.try_read("/var/lib/dpkg/status", 64 * 1024 * 1024)
-    packages = parse_dpkg_status(dpkg) if dpkg else None
+    packages = dpkg_packages(host)
 
     return {
         "running_kernel": running,

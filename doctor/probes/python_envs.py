@@ -17,7 +17,6 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.host import Host, UntrustedCommand
-from dl_doctor.ldso import Loader
 from dl_doctor.probes import ProbeContext, probe
 from dl_doctor.trust import python_startup_paths
 from dl_doctor.workers import map_daemon
@@ -404,13 +403,15 @@ def resolve_torch_libraries(host: Host, env: Dict[str, Any], static: Dict[str, A
     paths = sys_path or static["site_packages"]
     major = (t.get("cuda") or "").split(".")[0]
 
-    def new_loader() -> Loader:
+    from dl_doctor.ldso import Loader  # with pyelftools: imported by the runs that resolve libraries
+
+    def new_loader() -> "Loader":
         return Loader(host, ld_library_path=ld_library_path, executable=executable)
 
     # Only sys.path entries that hold wheel libraries can match torch's globs.
     bases = [b for b in paths if b and b.startswith("/") and host.is_dir(f"{b}/nvidia")]
 
-    def preload_all(loader: Loader) -> None:
+    def preload_all(loader: "Loader") -> None:
         # torch's _preload_cuda_deps: the first match on sys.path, loaded by absolute path
         for folder, pattern in preload.get("libraries", []):
             for base in bases:
@@ -491,6 +492,38 @@ def _shaped(raw: Any, shape: Dict[str, type]) -> Dict[str, Any]:
     return out
 
 
+def live_in_process() -> Dict[str, Any]:
+    """The live facts of dl-doctor's own interpreter, read in this process (what LIVE_SCRIPT prints, without
+    starting another interpreter: part of the start-up budget)."""
+    import importlib.util
+    import os
+    import site
+
+    def origin(name: str) -> Optional[str]:
+        try:
+            spec = importlib.util.find_spec(name)
+            return spec.origin if spec else None
+        except Exception as exc:  # noqa: BLE001
+            return f"error: {exc}"
+
+    try:
+        sites = list(site.getsitepackages())
+    except Exception:  # noqa: BLE001
+        sites = []
+    pth: List[str] = []
+    for d in sites + [getattr(site, "USER_SITE", None) or ""]:
+        try:
+            pth += [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".pth")]
+        except OSError:
+            pass
+    return _shaped({"version": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
+                    "prefix": sys.prefix, "base_prefix": getattr(sys, "base_prefix", sys.prefix),
+                    "sys_path": [p for p in sys.path if p], "user_site": getattr(site, "USER_SITE", None),
+                    "user_site_enabled": bool(getattr(site, "ENABLE_USER_SITE", False)), "site_packages": sites,
+                    "pythonpath": os.environ.get("PYTHONPATH"), "pth_files": pth,
+                    "origins": {n: origin(n) for n in ("torch", "numpy", "tensorflow", "jax")}}, _LIVE_SHAPE)
+
+
 def _run_python(host: Host, env: Dict[str, Any], script: str, timeout: float, startup: List[str]):
     python = env["python"]
     return host.run([python, "-c", script], timeout=timeout, startup_paths=startup,
@@ -550,7 +583,10 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
     if host.live and python and host.is_file(python) and env["kind"] != "user-site":
         startup = python_startup_paths(host, env.get("prefix") if env["kind"] in ("venv", "conda") else None,
                                        out.get("site_packages") or [])
-        out["live"] = run_live(host, env, timeout, startup)
+        if env.get("role") == "dl-doctor" and python == sys.executable:
+            out["live"] = live_in_process()
+        else:
+            out["live"] = run_live(host, env, timeout, startup)
         if ctx.options.get("deep") and "torch" in out["frameworks"]:
             out["deep"] = run_deep(host, env, float(ctx.options.get("deep_timeout") or 120.0), startup)
     ld = [d for d in host.environ().get("LD_LIBRARY_PATH", "").split(":") if d]
@@ -561,21 +597,14 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
     try:
         if not key[1]:
             out["resolution"] = resolve_torch_libraries(host, env, out, owned, ld, live_path)
-        else:
-            with _RESOLVED_LOCK:
-                lock = _RESOLVING.setdefault(key, threading.Lock())
-            with lock:  # the same files are resolved once, however many threads ask
-                if key not in _RESOLVED:
-                    _RESOLVED[key] = resolve_torch_libraries(host, env, out, owned, ld, live_path)
-                out["resolution"] = _RESOLVED[key]
+        else:  # the same files are resolved once per run, however many threads ask (never across two runs)
+            out["resolution"] = host.cached(("torch-resolution",) + key,
+                                            lambda: resolve_torch_libraries(host, env, out, owned, ld, live_path))
     except Exception as exc:  # noqa: BLE001
         out["resolution_error"] = f"{type(exc).__name__}: {exc}"
     return out
 
 
-_RESOLVED: Dict[Tuple, Any] = {}
-_RESOLVING: Dict[Tuple, threading.Lock] = {}
-_RESOLVED_LOCK = threading.Lock()
 
 
 @probe("python_envs", "every Python environment: frameworks, bundled CUDA libraries, which copy would load",
