@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from dl_doctor import versions
 from dl_doctor.model import Facts
 from dl_doctor.units import GIB, MIB, human_bytes  # noqa: F401 - re-exported for checks
 
@@ -24,6 +25,47 @@ def os_family(facts: Facts) -> Optional[str]:
     if facts.get("os.redhat_release"):
         return "rhel"
     return None
+
+
+class PackageManager:
+    """The distribution's package manager, for fixes: ``package_manager(facts).install("pkg")``."""
+
+    COMMANDS = {"apt": ("sudo apt-get install -y", "sudo apt-get install --reinstall -y"),
+                "dnf": ("sudo dnf install -y", "sudo dnf reinstall -y"),
+                "yum": ("sudo yum install -y", "sudo yum reinstall -y"),
+                "zypper": ("sudo zypper install -y", "sudo zypper install -f -y")}
+
+    def __init__(self, name: Optional[str]):
+        self.name = name
+
+    @property
+    def known(self) -> bool:
+        return self.name is not None
+
+    def install(self, *packages: str) -> str:
+        if self.name is None:
+            return f"# install with this distribution's package manager: {' '.join(packages)}"
+        return f"{self.COMMANDS[self.name][0]} {' '.join(packages)}"
+
+    def reinstall(self, *packages: str) -> str:
+        if self.name is None:
+            return f"# reinstall with this distribution's package manager: {' '.join(packages)}"
+        return f"{self.COMMANDS[self.name][1]} {' '.join(packages)}"
+
+
+def package_manager(facts: Facts) -> PackageManager:
+    """apt on Debian and Ubuntu (and their derivatives: Linux Mint, Pop!_OS...), dnf on RHEL-likes and Amazon
+    Linux 2023, yum on Amazon Linux 2, zypper on SUSE; unknown otherwise (fixes then name the packages only)."""
+    family = os_family(facts)
+    if family == "debian":
+        return PackageManager("apt")
+    if family == "amzn":
+        return PackageManager("yum" if str(facts.get("os.version_id") or "").split(".")[0] == "2" else "dnf")
+    if family == "rhel":
+        return PackageManager("dnf")
+    if family == "suse":
+        return PackageManager("zypper")
+    return PackageManager(None)
 
 
 def container_kind(facts: Facts) -> Optional[str]:
@@ -60,10 +102,8 @@ def driver_version(facts: Facts) -> Optional[str]:
 
 
 def driver_branch(version: Optional[str]) -> Optional[int]:
-    try:
-        return int(str(version).split(".")[0])
-    except (TypeError, ValueError):
-        return None
+    """``535.104.05`` -> 535."""
+    return versions.major(version)
 
 
 def nvidia_gpus(facts: Facts) -> list:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dl_doctor.checks.common import nvidia_gpus
+from dl_doctor.checks.common import nvidia_gpus, package_manager
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -77,9 +77,7 @@ def container_toolkit(facts: Facts) -> Result:
         return skip("Docker is not installed", **evidence)
     if gpus == 0:
         return skip("no NVIDIA GPU on this host", **evidence)
-    family = facts.get("os.id")
-    install = ("sudo apt-get install -y nvidia-container-toolkit" if family in ("ubuntu", "debian")
-               else "sudo dnf install -y nvidia-container-toolkit")
+    install = package_manager(facts).install("nvidia-container-toolkit")
     configure = ("sudo nvidia-ctk runtime configure --runtime=docker", "sudo systemctl restart docker",
                  "docker run --rm --gpus all ubuntu nvidia-smi")
     if not ct.get("binaries"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-from dl_doctor.checks.common import needs_nvidia_gpu, nvidia_gpus, os_family
+from dl_doctor.checks.common import needs_nvidia_gpu, nvidia_gpus, os_family, package_manager
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -30,9 +30,12 @@ def _install_method(facts: Facts) -> str:
 
 
 def _headers(facts: Facts, kernel: str) -> str:
-    if os_family(facts) == "debian":
-        return f"sudo apt-get install -y linux-headers-{kernel}"
-    return f"sudo dnf install -y kernel-devel-{kernel} kernel-headers-{kernel}"
+    pm = package_manager(facts)
+    if pm.name == "apt":
+        return pm.install(f"linux-headers-{kernel}")
+    if pm.name == "zypper":
+        return pm.install("kernel-default-devel")
+    return pm.install(f"kernel-devel-{kernel}", f"kernel-headers-{kernel}")
 
 
 def _build_fix(facts: Facts, kernel: str, method: str, other_kernels: List[str]) -> Fix:
@@ -184,9 +187,9 @@ def driver_library_mismatch(facts: Facts) -> Result:
     if not module or not versions:
         return skip("the module or the user-space driver version is unknown", **evidence)
     if len(versions) > 1:
-        family = os_family(facts)
-        reinstall = ("sudo dnf reinstall -y nvidia-driver\\*" if family in ("rhel", "amzn")
-                     else "sudo apt-get install --reinstall -y $(dpkg -l | awk '/^ii +(libnvidia|nvidia)/{print $2}')")
+        pm = package_manager(facts)
+        reinstall = (pm.reinstall("$(dpkg -l | awk '/^ii +(libnvidia|nvidia)/{print $2}')") if pm.name == "apt"
+                     else pm.reinstall("nvidia-driver\\*"))
         return fail(f"several user-space driver versions are installed ({', '.join(versions)}; module {module}): "
                     "two installers were mixed", evidence,
                     Fix("Remove the .run-file install and reinstall the driver packages, then reboot.",

@@ -527,10 +527,9 @@ class Matrix:
 
 
 def major_minor(version: str) -> Optional[str]:
-    parts = version.strip().split(".")
-    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
-        return None
-    return f"{int(parts[0])}.{int(parts[1])}"
+    from dl_doctor import versions
+
+    return versions.major_minor(version)
 
 
 SNAPSHOT = "builtin.json"

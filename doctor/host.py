@@ -316,75 +316,34 @@ class Host:
                 break
         return sorted(current)
 
-    def read_kmsg(self, max_records: int = 20000) -> List[str]:
-        """The kernel ring buffer of the current boot from ``/dev/kmsg`` (live only; non-blocking).
-
-        Raises ``PermissionError`` where ``dmesg_restrict`` keeps it from this user.
-        """
-        if not self.live:
-            raise CommandUnavailable("/dev/kmsg belongs to the running kernel, not a sysroot")
-        lines: List[str] = []
-        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    def list_entries(self, path: str) -> List[Tuple[str, str]]:
+        """``(name, kind)`` of a directory's entries, links not followed: kind is "dir", "file", "link" or
+        "other"; ``[]`` when it cannot be listed."""
+        out: List[Tuple[str, str]] = []
         try:
-            while len(lines) < max_records:
-                try:
-                    record = os.read(fd, 8192)
-                except BlockingIOError:
-                    break
-                except OSError as exc:
-                    if exc.errno == errno.EPIPE:  # a record was overwritten while reading; go on
-                        continue
-                    raise
-                if not record:
-                    break
-                header, _, message = record.decode("utf-8", "replace").partition(";")
-                lines.append(message.split("\n", 1)[0])
-        finally:
-            os.close(fd)
-        return lines
+            with os.scandir(self.resolve(path)) as it:
+                for entry in it:
+                    try:
+                        kind = ("link" if entry.is_symlink() else "dir" if entry.is_dir(follow_symlinks=False)
+                                else "file" if entry.is_file(follow_symlinks=False) else "other")
+                    except OSError:
+                        kind = "other"
+                    out.append((entry.name, kind))
+        except OSError:
+            return []
+        return sorted(out)
 
-    def nvme_log_page(self, device: str, log_id: int, length: int = 4096) -> bytes:
-        """NVMe Get Log Page (admin opcode 0x02) on a controller such as /dev/nvme1. Live only; needs root."""
+    def uname(self) -> Optional[os.uname_result]:
+        """The running kernel's uname (live only; a sysroot's kernel is not running)."""
+        return os.uname() if self.live and hasattr(os, "uname") else None
+
+    def hostname(self) -> Optional[str]:
+        """The running system's host name (live only)."""
         if not self.live:
-            raise CommandUnavailable("no devices under a sysroot")
-        import ctypes
-        import fcntl
-        import struct
+            return None
+        import socket
 
-        buf = ctypes.create_string_buffer(length)
-        numd = length // 4
-        # struct nvme_admin_cmd (linux/nvme_ioctl.h), 72 bytes; NVME_IOCTL_ADMIN_CMD = _IOWR('N', 0x41, ...)
-        cmd = struct.pack("<BBHIIIQQII6III", 0x02, 0, 0, 1, 0, 0, 0, ctypes.addressof(buf), 0, length,
-                          log_id | (numd << 16), 0, 0, 0, 0, 0, 0, 0)
-        fd = os.open(device, os.O_RDONLY)
-        try:
-            fcntl.ioctl(fd, 0xC0484E41, bytearray(cmd))
-        finally:
-            os.close(fd)
-        return buf.raw
-
-    def http(self, method: str, url: str, headers: Optional[Mapping[str, str]] = None,
-             timeout: float = 1.0) -> Tuple[int, str]:
-        """One small HTTP request (the EC2 metadata service is the only caller). Live only.
-
-        Returns (status, body); raises OSError on connection failures and timeouts.
-        """
-        if not self.live:
-            raise CommandUnavailable("no network access under a sysroot")
-        import urllib.error
-        import urllib.request
-
-        req = urllib.request.Request(url, method=method, headers=dict(headers or {}))
-        # no proxies: the metadata service is link-local, and a proxy would see the token
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with opener.open(req, timeout=timeout) as resp:
-                return resp.status, resp.read(1 << 20).decode("utf-8", "replace")
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read(1 << 16).decode("utf-8", "replace") if exc.fp else ""
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            raise reason if isinstance(reason, OSError) else OSError(str(reason))
+        return socket.gethostname()
 
     # -- environment --------------------------------------------------------
 

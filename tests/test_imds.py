@@ -106,16 +106,19 @@ def test_refusing_imds_is_unavailable():
     assert "did not answer" in str(err.value)
 
 
-def test_token_refused(fake_imds):
+def test_token_refused(fake_imds, monkeypatch):
+    from dl_doctor import devices
+    from dl_doctor.probes import imds as imds_module
+
     srv = fake_imds(ANSWERS)
     srv.answers = {}
 
-    class NoToken(Host):
-        def http(self, method, url, headers=None, timeout=1.0):
-            return (403, "") if method == "PUT" else super().http(method, url, headers, timeout)
+    def no_token(host, method, url, headers=None, timeout=1.0):
+        return (403, "") if method == "PUT" else devices.http(host, method, url, headers, timeout)
 
+    monkeypatch.setattr(imds_module, "http", no_token)
     with pytest.raises(Unavailable) as err:
-        imds_collect(NoToken(), srv.url, timeout=0.5)
+        imds_collect(Host(), srv.url, timeout=0.5)
     assert "HTTP 403" in str(err.value)
 
 

@@ -202,3 +202,23 @@ def test_no_cli_function_takes_more_than_eight_parameters():
                 a = node.args
                 count = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
                 assert count <= 8, f"{path.name}:{node.lineno} {node.name} takes {count} parameters"
+
+
+PROBE_BANNED_MODULES = {"os", "subprocess", "socket", "ctypes", "shutil", "pathlib", "io", "urllib", "http", "glob",
+                        "fcntl", "tarfile", "gzip"}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "doctor" / "probes").glob("*.py")), ids=lambda p: p.name)
+def test_probes_read_the_host_only_through_host(path):
+    """Everything a probe reads goes through Host (so --sysroot confinement, bundles and the trust rule hold):
+    no os/subprocess/socket..., no open(). Scripts run in another interpreter are strings and do not count;
+    device access that is not a file read lives in dl_doctor.devices."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                assert a.name.split(".")[0] not in PROBE_BANNED_MODULES, f"{path.name} imports {a.name}"
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            assert node.module.split(".")[0] not in PROBE_BANNED_MODULES, f"{path.name} imports from {node.module}"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            assert node.func.id not in ("open", "exec", "eval"), f"{path.name} calls {node.func.id}()"

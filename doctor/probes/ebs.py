@@ -13,6 +13,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from dl_doctor.parse import isnum
+from dl_doctor.devices import nvme_log_page
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 EBS_MODEL = "Amazon Elastic Block Store"
@@ -116,7 +117,7 @@ def ebs_probe(ctx: ProbeContext) -> Dict[str, Any]:
         for v in volumes:
             if v["kind"] == "ebs":
                 try:
-                    pages_before[v["device"]] = parse_ebs_stats_page(host.nvme_log_page(f"/dev/{v['controller']}", 0xD0))
+                    pages_before[v["device"]] = parse_ebs_stats_page(nvme_log_page(host, f"/dev/{v['controller']}", 0xD0))
                 except PermissionError:
                     denied = True
                 except OSError as exc:
@@ -132,7 +133,7 @@ def ebs_probe(ctx: ProbeContext) -> Dict[str, Any]:
                 window[v["device"]] = rates(before[v["device"]], after[v["device"]], elapsed)
             if v["device"] in pages_before and pages_before[v["device"]]:
                 try:
-                    end = parse_ebs_stats_page(host.nvme_log_page(f"/dev/{v['controller']}", 0xD0))
+                    end = parse_ebs_stats_page(nvme_log_page(host, f"/dev/{v['controller']}", 0xD0))
                 except OSError:
                     end = None
                 v["ebs_stats"] = end or pages_before[v["device"]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
+from dl_doctor.devices import http
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 from dl_doctor.probes.cloud import DMI, is_ec2
 
@@ -27,7 +28,7 @@ PATHS = {
 def imds_collect(host, endpoint: str, timeout: float) -> Dict[str, Any]:
     """Ask IMDSv2. Raises Unavailable when the service does not answer (IMDS disabled, a container without hops)."""
     try:
-        status, token = host.http("PUT", f"{endpoint}/latest/api/token",
+        status, token = http(host, "PUT", f"{endpoint}/latest/api/token",
                                   {"X-aws-ec2-metadata-token-ttl-seconds": "60"}, timeout=timeout)
     except OSError as exc:
         raise Unavailable(f"the instance metadata service did not answer ({exc}); IMDS may be disabled, or the hop "
@@ -37,7 +38,7 @@ def imds_collect(host, endpoint: str, timeout: float) -> Dict[str, Any]:
     out: Dict[str, Any] = {"endpoint": endpoint, "errors": {}}
     for key, path in PATHS.items():
         try:
-            status, body = host.http("GET", f"{endpoint}/latest/{path}", {"X-aws-ec2-metadata-token": token},
+            status, body = http(host, "GET", f"{endpoint}/latest/{path}", {"X-aws-ec2-metadata-token": token},
                                      timeout=timeout)
         except OSError as exc:
             out["errors"][key] = str(exc)

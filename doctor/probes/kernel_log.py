@@ -6,6 +6,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from dl_doctor.host import CommandUnavailable
+from dl_doctor.devices import read_kmsg
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 LOG_FILES = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
@@ -82,7 +83,7 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
     source = None
     if host.live:
         try:
-            lines, source = host.read_kmsg(), "/dev/kmsg"
+            lines, source = read_kmsg(host), "/dev/kmsg"
         except PermissionError:
             ctx.denied("the kernel log (/dev/kmsg): Xid errors and driver load failures of this boot")
         except (OSError, CommandUnavailable):

@@ -4,7 +4,7 @@ streams, nouveau blacklists, Secure Boot. Files only, so it works on a mounted i
 from __future__ import annotations
 
 import lzma
-import os
+import posixpath
 import re
 from functools import cmp_to_key
 from typing import Any, Dict, List, Optional
@@ -21,9 +21,7 @@ SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-
 _MODINFO = re.compile(rb"(?:^|\0)(vermagic|version|signer|sig_id|license)=([^\0]{1,200})")
 
 
-def kernel_sort_key(release: str) -> List[Any]:
-    """Sort kernel releases the way `rpm`/`dpkg` would for practical purposes (numbers numerically)."""
-    return [(0, int(p)) if isnum(p) else (1, p) for p in re.split(r"[.\-_+~]", release) if p]
+from dl_doctor.versions import kernel_key as kernel_sort_key  # noqa: E402 - the one place kernels are ordered
 
 
 def _cmp(a: str, b: str) -> int:
@@ -228,16 +226,11 @@ def _find_modules(ctx: ProbeContext, kernel: str) -> List[str]:
     stack = [(base, 0)]
     while stack:
         directory, depth = stack.pop()
-        try:
-            real = host.resolve(directory)
-            entries = list(os.scandir(real))
-        except OSError:
-            continue
-        for entry in entries:
-            path = f"{directory}/{entry.name}"
-            if entry.name in MODULE_NAMES:
+        for name, kind in host.list_entries(directory):
+            path = f"{directory}/{name}"
+            if name in MODULE_NAMES:
                 found.append(path)
-            elif entry.is_dir(follow_symlinks=False) and depth < 6 and entry.name not in ("build", "source"):
+            elif kind == "dir" and depth < 6 and name not in ("build", "source"):
                 stack.append((path, depth + 1))
     return sorted(found)
 
@@ -256,7 +249,7 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
     # NVIDIA modules per kernel; read module metadata for the kernels that matter most.
     running = (host.try_read("/proc/sys/kernel/osrelease", 256) or "").strip() or None
     if host.live and not running:
-        running = os.uname().release
+        running = host.uname().release
     modules: List[Dict[str, Any]] = []
     for kernel in module_dirs:
         for path in _find_modules(ctx, kernel):
@@ -265,7 +258,7 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
             if link:
                 entry["link"] = link
                 m = re.search(r"/lib/modules/([^/]+)/", link if link.startswith("/") else
-                              os.path.normpath(os.path.join(os.path.dirname(path), link)))
+                              posixpath.normpath(posixpath.join(posixpath.dirname(path), link)))
                 entry["link_kernel"] = m.group(1) if m else None
             modules.append(entry)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import posixpath
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -95,7 +95,7 @@ def gpu_pci_probe(ctx: ProbeContext) -> Dict[str, Any]:
             "subsystem_device_id": _hex(host.try_read(f"{base}/{bdf}/subsystem_device", 64)),
             "class": pci_class,
             "kind": PCI_KINDS.get(pci_class[:4], "other"),
-            "driver": os.path.basename(driver_link.rstrip("/")) if driver_link else None,
+            "driver": posixpath.basename(driver_link.rstrip("/")) if driver_link else None,
         })
     gpus = [d for d in devices if d["kind"] == "gpu"]
     return {"devices": devices, "gpu_count": len(gpus),
@@ -138,7 +138,7 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
 
     device_access = None
     if host.live and loaded and host.exists("/dev/nvidiactl"):
-        device_access = host.access("/dev/nvidiactl", os.R_OK | os.W_OK)
+        device_access = host.access("/dev/nvidiactl", 6)  # R_OK | W_OK
         if not device_access:
             ctx.denied("NVML facts (GPU health, ECC errors, clocks, processes): /dev/nvidiactl is not "
                        "readable and writable by this user; run as root or join the group that owns it")

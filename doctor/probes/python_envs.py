@@ -492,11 +492,10 @@ def _shaped(raw: Any, shape: Dict[str, type]) -> Dict[str, Any]:
     return out
 
 
-def live_in_process() -> Dict[str, Any]:
+def live_in_process(host: Host) -> Dict[str, Any]:
     """The live facts of dl-doctor's own interpreter, read in this process (what LIVE_SCRIPT prints, without
     starting another interpreter: part of the start-up budget)."""
     import importlib.util
-    import os
     import site
 
     def origin(name: str) -> Optional[str]:
@@ -512,15 +511,13 @@ def live_in_process() -> Dict[str, Any]:
         sites = []
     pth: List[str] = []
     for d in sites + [getattr(site, "USER_SITE", None) or ""]:
-        try:
-            pth += [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".pth")]
-        except OSError:
-            pass
+        if d.startswith("/"):
+            pth += [posixpath.join(d, f) for f in host.listdir(d) if f.endswith(".pth")]
     return _shaped({"version": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
                     "prefix": sys.prefix, "base_prefix": getattr(sys, "base_prefix", sys.prefix),
                     "sys_path": [p for p in sys.path if p], "user_site": getattr(site, "USER_SITE", None),
                     "user_site_enabled": bool(getattr(site, "ENABLE_USER_SITE", False)), "site_packages": sites,
-                    "pythonpath": os.environ.get("PYTHONPATH"), "pth_files": pth,
+                    "pythonpath": host.environ().get("PYTHONPATH"), "pth_files": pth,
                     "origins": {n: origin(n) for n in ("torch", "numpy", "tensorflow", "jax")}}, _LIVE_SHAPE)
 
 
@@ -584,7 +581,7 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
         startup = python_startup_paths(host, env.get("prefix") if env["kind"] in ("venv", "conda") else None,
                                        out.get("site_packages") or [])
         if env.get("role") == "dl-doctor" and python == sys.executable:
-            out["live"] = live_in_process()
+            out["live"] = live_in_process(host)
         else:
             out["live"] = run_live(host, env, timeout, startup)
         if ctx.options.get("deep") and "torch" in out["frameworks"]:

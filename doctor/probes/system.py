@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import socket
 from typing import Any, Dict, List, Optional
 
 from dl_doctor.parse import ascii_int, isnum
@@ -123,7 +121,7 @@ def kernel_probe(ctx: ProbeContext) -> Dict[str, Any]:
     cmdline = host.try_read("/proc/cmdline", 65536)
     arch = None
     if host.live:
-        uname = os.uname()
+        uname = host.uname()
         release = release or uname.release
         arch = uname.machine
     installed = [name for name in host.listdir("/lib/modules") if host.is_dir(f"/lib/modules/{name}")]
@@ -142,7 +140,7 @@ def system_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     hostname = None
     if host.live:
-        hostname = socket.gethostname()
+        hostname = host.hostname()
     else:
         for path in ("/proc/sys/kernel/hostname", "/etc/hostname"):
             text = host.try_read(path, 4096)
