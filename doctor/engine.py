@@ -250,7 +250,15 @@ def evaluate(snapshot: Mapping[str, Any], checks: Sequence[CheckSpec], matrix: A
              context: Optional[Mapping[str, Any]] = None) -> List[Finding]:
     """Every check's findings; ``context`` offers extra keyword arguments (``expectations``) to checks that name them."""
     facts = Facts(snapshot)
-    return sort_findings(f for spec in checks for f in run_check_all(spec, facts, matrix, context))
+    findings = [f for spec in checks for f in run_check_all(spec, facts, matrix, context)]
+    # An image that has not booted (a tree without /proc/mounts): nothing runs there, so fixes change the tree.
+    # A tree captured from a running machine or container keeps the fixes for that machine.
+    if snapshot.get("mode") == "sysroot" and "mounts" not in (snapshot.get("facts") or {}):
+        from dl_doctor.fixes import for_image
+
+        for f in findings:
+            f.fix = for_image(f.fix, snapshot.get("sysroot"))
+    return sort_findings(findings)
 
 
 def summarize(findings: Iterable[Finding]) -> Dict[str, int]:

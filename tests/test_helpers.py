@@ -66,3 +66,39 @@ def test_version_order_and_kernels():
     assert versions.at_least("junk", "1.0") is None
     kernels = ["5.15.0-1051-aws", "5.15.0-105-generic", "5.15.0-1009-aws", "4.18.0-513.el8.x86_64"]
     assert sorted(kernels, key=versions.kernel_key)[-1] == "5.15.0-1051-aws"
+
+
+def test_fixes_for_an_image_change_the_tree_and_drop_what_needs_a_running_system():
+    from dl_doctor.fixes import for_image
+    from dl_doctor.model import Fix
+
+    fix = Fix("Install the toolkit and restart Docker.", ("sudo apt-get install -y nvidia-container-toolkit",
+                                                          "sudo systemctl restart docker", "sudo modprobe nvidia",
+                                                          "# a note stays"))
+    out = for_image(fix, "/mnt/ami")
+    assert out.commands == ("sudo chroot /mnt/ami apt-get install -y nvidia-container-toolkit   # or add 'apt-get "
+                            "install -y nvidia-container-toolkit' to the image's build", "# a note stays")
+    assert "takes effect when the image boots" in out.summary
+
+
+def test_an_unbooted_image_gets_image_fixes(run_cli, tree):
+    """The image's boot kernel has no NVIDIA module: the fix builds it inside the tree, and nothing asks to
+    modprobe on a machine that is not running."""
+    import json as _json
+
+    import machines
+
+    new_k = "4.18.0-553.el8_10.x86_64"
+    spec = {k: v for k, v in machines.p4d_rhel8_healthy().items() if not k.startswith(("proc/", "sys/"))}
+    spec[f"boot/vmlinuz-{new_k}"] = ""
+    spec[f"lib/modules/{new_k}/modules.dep"] = ""
+    spec["boot/grub2/grubenv"] = f"saved_entry=0123abcd-{new_k}\n"
+    spec[f"boot/loader/entries/0123abcd-{new_k}.conf"] = f"linux /vmlinuz-{new_k}\n"
+    root = tree(spec)
+    r = run_cli("run", "--sysroot", str(root), "--json", "-", "--only", "DLD-DRV-002")
+    finding = _json.loads(r.stdout)["findings"][0]
+    assert finding["status"] == "fail", finding["message"]
+    commands = finding["fix"]["commands"]
+    assert "These facts come from an image" in finding["fix"]["summary"]
+    assert any(c.startswith(f"sudo chroot {root} ") for c in commands), commands
+    assert not any("modprobe" in c and not c.lstrip().startswith("#") for c in commands), commands
