@@ -103,9 +103,25 @@ class Document:
     sources: Dict[str, Dict[str, Any]]
 
 
+def _read_bytes(path: str) -> bytes:
+    """A matrix file's bytes: built-in files through importlib.resources (so they load from a wheel, a zip or the
+    zipapp), anything else from the file system."""
+    base = resources.files("dl_doctor.compat_matrix").joinpath("data")
+    name = os.path.basename(path)
+    if path in _BUILTIN_PATHS:
+        return base.joinpath(name).read_bytes()
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+_BUILTIN_PATHS: set = set()
+
+
 def read_file(path: str, text: Optional[str] = None) -> Tuple[Optional[Dict[str, Any]], List[str]]:
     """Parse one TOML file (no validation yet)."""
     try:
+        if text is None and path in _BUILTIN_PATHS:
+            text = _read_bytes(path).decode("utf-8")
         if text is None:
             with open(path, "rb") as fh:
                 return tomllib.load(fh), []
@@ -163,7 +179,9 @@ def validate_document(path: str, data: Dict[str, Any], known_sources: Iterable[s
 
 def builtin_files() -> List[str]:
     base = resources.files("dl_doctor.compat_matrix").joinpath("data")
-    return sorted(str(p) for p in base.iterdir() if p.name.endswith(".toml"))
+    files = sorted(str(p) for p in base.iterdir() if p.name.endswith(".toml"))
+    _BUILTIN_PATHS.update(files)
+    return files
 
 
 def site_overlay_files(directory: Optional[str] = None) -> List[str]:
@@ -542,8 +560,7 @@ def builtin_digest(files: Optional[Sequence[str]] = None) -> str:
     h = hashlib.sha256()
     for path in files if files is not None else builtin_files():
         h.update(os.path.basename(path).encode() + b"\0")
-        with open(path, "rb") as fh:
-            h.update(fh.read())
+        h.update(_read_bytes(path))
         h.update(b"\0")
     return h.hexdigest()
 

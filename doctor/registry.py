@@ -129,6 +129,13 @@ def _all_entry_points() -> Dict[str, List[EntryPoint]]:
     out: Dict[str, List[EntryPoint]] = {}
     for base in sys.path:
         directory = base or "."
+        if os.path.isfile(directory):  # a zip on sys.path: the zipapp, or an egg
+            for dist, text in _zip_entry_points(directory):
+                if dist not in seen:
+                    seen.add(dist)
+                    for group, items in _parse_entry_points(text).items():
+                        out.setdefault(group, []).extend(EntryPoint(n, v, dist) for n, v in items)
+            continue
         try:
             names = sorted(os.listdir(directory))
         except OSError:
@@ -148,6 +155,18 @@ def _all_entry_points() -> Dict[str, List[EntryPoint]]:
             for group, items in _parse_entry_points(text).items():
                 out.setdefault(group, []).extend(EntryPoint(n, v, dist) for n, v in items)
     return out
+
+
+def _zip_entry_points(path: str) -> List[Tuple[str, str]]:
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return [(_norm(n.split("/", 1)[0].rsplit(".", 1)[0].split("-", 1)[0]), zf.read(n).decode("utf-8", "replace"))
+                    for n in sorted(zf.namelist())
+                    if n.count("/") == 1 and n.endswith((".dist-info/entry_points.txt", ".egg-info/entry_points.txt"))]
+    except (OSError, zipfile.BadZipFile, KeyError):
+        return []
 
 
 def _entry_points(group: str) -> List[EntryPoint]:
