@@ -258,3 +258,14 @@ def test_the_zipapp_builds_reproducibly_and_runs(tmp_path):
     assert r.returncode in (0, 1), r.stderr
     report = json.loads(r.stdout)
     assert {f["id"]: f["status"] for f in report["findings"]}["DLD-PLUGIN-001"] == "pass"
+
+
+def test_the_facts_reference_is_current():
+    """docs/facts.md is generated (tests/tools/make_facts_doc.py) from the schema and the registry."""
+    sys.path.insert(0, str(ROOT / "tests" / "tools"))
+    try:
+        import make_facts_doc
+    finally:
+        sys.path.pop(0)
+    assert (ROOT / "docs" / "facts.md").read_text(encoding="utf-8") == make_facts_doc.render(), \
+        "run: python tests/tools/make_facts_doc.py"

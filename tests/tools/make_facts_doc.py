@@ -1,0 +1,94 @@
+"""Write docs/facts.md, the reference of every fact the built-in probes provide, from the facts schema and the
+registry (tests/test_plugins.py fails when it is out of date):
+
+    python tests/tools/make_facts_doc.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+from dl_doctor import __version__
+from dl_doctor.registry import load_registry
+from dl_doctor.reports import facts_schema
+
+OUT = Path(__file__).resolve().parents[2] / "docs" / "facts.md"
+SINCE = "0.1.0"  # every fact below was there in the first release; a fact added later names its own version here
+SINCE_OVERRIDES: Dict[str, str] = {}
+
+# What the facts that checks rely on mean (the paths in the built-in checks' requires=, and what the checks read).
+MEANINGS = {
+    "os": "/etc/os-release and the distribution's release files", "os.id": "ID from /etc/os-release",
+    "os.id_like": "ID_LIKE, as a list", "os.version_id": "VERSION_ID", "os.pretty_name": "PRETTY_NAME",
+    "kernel.release": "the running kernel (uname -r; under --sysroot, the tree's newest)",
+    "system.hostname": "the host name", "system.container": "whether dl-doctor runs in a container, and which",
+    "system.cgroup": "the cgroup's memory and CPU limits", "memory": "/proc/meminfo, in bytes",
+    "mounts": "/proc/mounts, with /dev/shm", "disks.volumes": "each mounted volume: size, free space, inodes, roles",
+    "environment": "the session environment (secret values are masked in every output)",
+    "environment.variables": "NAME -> value of the session's variables",
+    "gpu_pci": "PCI devices of NVIDIA (GPUs, NVSwitches) from sysfs", "gpu_pci.gpu_count": "NVIDIA GPUs on the PCI bus",
+    "gpu_pci.devices": "one entry per NVIDIA PCI function: bdf, device id, kind, bound driver",
+    "nvidia_driver": "the NVIDIA kernel module and the user-space driver (libcuda, libnvidia-ml) found",
+    "nvidia_driver.kernel_module.version": "the loaded module's version (/proc/driver/nvidia/version)",
+    "nvidia_driver.kernel_module.loaded": "whether the nvidia module is loaded",
+    "nvidia_driver.userspace.versions": "versions of the user-space driver libraries found",
+    "nvml": "NVML (nvidia-ml-py): driver version, each GPU's health", "nvml.devices": "one entry per GPU NVML sees",
+    "nvml.driver_version": "the driver version NVML reports",
+    "kmod": "kernels and NVIDIA modules on disk: boot default, DKMS/akmods, Secure Boot, nouveau",
+    "kmod.secure_boot": "the Secure Boot state from the EFI variable", "kernel_log": "the kernel log of this boot: Xids, NVRM errors",
+    "cuda_toolkits": "CUDA toolkits (/usr/local/cuda-*, CUDA_HOME, nvcc on PATH) and their versions",
+    "python_envs": "every Python environment: frameworks, CUDA libraries, which copy loads",
+    "python_envs.environments": "one entry per environment found (see docs/security.md for which are run)",
+    "limits": "resource limits (memlock, nofile), NUMA and kernel settings", "network": "network devices, EFA, NCCL/libfabric",
+    "network.env": "NCCL_* and FI_* settings of the session", "ebs": "EBS and instance-store volumes and their I/O",
+    "imds": "EC2 instance metadata (only on EC2)", "cloud": "DMI: cloud vendor and instance type",
+    "gpu_services": "fabric manager, persistence daemon, container toolkit",
+}
+
+
+def _type(node: Dict[str, Any]) -> str:
+    types = [t for t in node.get("type", []) if t != "null"] if isinstance(node.get("type"), list) else [node.get("type")]
+    text = " or ".join(t for t in types if t) or "any"
+    if "minimum" in node:
+        text += f" ({node['minimum']}–{node['maximum']})"
+    return text
+
+
+def rows(node: Dict[str, Any], path: str, out: List[str], depth: int = 0) -> None:
+    out.append(f"| `{path}` | {_type(node)} | {MEANINGS.get(path.replace('[]', ''), '')} | "
+               f"{SINCE_OVERRIDES.get(path, SINCE)} |")
+    if depth >= 4:
+        return
+    for key, child in sorted((node.get("properties") or {}).items()):
+        if key.replace("_", "").isalnum():
+            rows(child, f"{path}.{key}", out, depth + 1)
+    if isinstance(node.get("items"), dict) and node["items"].get("properties"):
+        for key, child in sorted(node["items"]["properties"].items()):
+            rows(child, f"{path}[].{key}", out, depth + 1)
+
+
+def render() -> str:
+    schema = facts_schema()["properties"]["facts"]["properties"]
+    probes = {p.name: p for p in load_registry().probes}
+    lines = [f"# Facts", "",
+             "Every fact the built-in probes provide, generated from `reports/schema/facts-v1.json` and the registry by",
+             "`tests/tools/make_facts_doc.py`. A check names the facts it needs in `requires=` by these paths (a path",
+             "no probe provides is refused at load, see [plugins.md](plugins.md)); `[]` is an item of a list. `null`",
+             "is always possible (unknown), and a probe that cannot know its facts here leaves them out with the",
+             "reason in `unavailable`. Types list what recorded machines have shown; counts carry their ranges.", ""]
+    for name in sorted(probes):
+        spec = probes[name]
+        lines += [f"## `{name}`", "", f"{spec.description} (probe in `{spec.module}`).", "",
+                  "| fact | type | meaning | since |", "|---|---|---|---|"]
+        body: List[str] = []
+        rows(schema.get(name, {"type": ["object"]}), name, body)
+        lines += body + [""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    OUT.write_text(render(), encoding="utf-8")
+    print(f"{OUT}: written")
+    sys.exit(0)
