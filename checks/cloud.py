@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dl_doctor.model import Facts, Fix, Result, check, passed, skip, warn
+from dl_doctor.model import Facts, Fix, Result, check, passed, warn
 
 
 def needs_imds(facts: Facts):

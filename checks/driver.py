@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from dl_doctor.checks.common import needs_nvidia_gpu, nvidia_gpus, os_family, package_manager
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn

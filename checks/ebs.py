@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+from dl_doctor.model import Facts, Fix, Result, check, passed, skip, warn
 
 NEAR_LIMIT = 0.95
 

@@ -7,7 +7,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from dl_doctor.checks.common import human_bytes, needs_nvidia_gpu
-from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+from dl_doctor.model import Facts, Fix, Result, check, fail, passed, warn
 
 
 def needs_nvml(facts: Facts) -> Optional[str]:

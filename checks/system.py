@@ -1,7 +1,10 @@
-"""Operating system and kernel identification."""
+"""The operating system and kernel: identification, and the kernel settings multi-GPU training depends on."""
 
 from __future__ import annotations
 
+from typing import List
+
+from dl_doctor.checks.common import os_family
 from dl_doctor.model import Facts, Fix, Result, check, passed, warn
 
 
@@ -38,3 +41,46 @@ def os_identified(facts: Facts) -> Result:
         return passed(f"{pretty}; no running kernel (sysroot); installed kernels: {kernels}", **evidence)
     return warn(f"{pretty}; the running kernel could not be read", evidence,
                 Fix("Check that /proc is mounted.", ("uname -r", "mount | grep ' /proc '")))
+
+
+@check(
+    id="DLD-SYS-002", slug="kernel-settings-hurt-training",
+    title="Kernel settings and limits suit multi-GPU training",
+    tags=("system", "kernel", "performance"), requires=("limits",),
+    what="""Reads the IOMMU flags on the kernel command line, automatic NUMA balancing, the CPU frequency governor and
+    the open-files limit.""",
+    why="""With the IOMMU in translation mode (intel_iommu=on / amd_iommu=on without iommu=pt), GPU peer-to-peer traffic
+    through the PCIe switches stalls and NCCL hangs or crawls; the 'powersave' governor slows data loading; a
+    1,024 open-files limit breaks DataLoader workers ('Too many open files'). Automatic NUMA balancing migrates pages
+    under running GPU jobs.""",
+    fix="""Add iommu=pt to the kernel command line (or disable the IOMMU), set the governor to performance, raise nofile
+    to 65536 or more (below 8192 is reported), and disable automatic NUMA balancing (sysctl kernel.numa_balancing=0) on multi-socket GPU hosts.""",
+)
+def kernel_settings(facts: Facts) -> Result:
+    iommu = facts.get("limits.iommu_cmdline") or []
+    problems = []
+    cmds: List[str] = []
+    enabled = any(t in ("intel_iommu=on", "amd_iommu=on", "amd_iommu=force") for t in iommu)
+    if enabled and "iommu=pt" not in iommu and (facts.get("gpu_pci.gpu_count") or 0) > 1:
+        problems.append(f"the IOMMU translates DMA ({' '.join(iommu)}) on a {facts.get('gpu_pci.gpu_count')}-GPU host: "
+                        "peer-to-peer traffic can hang NCCL")
+        cmds.append("sudo grubby --update-kernel=ALL --args=iommu=pt" if os_family(facts) != "debian" else
+                    "# add iommu=pt to GRUB_CMDLINE_LINUX in /etc/default/grub, then: sudo update-grub")
+    gov = facts.get("limits.cpu_governor")
+    if gov == "powersave":
+        problems.append("the CPU frequency governor is powersave")
+        cmds.append("sudo cpupower frequency-set -g performance")
+    nofile = ((facts.get("limits.rlimits") or {}).get("nofile") or {}).get("soft")
+    if isinstance(nofile, int) and nofile < 8192:
+        problems.append(f"the open-files limit is {nofile} (DataLoader workers need more)")
+        cmds.append("echo '* - nofile 1048576' | sudo tee /etc/security/limits.d/90-nofile.conf   # then log in again")
+    if facts.get("limits.numa_balancing") == 1 and (facts.get("limits.numa_nodes") or 1) > 1 and \
+            (facts.get("gpu_pci.gpu_count") or 0) > 0:
+        problems.append("automatic NUMA balancing is on (kernel.numa_balancing=1) on a multi-socket GPU host")
+        cmds.append("echo 'kernel.numa_balancing = 0' | sudo tee /etc/sysctl.d/90-numa.conf && sudo sysctl --system")
+    evidence = {"iommu_cmdline": iommu, "cpu_governor": gov, "nofile": nofile,
+                "numa_balancing": facts.get("limits.numa_balancing"), "numa_nodes": facts.get("limits.numa_nodes"),
+                "transparent_hugepage": facts.get("limits.transparent_hugepage")}
+    if problems:
+        return warn("; ".join(problems), evidence, Fix("Adjust these settings for GPU training.", tuple(cmds)))
+    return passed("IOMMU, CPU governor, open-files limit and NUMA balancing are fine for training", **evidence)

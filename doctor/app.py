@@ -233,7 +233,7 @@ def snapshot_and_findings(path: str, reg=None) -> Tuple[Dict[str, Any], List[Dic
 
 # -- collecting and judging -------------------------------------------------------------------------------------------
 
-def prewarm(out: Optional[OutputOptions] = None) -> "threading.Thread":
+def prewarm(out: Optional[OutputOptions] = None) -> Any:
     """Work the report will need, done on a daemon thread while the probes mostly wait on the host (files,
     subprocesses): compile the HTML template, import the renderers and the redaction rules. Nothing is rendered."""
     import threading

@@ -24,7 +24,6 @@ A TOML file of exact values, PEP 440 ranges or shell-style patterns::
 from __future__ import annotations
 
 import fnmatch
-import json
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 

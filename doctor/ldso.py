@@ -17,7 +17,6 @@ search happens. Everything reads through the Host, so it works under --sysroot.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import struct
 from collections import deque

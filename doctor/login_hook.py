@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import shlex
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 STATE_DIR = "/var/lib/dl-doctor"
 STATUS_FILE = f"{STATE_DIR}/status"

@@ -9,7 +9,6 @@ import re
 from functools import cmp_to_key
 from typing import Any, Dict, List, Optional
 
-from dl_doctor.parse import isnum
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 MODULE_NAMES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.gz", "nvidia.ko.zst")

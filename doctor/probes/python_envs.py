@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import threading
 import re
 import sys
 from typing import Any, Dict, List, Optional, Tuple
