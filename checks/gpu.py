@@ -39,7 +39,7 @@ def nvidia_driver_not_loaded(facts: Facts) -> Result:
     gpus = [d for d in devices if d.get("kind") == "gpu"]
     module = facts.get("nvidia_driver.kernel_module") or {}
     loaded = module.get("loaded")
-    evidence = {"gpu_pci.gpus": [{k: g.get(k) for k in ("bdf", "device_id", "driver")} for g in gpus],
+    evidence = {"gpu_pci.devices": [{k: g.get(k) for k in ("bdf", "device_id", "driver")} for g in gpus],
                 "nvidia_driver.kernel_module.loaded": loaded,
                 "nvidia_driver.kernel_module.loaded_source": module.get("loaded_source"),
                 "nvidia_driver.kernel_module.version": module.get("version"),

@@ -64,3 +64,16 @@ def test_purity_rules_catch_what_they_name(tmp_path):
     assert testing.purity_problems(bad) == ["bad.py imports os", "bad.py imports from subprocess",
                                             "bad.py calls open()",
                                             "bad.py hard-codes version '12.4' (ask the compatibility matrix)"]
+
+
+def test_dotted_evidence_keys_are_fact_paths():
+    """Evidence keys written as fact paths (with a dot) name facts that exist; derived values use plain names."""
+    from dl_doctor.registry import unknown_fact
+
+    wrong = set()
+    for spec, case in ALL_CASES:
+        finding = testing.run_case(spec, case, MATRIX)
+        for key in finding.evidence:
+            if "." in key and "/" not in key and " " not in key and unknown_fact(REGISTRY, key) is not None:
+                wrong.add((spec.id, key))
+    assert not wrong, sorted(wrong)
