@@ -21,7 +21,7 @@ from dl_doctor.model import Facts, Fix, Result, check, passed, warn
     redhat-release, system-release or base-files). Under --sysroot, point at the image's root
     filesystem, not at a boot or data partition.""",
 )
-def os_identified(facts: Facts) -> Result:
+def os_identified(facts: Facts, matrix=None) -> Result:
     pretty = facts.get("os.pretty_name") or facts.get("os.redhat_release") or facts.get("os.system_release")
     if not pretty and facts.get("os.id"):
         pretty = f"{facts.get('os.id')} {facts.get('os.version_id') or ''}".strip()
@@ -33,6 +33,20 @@ def os_identified(facts: Facts) -> Result:
                     Fix("Restore the distribution's release file.",
                         ("cat /etc/os-release", "rpm -qf /etc/os-release || dpkg -S /etc/os-release")))
     if kernel:
+        release = _rhel_release_of_kernel(facts, matrix, kernel)
+        if release is not None:
+            evidence["kernel_rhel_release"] = release["release"]
+            system = str(facts.get("os.version_id") or "")
+            if release["release"] != system and release.get("verified", True) and system:
+                return warn(f"{pretty}; but the running kernel {kernel} is RHEL {release['release']}'s: the system was "
+                            f"updated without a reboot, or the kernel is held back (NVIDIA's precompiled kmod streams "
+                            f"and DKMS builds follow the release's kernel)", evidence,
+                            Fix("Boot the release's kernel (or pin the release to the kernel you keep).",
+                                ("grubby --default-kernel", "sudo reboot   # into the newest installed kernel",
+                                 f"# or keep {kernel}: sudo subscription-manager release --set="
+                                 f"{release['release']}")))
+            note = "" if release.get("verified", True) else ", unverified"
+            return passed(f"{pretty}; kernel {kernel} (RHEL {release['release']}'s{note})", **evidence)
         return passed(f"{pretty}; kernel {kernel}", **evidence)
     installed = facts.get("kernel.installed") or []
     if not facts.live:
@@ -84,3 +98,10 @@ def kernel_settings(facts: Facts) -> Result:
     if problems:
         return warn("; ".join(problems), evidence, Fix("Adjust these settings for GPU training.", tuple(cmds)))
     return passed("IOMMU, CPU governor, open-files limit and NUMA balancing are fine for training", **evidence)
+
+
+def _rhel_release_of_kernel(facts: Facts, matrix, kernel: str):
+    """The RHEL minor release whose GA kernel this is (compatibility matrix, os.toml), on RHEL-family systems."""
+    if matrix is None or os_family(facts) != "rhel" or not hasattr(matrix, "rhel_release_for_kernel"):
+        return None
+    return matrix.rhel_release_for_kernel(kernel)
