@@ -59,15 +59,9 @@ def diff(baseline: Mapping[str, Any], current: Mapping[str, Any], base_findings:
 
 def _one_line(obj: Any) -> Any:
     """Every string escaped for a terminal and kept on one line (a value cannot forge a line of the diff)."""
-    from dl_doctor.reports.terminal import safe_text
+    from dl_doctor.reports.terminal import safe_value
 
-    if isinstance(obj, dict):
-        return {_one_line(k): _one_line(val) for k, val in obj.items()}
-    if isinstance(obj, list):
-        return [_one_line(val) for val in obj]
-    if isinstance(obj, str):
-        return safe_text(obj).replace("\n", "\\n").replace("\t", "\\t")
-    return obj
+    return safe_value(obj, one_line=True)
 
 
 def render_text(result: Mapping[str, Any], baseline: str, current: str) -> str:

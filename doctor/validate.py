@@ -117,7 +117,7 @@ def check_schema(value: Any, schema: Dict[str, Any], what: str, path: Optional[L
             names = [types] if isinstance(types, str) else list(types)
             if not _type_ok(item, names):
                 raise InputError(f"{what}: {_where(where)} should be {' or '.join(names)}, "
-                                 f"not {_json_type(item)}")
+                                 f"not {json_type(item)}")
         if "enum" in sch and item not in sch["enum"]:
             raise InputError(f"{what}: {_where(where)} should be one of {', '.join(map(str, sch['enum']))}")
         if isinstance(item, (int, float)) and not isinstance(item, bool):
@@ -137,7 +137,8 @@ def check_schema(value: Any, schema: Dict[str, Any], what: str, path: Optional[L
             stack.extend((v, sch["items"], where + [i]) for i, v in enumerate(item))
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a parsed JSON value."""
     if value is None:
         return "null"
     if isinstance(value, bool):

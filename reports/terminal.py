@@ -31,14 +31,16 @@ def safe_text(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
-def safe_value(obj: Any) -> Any:
-    """A copy of a report (or any JSON value) with :func:`safe_text` applied to every string, keys included."""
+def safe_value(obj: Any, one_line: bool = False) -> Any:
+    """A copy of a report (or any JSON value) with :func:`safe_text` applied to every string, keys included;
+    ``one_line`` also escapes newlines and tabs (a value then cannot forge a line of its own)."""
     if isinstance(obj, dict):
-        return {safe_value(k): safe_value(v) for k, v in obj.items()}
+        return {safe_value(k, one_line): safe_value(v, one_line) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [safe_value(v) for v in obj]
+        return [safe_value(v, one_line) for v in obj]
     if isinstance(obj, str):
-        return safe_text(obj)
+        text = safe_text(obj)
+        return text.replace("\n", "\\n").replace("\t", "\\t") if one_line else text
     return obj
 
 

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Set
 
+from dl_doctor.validate import json_type as kind
+
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "reports" / "schema" / "facts-v1.json"
 COUNT = re.compile(r"(^|_)(count|gpus|gpu_count|device_count|num_[a-z_]+|[a-z]+_count)$")
@@ -29,22 +31,6 @@ RANGES = {
     "limits.numa_nodes": (0, COUNT_MAX), "python_envs.scan.limit": (0, 100000), "kernel_log.xids[].code": (0, 2 ** 32),
     "system.cgroup.version": (1, 2), "disks.volumes[].used_pct": (0, 100), "system.cgroup.cpu_limit": (0, 1 << 20),
 }
-
-
-def kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 class Node:
