@@ -133,18 +133,115 @@ def _walk_pyvenv(host: Host, base: str, depth: int, found: List[str], limit: int
             _walk_pyvenv(host, path, depth - 1, found, limit)
 
 
+def _env_kind(host: Host, prefix: str) -> Optional[str]:
+    if host.is_dir(f"{prefix}/conda-meta"):
+        return "conda"
+    if host.is_file(f"{prefix}/pyvenv.cfg"):
+        return "venv"
+    return None
+
+
+def _condarc_envs_dirs(text: str) -> List[str]:
+    """``envs_dirs:`` entries of a .condarc (a YAML list, read without a YAML parser: ``- /path`` lines)."""
+    out: List[str] = []
+    inside = False
+    for line in text.splitlines()[:2000]:
+        stripped = line.strip()
+        if line.startswith("envs_dirs:"):
+            inside = True
+            rest = line.split(":", 1)[1].strip()
+            if rest.startswith("[") and rest.endswith("]"):  # envs_dirs: [/a, /b]
+                out += [p.strip().strip("'\"") for p in rest[1:-1].split(",") if p.strip()]
+                inside = False
+            continue
+        if inside:
+            if stripped.startswith("- "):
+                out.append(stripped[2:].strip().strip("'\""))
+            elif stripped and not stripped.startswith("#"):
+                inside = False
+    return [p for p in out if p.startswith(("/", "~"))][:64]
+
+
+def session_environments(host: Host) -> List[Tuple[str, Optional[str], str, bool]]:
+    """Where the session's own Python lives: ``(prefix, python, found_by, active)``, most relevant first.
+
+    The environment the user activated (``CONDA_PREFIX``, ``VIRTUAL_ENV``) and the first ``python3``/``python`` on
+    ``PATH`` are *active*; then stacked conda environments (``CONDA_PREFIX_N``), the root of ``CONDA_EXE`` and its
+    ``envs/``. Under --sysroot the session is the tree's ``proc/self/environ``.
+    """
+    env = host.environ()
+    out: List[Tuple[str, Optional[str], str, bool]] = []
+    for var in ("CONDA_PREFIX", "VIRTUAL_ENV"):
+        value = (env.get(var) or "").rstrip("/")
+        if value.startswith("/"):
+            out.append((value, f"{value}/bin/python", var, True))
+    first_on_path = True
+    for directory in [d for d in env.get("PATH", "").split(":") if d.startswith("/")][:64]:
+        for exe in ("python3", "python"):
+            path = f"{directory}/{exe}"
+            if not host.is_file(path):
+                continue
+            prefix = posixpath.dirname(directory.rstrip("/")) if directory.rstrip("/").endswith("/bin") else directory
+            if _env_kind(host, prefix):
+                out.append((prefix, path, "PATH", first_on_path))
+            first_on_path = False
+            break
+    stacked = sorted((k for k in env if re.fullmatch(r"CONDA_PREFIX_[0-9]{1,3}", k)), key=lambda k: int(k[13:]))
+    for var in stacked:
+        value = (env.get(var) or "").rstrip("/")
+        if value.startswith("/"):
+            out.append((value, f"{value}/bin/python", var, False))
+    conda_exe = env.get("CONDA_EXE") or ""
+    if conda_exe.startswith("/") and conda_exe.endswith("/bin/conda"):
+        root = posixpath.dirname(posixpath.dirname(conda_exe))
+        out.append((root, f"{root}/bin/python", "CONDA_EXE", False))
+        for name in host.listdir(f"{root}/envs"):
+            out.append((f"{root}/envs/{name}", f"{root}/envs/{name}/bin/python", "CONDA_EXE envs/", False))
+    return out
+
+
+def kernelspec_interpreters(host: Host, homes: List[str], prefixes: List[str]) -> List[Tuple[str, str]]:
+    """``(python, kernel name)`` from Jupyter kernelspecs: system, per-user and per-environment kernel directories."""
+    dirs = ["/usr/share/jupyter/kernels", "/usr/local/share/jupyter/kernels"]
+    dirs += [f"{h}/.local/share/jupyter/kernels" for h in homes]
+    dirs += [f"{p}/share/jupyter/kernels" for p in prefixes]
+    out: List[Tuple[str, str]] = []
+    for directory in dict.fromkeys(dirs):
+        for name in host.listdir(directory)[:256]:
+            text = host.try_read(f"{directory}/{name}/kernel.json", 65536)
+            if not text:
+                continue
+            try:
+                argv = json.loads(text).get("argv")
+            except (ValueError, AttributeError, RecursionError):
+                continue
+            if isinstance(argv, list) and argv and isinstance(argv[0], str) and argv[0].startswith("/"):
+                out.append((argv[0], name))
+    return out
+
+
 def discover(ctx: ProbeContext, limit: int) -> Tuple[List[Dict[str, Any]], bool]:
-    """Candidate environments, most relevant first, at most ``limit``."""
+    """Candidate environments, the ones the session uses first (``active``), at most ``limit``."""
     host = ctx.host
     out: List[Dict[str, Any]] = []
 
-    def add(prefix: str, kind: str, python: Optional[str] = None, name: Optional[str] = None, role: Optional[str] = None):
+    def add(prefix: str, kind: str, python: Optional[str] = None, name: Optional[str] = None, role: Optional[str] = None,
+            found_by: Optional[str] = None, active: bool = False):
         prefix = prefix.rstrip("/") or "/"
         for e in out:
-            if e["prefix"] == prefix and e["kind"] == kind:
+            if e["prefix"] == prefix and (e["kind"] == kind or kind in ("conda", "venv")):
+                if found_by and found_by not in e["found_by"]:
+                    e["found_by"].append(found_by)
+                e["active"] = e["active"] or active
                 return
         out.append({"prefix": prefix, "kind": kind, "python": python, "name": name or posixpath.basename(prefix),
-                    "role": role})
+                    "role": role, "found_by": [found_by] if found_by else [], "active": active})
+
+    if not ctx.options.get("no_env_scan"):
+        for prefix, python, found_by, active in session_environments(host):
+            kind = _env_kind(host, prefix)
+            if kind:
+                add(prefix, kind, python, found_by=found_by, active=active)
 
     if host.live:
         add(sys.prefix, "venv" if sys.prefix != getattr(sys, "base_prefix", sys.prefix) else "interpreter",
@@ -173,6 +270,27 @@ def discover(ctx: ProbeContext, limit: int) -> Tuple[List[Dict[str, Any]], bool]
             line = line.strip()
             if line.startswith("/") and host.is_dir(f"{line}/conda-meta"):
                 add(line, "conda", f"{line}/bin/python")
+    for rc in [f"{h}/.condarc" for h in homes] + ["/etc/conda/.condarc", "/etc/conda/condarc"] + \
+            [f"{r}/.condarc" for r in conda_roots]:
+        for envs_dir in _condarc_envs_dirs(host.try_read(rc, 65536) or ""):
+            # ~ is the home of the .condarc's owner (a user's), or the session's HOME (a system-wide one)
+            home = posixpath.dirname(rc) if posixpath.dirname(rc) in homes else (host.environ().get("HOME") or "/root")
+            envs_dir = envs_dir.replace("~", home, 1) if envs_dir.startswith("~") else envs_dir
+            for name in host.listdir(envs_dir):
+                if host.is_dir(f"{envs_dir}/{name}/conda-meta"):
+                    add(f"{envs_dir}/{name}", "conda", f"{envs_dir}/{name}/bin/python", name=name,
+                        found_by=f"envs_dirs in {rc}")
+    for home in homes:
+        for pipx in (f"{home}/.local/pipx/venvs", f"{home}/.local/share/pipx/venvs"):
+            for name in host.listdir(pipx):
+                if host.is_file(f"{pipx}/{name}/pyvenv.cfg"):
+                    add(f"{pipx}/{name}", "venv", f"{pipx}/{name}/bin/python", name=f"pipx {name}", found_by="pipx")
+    for python, kernel in kernelspec_interpreters(host, homes, [e["prefix"] for e in out]):
+        bindir = posixpath.dirname(python)
+        prefix = posixpath.dirname(bindir) if bindir.endswith("/bin") else bindir
+        kind = _env_kind(host, prefix)
+        if kind:
+            add(prefix, kind, python, found_by=f"Jupyter kernel {kernel}")
     venvs: List[str] = []
     for base in homes + ["/opt"]:
         _walk_pyvenv(host, base, 3, venvs, limit * 2)
@@ -185,6 +303,8 @@ def discover(ctx: ProbeContext, limit: int) -> Tuple[List[Dict[str, Any]], bool]
     for home in homes:
         for d in host.glob(f"{home}/.local/lib/python3.*/site-packages"):
             add(posixpath.dirname(d), "user-site", None, name=f"user site of {home}")
+    # the environments the session uses first, then those named with --python, then the rest as found
+    out.sort(key=lambda e: (0 if e.get("active") else 1 if e.get("role") == "requested" else 2))
     truncated = len(out) > limit
     return out[:limit], truncated
 
