@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.checks.common import driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
+from dl_doctor import versions
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -221,6 +222,17 @@ def _really_loaded(env: Dict[str, Any], soname: str) -> Optional[str]:
     return next((m for m in mapped if m.rsplit("/", 1)[-1].startswith(soname.split(".so")[0] + ".so")), None)
 
 
+def _compatible_copy(found: Optional[str], own: Optional[str]) -> Optional[str]:
+    """Whether a copy that wins over the environment's own still serves the build: "same" (same version), "newer"
+    (same major, not older: CUDA libraries keep their ABI within a major), or None (older, another major, unknown)."""
+    f, o = versions.parse(found), versions.parse(own)
+    if f is None or o is None or not f.release or not o.release or f.release[0] != o.release[0]:
+        return None
+    if f.release == o.release:
+        return "same"
+    return "newer" if f >= o else None
+
+
 @check(
     id="DLD-PY-004", slug="cuda-library-shadowed",
     title="The framework loads its own CUDA libraries (cuDNN, NCCL, cuBLAS, cudart, nvJitLink, cuSPARSE)",
@@ -228,7 +240,10 @@ def _really_loaded(env: Dict[str, Any], soname: str) -> Optional[str]:
     what="""For each environment, simulates glibc's search (DT_RPATH of the loading chain, LD_LIBRARY_PATH, DT_RUNPATH,
     ld.so.cache, default directories; breadth-first over DT_NEEDED, sonames reused) together with the framework's own
     preloading by absolute path, and compares the copy each key CUDA library resolves to with the one the environment
-    ships (nvidia-* wheels, torch/lib, the conda env). With --deep, what /proc/self/maps shows after import wins.""",
+    ships (nvidia-* wheels, torch/lib, the conda env). With --deep, what /proc/self/maps shows after import wins.
+    Severity follows what really loads: another copy of the same version is fine; a newer copy of the same CUDA major
+    (a Deep Learning AMI's /usr/local/cuda/lib64 on LD_LIBRARY_PATH) works and is a warning that says which copy wins;
+    an older minor, another major or an unknown version fails.""",
     why="""When LD_LIBRARY_PATH (or an RPATH-less library) lets an older system copy win, torch fails at import or at
     the first call: 'undefined symbol: __nvJitLinkComplete_12_4', 'cuDNN version incompatibility', NCCL errors that
     only appear on some nodes. cu11 and cu12 wheels side by side make it worse.""",
@@ -236,7 +251,7 @@ def _really_loaded(env: Dict[str, Any], soname: str) -> Optional[str]:
     uninstall stray nvidia-*-cu11 wheels next to cu12 ones.""",
 )
 def library_shadowed(facts: Facts) -> Result:
-    problems, checked, mixed = [], [], []
+    problems, checked, mixed, notes = [], [], [], []
     for env, t in _torch_envs(facts):
         res = env.get("resolution") or {}
         libs = res.get("libraries") or {}
@@ -255,8 +270,16 @@ def library_shadowed(facts: Facts) -> Result:
             if path not in own_paths:
                 own_v = own[0].get("version")
                 how = "loaded (seen in /proc/self/maps)" if truth else f"resolved via {got.get('via')}"
-                problems.append(f"{_label(env)}: {key} {how} from {path} (version {got.get('version') or '?'}), not "
-                                f"the environment's own {own[0]['path']} ({own_v or '?'})")
+                found_v = None if truth and truth != (got or {}).get("path") else (got or {}).get("version")
+                verdict = _compatible_copy(found_v, own_v)
+                text = (f"{_label(env)}: {key} {how} from {path} (version {found_v or '?'}), not "
+                        f"the environment's own {own[0]['path']} ({own_v or '?'})")
+                if verdict == "same":
+                    continue  # the same library from another directory: nothing differs
+                if verdict == "newer":
+                    notes.append(text + ": same major, not older, so it serves the build")
+                else:
+                    problems.append(text)
         dists = env.get("distributions") or {}
         for lib in ("nccl", "cudnn", "cublas", "cuda-runtime"):
             flavours = sorted(k for k in dists if k.startswith(f"nvidia-{lib}-cu"))
@@ -267,8 +290,12 @@ def library_shadowed(facts: Facts) -> Result:
     fix = Fix("Let the environment's own CUDA libraries load: keep other CUDA directories off LD_LIBRARY_PATH.",
               ("echo $LD_LIBRARY_PATH", "unset LD_LIBRARY_PATH   # or drop the /usr/local/cuda*/lib64 entries from it",
                "pip uninstall -y nvidia-nccl-cu11 nvidia-cudnn-cu11 nvidia-cublas-cu11   # if cu12 wheels are used"))
+    evidence["newer_copies_win"] = notes
     if problems:
         return fail("; ".join(problems), evidence, fix)
+    if notes:
+        return warn("a newer copy of the same CUDA major wins over the environment's own (it works; the versions "
+                    "differ): " + "; ".join(notes), evidence, fix)
     if mixed:
         return warn("CUDA library wheels for two CUDA majors side by side: " + "; ".join(mixed), evidence, fix)
     ld = [d for d in (evidence["LD_LIBRARY_PATH"] or "").split(":") if d]
