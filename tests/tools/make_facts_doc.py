@@ -16,7 +16,8 @@ from dl_doctor.reports import facts_schema
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "facts.md"
 SINCE = "0.1.0"  # every fact below was there in the first release; a fact added later names its own version here
-SINCE_OVERRIDES: Dict[str, str] = {}
+SINCE_OVERRIDES: Dict[str, str] = {"python_processes": "0.2.0", "python_envs.environments[].active": "0.2.0",
+                                   "python_envs.environments[].found_by": "0.2.0"}
 
 # What the facts that checks rely on mean (the paths in the built-in checks' requires=, and what the checks read).
 MEANINGS = {
@@ -45,6 +46,11 @@ MEANINGS = {
     "network.env": "NCCL_* and FI_* settings of the session", "ebs": "EBS and instance-store volumes and their I/O",
     "imds": "EC2 instance metadata (only on EC2)", "cloud": "DMI: cloud vendor and instance type",
     "gpu_services": "fabric manager, persistence daemon, container toolkit",
+    "python_processes": "Python processes running now (live only)",
+    "python_processes.processes": "one entry per Python process whose maps could be read",
+    "python_processes.processes.cuda_libraries": "the CUDA-family libraries it has mapped: what really loaded",
+    "python_envs.environments.active": "the session uses it: CONDA_PREFIX, VIRTUAL_ENV or the first python on PATH",
+    "python_envs.environments.found_by": "how it was found (CONDA_PREFIX, PATH, a Jupyter kernel, pipx, .condarc...)",
 }
 
 
@@ -56,9 +62,16 @@ def _type(node: Dict[str, Any]) -> str:
     return text
 
 
+def _since(path: str) -> str:
+    for prefix, version in SINCE_OVERRIDES.items():
+        if path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "[]"):
+            return version
+    return SINCE
+
+
 def rows(node: Dict[str, Any], path: str, out: List[str], depth: int = 0) -> None:
     out.append(f"| `{path}` | {_type(node)} | {MEANINGS.get(path.replace('[]', ''), '')} | "
-               f"{SINCE_OVERRIDES.get(path, SINCE)} |")
+               f"{_since(path)} |")
     if depth >= 4:
         return
     for key, child in sorted((node.get("properties") or {}).items()):
