@@ -145,6 +145,12 @@ _ALWAYS: List[Tuple[Pattern[str], Any]] = [
      _secret_assignment),
 ]
 
+_SEPARATORS = re.compile(r"[=:@?&;\s]")
+# Patterns that need none of those characters: token formats (AKIA..., ghp_..., hf_..., JWTs) and token-bearing
+# URL paths (webhooks, conda /t/<token>/) written without a scheme.
+_SELF_IDENTIFYING = _ALWAYS[:4] + _ALWAYS[5:5 + len(RULES["urls"]["path"])]
+
+
 _PRIVATE_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----")
 _PRIVATE_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----")
 
@@ -224,7 +230,11 @@ class Redactor:
             if secret in out:
                 out = out.replace(secret, MASK)
         out = mask_private_keys(out)
-        for pattern, repl in _ALWAYS:
+        # Most strings of a report are paths, names and versions: a string without '=', ':', '@', '?', '&', ';'
+        # or whitespace cannot hold an assignment, a URL's user or query, a flag or an authorisation, so only the
+        # self-identifying token formats and token-bearing paths are looked for (a quarter of the patterns).
+        patterns = _ALWAYS if _SEPARATORS.search(out) else _SELF_IDENTIFYING
+        for pattern, repl in patterns:
             out = pattern.sub(repl, out)
         if self.extended:
             out = self._extended(out)

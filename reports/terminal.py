@@ -80,7 +80,9 @@ def summary_line(report: Dict[str, Any]) -> str:
 
 def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
            paths: Sequence[str] = ()) -> str:
-    report = safe_value(report)
+    # only what the summary shows is escaped (and walked): not the facts, which are most of a report
+    report = safe_value({k: report.get(k) for k in ("tool", "host", "run", "summary", "findings", "probe_errors",
+                                                     "privilege") if k in report})
     paths = [safe_text(p) for p in paths]
     lines: List[str] = []
     tool = report.get("tool", {})
