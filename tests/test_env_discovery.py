@@ -56,3 +56,30 @@ def test_condarc_envs_dirs_forms():
     assert _condarc_envs_dirs("envs_dirs:\n  - /a\n  - '~/b'\n# c\npkgs_dirs:\n  - /p\n") == ["/a", "~/b"]
     assert _condarc_envs_dirs("envs_dirs: [/x, \"/y\"]\n") == ["/x", "/y"]
     assert _condarc_envs_dirs("envs_dirs:\n  - relative/path\n") == []
+
+
+def test_an_unprivileged_run_keeps_the_environments_it_can_see(tree):
+    """Not root: another user's home cannot be listed. The probe keeps the rest and says what root would add."""
+    from dl_doctor.host import Host
+    from dl_doctor.probes import ProbeContext
+    from dl_doctor.probes.python_envs import python_envs_probe
+
+    root = tree({"etc/os-release": "ID=ubuntu\n", **_venv("/home/ana/work/.venv"), **_venv("/home/bob/.venv"),
+                 "root/.conda/environments.txt": "/opt/x\n"})
+
+    class Unprivileged(Host):
+        def listdir(self, path):
+            if path.startswith(("/root", "/home/bob")):
+                raise PermissionError(13, "Permission denied", path)
+            return super().listdir(path)
+
+        def try_read(self, path, max_bytes=4 << 20):
+            if path.startswith(("/root", "/home/bob")):
+                raise PermissionError(13, "Permission denied", path)
+            return super().try_read(path, max_bytes)
+
+    ctx = ProbeContext(host=Unprivileged(sysroot=str(root)))
+    facts = python_envs_probe.func(ctx)
+    prefixes = [e["prefix"] for e in facts["environments"]]
+    assert "/home/ana/work/.venv" in prefixes and "/home/bob/.venv" not in prefixes
+    assert ctx.denials == ["the environments under /home/bob, /root"]

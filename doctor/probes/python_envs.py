@@ -108,10 +108,29 @@ print("DLDOCTOR-DEEP " + json.dumps(out))
 """
 
 
+def _read(host: Host, path: str, max_bytes: int = 4 << 20) -> Optional[str]:
+    """A file's text, or None where it is absent or this user may not read it (recorded as for _ls)."""
+    try:
+        return host.try_read(path, max_bytes)
+    except PermissionError:
+        host.cached("python_envs:denied", list).append(path)
+        return None
+
+
+def _ls(host: Host, path: str) -> List[str]:
+    """A directory's entries, or none where this user may not look (another user's home, when not root): the
+    environments there are left out and the report says what running as root would add."""
+    try:
+        return host.listdir(path)
+    except PermissionError:
+        host.cached("python_envs:denied", list).append(path)
+        return []
+
+
 # -- discovery -------------------------------------------------------------------
 
 def _homes(host: Host) -> List[str]:
-    homes = ["/root"] + [f"/home/{n}" for n in host.listdir("/home")]
+    homes = ["/root"] + [f"/home/{n}" for n in _ls(host, "/home")]
     env_home = host.environ().get("HOME")
     if env_home and env_home not in homes:
         homes.append(env_home)
@@ -124,7 +143,7 @@ def _walk_pyvenv(host: Host, base: str, depth: int, found: List[str], limit: int
     if host.is_file(f"{base}/pyvenv.cfg"):
         found.append(base)
         return
-    for name in host.listdir(base):
+    for name in _ls(host, base):
         if name in SKIP_DIRS or name.startswith("."):
             if name not in (".venv", ".virtualenvs", ".conda"):
                 continue
@@ -195,7 +214,7 @@ def session_environments(host: Host) -> List[Tuple[str, Optional[str], str, bool
     if conda_exe.startswith("/") and conda_exe.endswith("/bin/conda"):
         root = posixpath.dirname(posixpath.dirname(conda_exe))
         out.append((root, f"{root}/bin/python", "CONDA_EXE", False))
-        for name in host.listdir(f"{root}/envs"):
+        for name in _ls(host, f"{root}/envs"):
             out.append((f"{root}/envs/{name}", f"{root}/envs/{name}/bin/python", "CONDA_EXE envs/", False))
     return out
 
@@ -207,8 +226,8 @@ def kernelspec_interpreters(host: Host, homes: List[str], prefixes: List[str]) -
     dirs += [f"{p}/share/jupyter/kernels" for p in prefixes]
     out: List[Tuple[str, str]] = []
     for directory in dict.fromkeys(dirs):
-        for name in host.listdir(directory)[:256]:
-            text = host.try_read(f"{directory}/{name}/kernel.json", 65536)
+        for name in _ls(host, directory)[:256]:
+            text = _read(host, f"{directory}/{name}/kernel.json", 65536)
             if not text:
                 continue
             try:
@@ -262,27 +281,27 @@ def discover(ctx: ProbeContext, limit: int) -> Tuple[List[Dict[str, Any]], bool]
     for root in conda_roots:
         if host.is_dir(f"{root}/conda-meta"):
             add(root, "conda", f"{root}/bin/python", name=f"{posixpath.basename(root)} (base)")
-        for name in host.listdir(f"{root}/envs"):
+        for name in _ls(host, f"{root}/envs"):
             if host.is_dir(f"{root}/envs/{name}/conda-meta"):
                 add(f"{root}/envs/{name}", "conda", f"{root}/envs/{name}/bin/python", name=name)
     for listing in env_files:
-        for line in (host.try_read(listing, 1 << 20) or "").splitlines():
+        for line in (_read(host, listing, 1 << 20) or "").splitlines():
             line = line.strip()
             if line.startswith("/") and host.is_dir(f"{line}/conda-meta"):
                 add(line, "conda", f"{line}/bin/python")
     for rc in [f"{h}/.condarc" for h in homes] + ["/etc/conda/.condarc", "/etc/conda/condarc"] + \
             [f"{r}/.condarc" for r in conda_roots]:
-        for envs_dir in _condarc_envs_dirs(host.try_read(rc, 65536) or ""):
+        for envs_dir in _condarc_envs_dirs(_read(host, rc, 65536) or ""):
             # ~ is the home of the .condarc's owner (a user's), or the session's HOME (a system-wide one)
             home = posixpath.dirname(rc) if posixpath.dirname(rc) in homes else (host.environ().get("HOME") or "/root")
             envs_dir = envs_dir.replace("~", home, 1) if envs_dir.startswith("~") else envs_dir
-            for name in host.listdir(envs_dir):
+            for name in _ls(host, envs_dir):
                 if host.is_dir(f"{envs_dir}/{name}/conda-meta"):
                     add(f"{envs_dir}/{name}", "conda", f"{envs_dir}/{name}/bin/python", name=name,
                         found_by=f"envs_dirs in {rc}")
     for home in homes:
         for pipx in (f"{home}/.local/pipx/venvs", f"{home}/.local/share/pipx/venvs"):
-            for name in host.listdir(pipx):
+            for name in _ls(host, pipx):
                 if host.is_file(f"{pipx}/{name}/pyvenv.cfg"):
                     add(f"{pipx}/{name}", "venv", f"{pipx}/{name}/bin/python", name=f"pipx {name}", found_by="pipx")
     for python, kernel in kernelspec_interpreters(host, homes, [e["prefix"] for e in out]):
@@ -346,7 +365,7 @@ def normalize(name: str) -> str:
 
 def read_distributions(host: Host, site: str) -> Dict[str, Dict[str, Any]]:
     dists: Dict[str, Dict[str, Any]] = {}
-    for entry in host.listdir(site):
+    for entry in _ls(host, site):
         m = _DIST.match(entry)
         if not m:
             continue
@@ -354,7 +373,7 @@ def read_distributions(host: Host, site: str) -> Dict[str, Dict[str, Any]]:
         path = f"{site}/{entry}"
         installer = None
         if entry.endswith(".dist-info"):
-            installer = (host.try_read(f"{path}/INSTALLER", 256) or "").strip() or None
+            installer = (_read(host, f"{path}/INSTALLER", 256) or "").strip() or None
         dists.setdefault(name, {"name": name, "version": m.group("version"), "installer": installer,
                                 "location": site, "metadata": path})
     return dists
@@ -362,7 +381,7 @@ def read_distributions(host: Host, site: str) -> Dict[str, Dict[str, Any]]:
 
 def read_conda_meta(host: Host, prefix: str) -> Dict[str, Dict[str, Any]]:
     out: Dict[str, Dict[str, Any]] = {}
-    for entry in host.listdir(f"{prefix}/conda-meta"):
+    for entry in _ls(host, f"{prefix}/conda-meta"):
         if not entry.endswith(".json"):
             continue
         parts = entry[:-5].rsplit("-", 2)
@@ -379,7 +398,7 @@ def wheel_files(host: Host, dists: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple
     for d in dists.values():
         if not (d["name"].startswith("nvidia-") or d["name"] == "cuda-toolkit") or not d["metadata"].endswith(".dist-info"):
             continue
-        record = host.try_read(f"{d['metadata']}/RECORD", 8 << 20) or ""
+        record = _read(host, f"{d['metadata']}/RECORD", 8 << 20) or ""
         for line in record.splitlines():
             rel = line.split(",", 1)[0]
             if ".so" in rel:
@@ -388,7 +407,7 @@ def wheel_files(host: Host, dists: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple
 
 
 def _header_version(host: Host, path: str, pattern: re.Pattern) -> Optional[str]:
-    text = host.try_read(path, 1 << 20)
+    text = _read(host, path, 1 << 20)
     if not text:
         return None
     parts = dict(pattern.findall(text))
@@ -433,7 +452,7 @@ def inspect_static(host: Host, env: Dict[str, Any]) -> Tuple[Dict[str, Any], Dic
         if m:
             py = m.group(1)
             break
-    cfg = host.try_read(f"{env['prefix']}/pyvenv.cfg", 65536) if env["kind"] == "venv" else None
+    cfg = _read(host, f"{env['prefix']}/pyvenv.cfg", 65536) if env["kind"] == "venv" else None
     if cfg:
         m = re.search(r"^version(?:_info)?\s*=\s*(\d+\.\d+(?:\.\d+)?)", cfg, re.M)
         py = m.group(1) if m else py
@@ -447,18 +466,18 @@ def inspect_static(host: Host, env: Dict[str, Any]) -> Tuple[Dict[str, Any], Dic
             frameworks[fw] = {"version": d["version"], "installer": d.get("installer"), "location": d.get("location")}
     torch_dir = next((f"{s}/torch" for s in sites if host.is_dir(f"{s}/torch")), None)
     if torch_dir:
-        info = parse_version_py(host.try_read(f"{torch_dir}/version.py", 65536) or "")
+        info = parse_version_py(_read(host, f"{torch_dir}/version.py", 65536) or "")
         t = frameworks.setdefault("torch", {})
         t.update(path=torch_dir, version=info.get("__version__") or t.get("version"), cuda=info.get("cuda"),
                  git_version=info.get("git_version"))
         conda_torch = conda.get("pytorch") or {}
         t["cpu_only"] = (t.get("cuda") is None or "+cpu" in (t.get("version") or "") or "cpu" in conda_torch.get("build", "")
                          or (conda.get("pytorch-mutex") or {}).get("build", "").startswith("cpu") or "cpuonly" in conda)
-        init = host.try_read(f"{torch_dir}/__init__.py", 4 << 20) or ""
+        init = _read(host, f"{torch_dir}/__init__.py", 4 << 20) or ""
         t["preload"] = torch_preload_model(init)
     tv_dir = next((f"{s}/torchvision" for s in sites if host.is_dir(f"{s}/torchvision")), None)
     if tv_dir and "torchvision" in frameworks:
-        info = parse_version_py(host.try_read(f"{tv_dir}/version.py", 65536) or "")
+        info = parse_version_py(_read(host, f"{tv_dir}/version.py", 65536) or "")
         frameworks["torchvision"].update(version=info.get("__version__") or frameworks["torchvision"]["version"],
                                          cuda=info.get("cuda"))
 
@@ -467,9 +486,9 @@ def inspect_static(host: Host, env: Dict[str, Any]) -> Tuple[Dict[str, Any], Dic
     candidates = list(owned)
     for site in sites:
         if torch_dir and torch_dir.startswith(site):
-            candidates += [f"{torch_dir}/lib/{n}" for n in host.listdir(f"{torch_dir}/lib")]
+            candidates += [f"{torch_dir}/lib/{n}" for n in _ls(host, f"{torch_dir}/lib")]
     if conda:
-        candidates += [f"{env['prefix']}/lib/{n}" for n in host.listdir(f"{env['prefix']}/lib") if n.startswith("lib")]
+        candidates += [f"{env['prefix']}/lib/{n}" for n in _ls(host, f"{env['prefix']}/lib") if n.startswith("lib")]
     for path in sorted(set(candidates)):
         base = posixpath.basename(path)
         for key, prefix in KEY_LIBS.items():
@@ -631,7 +650,7 @@ def live_in_process(host: Host) -> Dict[str, Any]:
     pth: List[str] = []
     for d in sites + [getattr(site, "USER_SITE", None) or ""]:
         if d.startswith("/"):
-            pth += [posixpath.join(d, f) for f in host.listdir(d) if f.endswith(".pth")]
+            pth += [posixpath.join(d, f) for f in _ls(host, d) if f.endswith(".pth")]
     return _shaped({"version": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
                     "prefix": sys.prefix, "base_prefix": getattr(sys, "base_prefix", sys.prefix),
                     "sys_path": [p for p in sys.path if p], "user_site": getattr(site, "USER_SITE", None),
@@ -730,9 +749,14 @@ def python_envs_probe(ctx: ProbeContext) -> Dict[str, Any]:
     envs, truncated = discover(ctx, limit)
     # Daemon workers: one stuck in a syscall can never keep the process alive after the reports are written.
     results = map_daemon(lambda e: inspect(ctx, e), envs, workers=8, name="probe-python_envs:")
+    denied = sorted({"/".join(d.split("/")[:3]) if d.startswith("/home/") else "/".join(d.split("/")[:2]) or "/"
+                     for d in ctx.host.cached("python_envs:denied", list)})
+    if denied:
+        ctx.denied(f"the environments under {', '.join(denied[:5])}" + (f" and {len(denied) - 5} more" if len(denied) > 5
+                                                                         else ""))
     pips = []
     for path in ctx.host.glob("/usr/bin/pip*") + ctx.host.glob("/usr/local/bin/pip*"):
-        first = (ctx.host.try_read(path, 512) or "").splitlines()[:1]
+        first = (_read(ctx.host, path, 512) or "").splitlines()[:1]
         pips.append({"path": path, "shebang": first[0][2:].strip() if first and first[0].startswith("#!") else None})
     on_path = ctx.host.which("pip") or ctx.host.which("pip3")
     return {"environments": results, "pip_commands": pips,
