@@ -116,7 +116,8 @@ def _flag(m: "re.Match[str]") -> str:
 
 
 # (pattern, replacement) applied to every string, in order. Private keys are handled first, by hand (mask_private_keys).
-_ALWAYS: List[Tuple[Pattern[str], Any]] = [
+# Self-identifying token formats: found by their own shape, whatever surrounds them.
+_TOKENS: List[Tuple[Pattern[str], Any]] = [
     (re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
      MASK),
     (re.compile(r"(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdzE|FQoGZXIvYXdzE)[A-Za-z0-9/+=]{16,4096}"), MASK),
@@ -124,10 +125,13 @@ _ALWAYS: List[Tuple[Pattern[str], Any]] = [
                 r"|glpat-[A-Za-z0-9_-]{20,255}|xox[abposr]-[A-Za-z0-9-]{10,255}|hf_[A-Za-z0-9]{30,255}"
                 r"|sk-[A-Za-z0-9_-]{20,255}|AIza[0-9A-Za-z_-]{35}|npm_[A-Za-z0-9]{36})"), MASK),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{8,4096}\.[A-Za-z0-9_-]{8,4096}\.[A-Za-z0-9_-]{8,4096}"), MASK),
-    (re.compile(r"(?i)\b(bearer|basic|token)([ \t]{1,16})[A-Za-z0-9\-._~+/]{8,4096}={0,3}"),
-     lambda m: f"{m.group(1)}{m.group(2)}{MASK}"),
-    # URL shapes with a token in the path (data: secrets.toml [[urls.path]])
-    *[(re.compile(rule["pattern"]), _masked_group) for rule in RULES["urls"]["path"]],
+]
+_BEARER = (re.compile(r"(?i)\b(bearer|basic|token)([ \t]{1,16})[A-Za-z0-9\-._~+/]{8,4096}={0,3}"),
+           lambda m: f"{m.group(1)}{m.group(2)}{MASK}")
+# URL shapes with a token in the path (data: secrets.toml [[urls.path]])
+_URL_PATHS = [(re.compile(rule["pattern"]), _masked_group) for rule in RULES["urls"]["path"]]
+# Forms that need a separator (=, :, @, ?, &, ; or whitespace) around the secret.
+_SEPARATED: List[Tuple[Pattern[str], Any]] = [
     # user:password@ and TOKEN@ in URLs
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)([^/\s:@]{0,256}):([^/\s@]{1,512})@"),
      lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@"),
@@ -144,11 +148,11 @@ _ALWAYS: List[Tuple[Pattern[str], Any]] = [
                 r"(?:\"(?P<dq>[^\"\n]{0,1024})\"|'(?P<sq>[^'\n]{0,1024})'|(?P<bare>[^\s\"',;&]{1,4096}))"),
      _secret_assignment),
 ]
-
+_ALWAYS = _TOKENS + [_BEARER] + _URL_PATHS + _SEPARATED
 _SEPARATORS = re.compile(r"[=:@?&;\s]")
-# Patterns that need none of those characters: token formats (AKIA..., ghp_..., hf_..., JWTs) and token-bearing
-# URL paths (webhooks, conda /t/<token>/) written without a scheme.
-_SELF_IDENTIFYING = _ALWAYS[:4] + _ALWAYS[5:5 + len(RULES["urls"]["path"])]
+# What a string without any separator can still hold: token formats and token-bearing URL paths written without a
+# scheme (webhooks, conda /t/<token>/).
+_SELF_IDENTIFYING = _TOKENS + _URL_PATHS
 
 
 _PRIVATE_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----")

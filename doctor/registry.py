@@ -19,6 +19,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
+from dl_doctor.host import open_regular
 from dl_doctor.model import CheckSpec
 from dl_doctor.probes import ProbeSpec
 
@@ -147,9 +148,9 @@ def _all_entry_points() -> Dict[str, List[EntryPoint]]:
             if dist in seen:
                 continue
             seen.add(dist)
-            try:
-                with open(os.path.join(directory, entry, "entry_points.txt"), encoding="utf-8") as fh:
-                    text = fh.read(1 << 20)
+            try:  # a regular file only (a planted FIFO cannot hang the start), and bounded
+                with os.fdopen(open_regular(os.path.join(directory, entry, "entry_points.txt")), "rb") as fh:
+                    text = fh.read(1 << 20).decode("utf-8", "replace")
             except OSError:
                 continue
             for group, items in _parse_entry_points(text).items():
@@ -162,8 +163,9 @@ def _zip_entry_points(path: str) -> List[Tuple[str, str]]:
 
     try:
         with zipfile.ZipFile(path) as zf:
-            return [(_norm(n.split("/", 1)[0].rsplit(".", 1)[0].split("-", 1)[0]), zf.read(n).decode("utf-8", "replace"))
-                    for n in sorted(zf.namelist())
+            return [(_norm(n.split("/", 1)[0].rsplit(".", 1)[0].split("-", 1)[0]),
+                     zf.open(n).read(1 << 20).decode("utf-8", "replace"))
+                    for n in sorted(zf.namelist())[:100000]
                     if n.count("/") == 1 and n.endswith((".dist-info/entry_points.txt", ".egg-info/entry_points.txt"))]
     except (OSError, zipfile.BadZipFile, KeyError):
         return []

@@ -24,10 +24,3 @@ def facts_schema() -> Dict[str, Any]:
 
 def to_json(document: Dict[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-
-
-def write_atomic(path: str, text: str, private: bool = True) -> str:
-    """Write ``text`` to ``path`` safely (doctor.output.write_file): private (0600) unless ``private=False``."""
-    from dl_doctor.output import write_file
-
-    return write_file(path, text, private=private)

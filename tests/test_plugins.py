@@ -269,3 +269,11 @@ def test_the_facts_reference_is_current():
         sys.path.pop(0)
     assert (ROOT / "docs" / "facts.md").read_text(encoding="utf-8") == make_facts_doc.render(), \
         "run: python tests/tools/make_facts_doc.py"
+
+
+def test_a_planted_fifo_as_entry_points_txt_cannot_hang_the_start(tmp_path):
+    info = tmp_path / "planted-1.0.dist-info"
+    info.mkdir()
+    os.mkfifo(info / "entry_points.txt")
+    r = subprocess.run([dl_doctor_exe(), "list"], capture_output=True, text=True, env=_env([tmp_path]), timeout=60)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) >= 45, r.stderr
