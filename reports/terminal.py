@@ -96,6 +96,9 @@ def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
         if f["status"] == "skip":
             skip_groups.setdefault(f["message"], []).append(f["id"])
     printed_groups = set()
+    # the ID column fits the longest plain ID (keyed IDs, DLD-EXP-001:<key>, wrap instead)
+    idw = max([13] + [len(f["id"]) for f in findings if ":" not in f["id"] and len(f["id"]) <= 24])
+    pad = " " * (idw + 7)
     for f in findings:
         status = f["status"]
         if quiet and status in ("pass", "skip"):
@@ -106,26 +109,26 @@ def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
             if f["message"] not in printed_groups:
                 printed_groups.add(f["message"])
                 lines.append(f"{label} {len(group)} checks  {f['message']}")
-                lines.extend(_wrap(", ".join(group), " " * 20))
+                lines.extend(_wrap(", ".join(group), pad))
             continue
         if status in ("pass", "skip"):
-            lines.append(f"{label} {f['id']:<13} {f['message']}")
+            lines.append(f"{label} {f['id']:<{idw}} {f['message']}")
             continue
-        if len(f["id"]) > 13:  # a keyed finding (DLD-EXP-001:driver): the title goes under its ID
+        if len(f["id"]) > idw:  # a keyed finding (DLD-EXP-001:driver): the title goes under its ID
             lines.append(f"{label} {f['id']}")
-            lines.append(" " * 20 + _paint(f["title"], "bold", color))
+            lines.append(pad + _paint(f["title"], "bold", color))
         else:
-            lines.append(f"{label} {f['id']:<13} {_paint(f['title'], 'bold', color)}")
-        lines.extend(_wrap(f["message"], " " * 20))
+            lines.append(f"{label} {f['id']:<{idw}} {_paint(f['title'], 'bold', color)}")
+        lines.extend(_wrap(f["message"], pad))
         fix = f.get("fix")
         if fix:
-            lines.extend(_wrap("fix: " + fix["summary"], " " * 20))
+            lines.extend(_wrap("fix: " + fix["summary"], pad))
             for cmd in fix.get("commands", []):
                 for i, cmd_line in enumerate(cmd.splitlines()):
                     if cmd_line.lstrip().startswith("#"):
-                        lines.append(" " * 22 + _paint(cmd_line, "dim", color))
+                        lines.append(pad + "  " + _paint(cmd_line, "dim", color))
                     else:
-                        lines.append(" " * 20 + ("$ " if i == 0 else "  ") + cmd_line)
+                        lines.append(pad + ("$ " if i == 0 else "  ") + cmd_line)
         lines.append("")
     if findings and lines and lines[-1] != "":
         lines.append("")

@@ -98,7 +98,7 @@ def list_cmd(as_json) -> int:
                                 "requires": list(s.requires), "module": s.module} for s in checks], indent=2))
     else:
         for s in checks:
-            click.echo(f"{s.id:<13} {s.slug:<28} {s.title}  [{', '.join(s.tags)}]")
+            click.echo(f"{s.id:<14} {s.slug:<28} {s.title}  [{', '.join(s.tags)}]")
     for err in reg.load_errors:
         click.echo(f"dl-doctor: warning: {err}", err=True)
     return 0
