@@ -475,6 +475,23 @@ class Matrix:
                 return entry
         return None
 
+    def consumer(self, distribution: str) -> Optional[Dict[str, Any]]:
+        """The consumer entry for an installed distribution (normalized name), by name or ``distributions`` glob."""
+        import fnmatch
+
+        for entry in self.entries("consumer"):
+            if distribution == entry["name"] or any(fnmatch.fnmatchcase(distribution, p)
+                                                    for p in entry.get("distributions") or []):
+                return entry
+        return None
+
+    def wheel_for(self, soname: str, cuda_major: Optional[int]) -> Optional[Dict[str, Any]]:
+        """Which wheel provides ``soname`` for a CUDA major (None: the only one known, if exactly one)."""
+        hits = [e for e in self.entries("cuda_library") if e["soname"] == soname]
+        if cuda_major is not None:
+            return next((e for e in hits if e["cuda_major"] == cuda_major), None)
+        return hits[0] if len(hits) == 1 else None
+
     def xid(self, code: int) -> Optional[Dict[str, Any]]:
         entry = self.tables["xid"].get((int(code),))
         return {**entry, "sources": self.source_urls(entry)} if entry else None

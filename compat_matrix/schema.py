@@ -95,6 +95,15 @@ TABLES: Dict[str, Table] = {
     "xid": Table(("code",), {"code": "int", "name": "str", "kind": ("enum", ("application", "hardware", "driver",
                                                                            "informational")),
                              "action": "str"}, ("code", "name", "kind", "action")),
+    "consumer": Table(("name",), {
+        "name": "str", "distributions": ("list", "str"), "package": "str", "build_info": "str",
+        "build_keys": ("map", "str"), "preload": ("enum", ("wheels", "on-failure", "opt-in", "none")),
+        "preload_call": "str", "optional_objects": ("list", "str"), "optional_libraries": ("list", "str"),
+        "dlopen_by": ("list", "str"), "dlopen": ("map", ("list", "str")), "install": ("list", "str")},
+        ("name", "preload")),
+    "cuda_library": Table(("soname", "cuda_major"), {
+        "soname": "str", "cuda_major": "int", "wheel": "str", "version_follows_cuda": "bool", "pin": "str"},
+        ("soname", "cuda_major", "wheel")),
     "known_issue": Table(("id",), {
         "id": "ki_id", "component": "str", "versions": "specifier", "requires": ("map", "specifier"),
         "instance_families": ("list", "str"), "summary": "str", "fix": "str"},

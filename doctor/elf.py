@@ -29,10 +29,46 @@ MAX_SEGMENTS = 4096
 
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
+DT_VERDEF, DT_VERDEFNUM, DT_VERNEED, DT_VERNEEDNUM = 0x6FFFFFFC, 0x6FFFFFFD, 0x6FFFFFFE, 0x6FFFFFFF
+VER_FLG_WEAK = 0x2
+# Real objects define tens of versions (libstdc++: ~60) and need a few per library; a crafted file can claim more.
+MAX_VERSION_ENTRIES = 1024
 MAX_STRTAB = 64 << 20
 # e_machine numbers as pyelftools (and readelf) name them
 MACHINES = {3: "EM_386", 8: "EM_MIPS", 20: "EM_PPC", 21: "EM_PPC64", 22: "EM_S390", 40: "EM_ARM", 62: "EM_X86_64",
             183: "EM_AARCH64", 243: "EM_RISCV", 258: "EM_LOONGARCH"}
+
+
+class _Strings:
+    """The dynamic string table, read a page at a time where a string is asked for: libtorch_cpu's holds 5 MB of
+    symbol names, of which the loader's tags use a few hundred bytes."""
+
+    PAGE = 4096
+
+    def __init__(self, fh, offset: int, size: int):
+        self.fh, self.offset, self.size = fh, offset, size
+        self.pages: Dict[int, bytes] = {}
+
+    def _page(self, n: int) -> bytes:
+        if n not in self.pages:
+            self.fh.seek(self.offset + n * self.PAGE)
+            self.pages[n] = self.fh.read(max(0, min(self.PAGE, self.size - n * self.PAGE)))
+        return self.pages[n]
+
+    def get(self, index: int) -> str:
+        out = b""
+        n, at = divmod(index, self.PAGE)
+        while n * self.PAGE < self.size and len(out) < 65536:
+            page = self._page(n)
+            end = page.find(b"\0", at)
+            if end >= 0:
+                out += page[at:end]
+                break
+            out += page[at:]
+            if len(page) < self.PAGE:
+                break
+            n, at = n + 1, 0
+        return out.decode("utf-8", "surrogateescape")
 
 
 def _parse(fh) -> Optional[Dict[str, Any]]:
@@ -57,7 +93,7 @@ def _parse(fh) -> Optional[Dict[str, Any]]:
         ph_fmt, dyn_fmt = order + "IIIIIIII", order + "iI"
     ph_size, dyn_size = struct.calcsize(ph_fmt), struct.calcsize(dyn_fmt)
     out: Dict[str, Any] = {"soname": None, "needed": [], "rpath": [], "runpath": [],
-                           "machine": MACHINES.get(machine, machine)}
+                           "machine": MACHINES.get(machine, machine), "verneed": {}, "verdef": []}
     if phentsize < ph_size:
         return out
     loads: List[Tuple[int, int, int]] = []  # (vaddr, offset, filesz)
@@ -94,15 +130,11 @@ def _parse(fh) -> Optional[Dict[str, Any]]:
                    if strtab is not None and vaddr <= strtab < vaddr + size), None)
     if offset is None:
         return out
-    fh.seek(offset)
-    strings = fh.read(min(strsz or MAX_STRTAB, MAX_STRTAB))
-
-    def string(index: int) -> str:
-        end = strings.find(b"\0", index)
-        return strings[index:end if end >= 0 else len(strings)].decode("utf-8", "surrogateescape")
+    strings = _Strings(fh, offset, min(strsz or MAX_STRTAB, MAX_STRTAB))
+    string = strings.get
 
     for tag, value in tags:
-        if value >= len(strings):
+        if value >= strings.size:
             continue
         if tag == DT_NEEDED:
             out["needed"].append(string(value))
@@ -112,6 +144,79 @@ def _parse(fh) -> Optional[Dict[str, Any]]:
             out["rpath"] += _split(string(value))
         elif tag == DT_RUNPATH:
             out["runpath"] += _split(string(value))
+    values = dict(tags)
+
+    def file_offset(vaddr: int) -> Optional[int]:
+        return next((off + vaddr - va for va, off, size in loads if va <= vaddr < va + size), None)
+
+    if DT_VERNEED in values:
+        out["verneed"] = _verneed(fh, order, file_offset(values[DT_VERNEED]), values.get(DT_VERNEEDNUM, 0), string,
+                                  strings.size)
+    if DT_VERDEF in values:
+        out["verdef"] = _verdef(fh, order, file_offset(values[DT_VERDEF]), values.get(DT_VERDEFNUM, 0), string,
+                                strings.size)
+    return out
+
+
+def _verneed(fh, order: str, at: Optional[int], count: int, string, strsz: int) -> Dict[str, List[str]]:
+    """``{file: [version, ...]}`` from DT_VERNEED (Elf_Verneed/Elf_Vernaux: the same layout in both classes).
+
+    Weak needs (VER_FLG_WEAK) are left out: the loader only warns about those."""
+    out: Dict[str, List[str]] = {}
+    seen = 0
+    for _ in range(min(count, MAX_VERSION_ENTRIES)):
+        if at is None:
+            break
+        fh.seek(at)
+        head = fh.read(16)
+        if len(head) < 16:
+            break
+        _version, cnt, vn_file, vn_aux, vn_next = struct.unpack(order + "HHIII", head)
+        if vn_file >= strsz:
+            break
+        names = out.setdefault(string(vn_file), [])
+        aux = at + vn_aux
+        for _ in range(min(cnt, MAX_VERSION_ENTRIES)):
+            seen += 1
+            if seen > MAX_VERSION_ENTRIES:
+                return out
+            fh.seek(aux)
+            entry = fh.read(16)
+            if len(entry) < 16:
+                break
+            _hash, flags, _other, name, nxt = struct.unpack(order + "IHHII", entry)
+            if name < strsz and not flags & VER_FLG_WEAK:
+                names.append(string(name))
+            if not nxt:
+                break
+            aux += nxt
+        if not vn_next:
+            break
+        at += vn_next
+    return out
+
+
+def _verdef(fh, order: str, at: Optional[int], count: int, string, strsz: int) -> List[str]:
+    """The version names an object defines (DT_VERDEF; the base entry, its own soname, included)."""
+    out: List[str] = []
+    for _ in range(min(count, MAX_VERSION_ENTRIES)):
+        if at is None:
+            break
+        fh.seek(at)
+        head = fh.read(20)
+        if len(head) < 20:
+            break
+        _version, _flags, _ndx, cnt, _hash, vd_aux, vd_next = struct.unpack(order + "HHHHIII", head)
+        if cnt:
+            fh.seek(at + vd_aux)
+            aux = fh.read(8)
+            if len(aux) == 8:
+                name, _ = struct.unpack(order + "II", aux)
+                if name < strsz:
+                    out.append(string(name))
+        if not vd_next:
+            break
+        at += vd_next
     return out
 
 
@@ -124,7 +229,7 @@ def _read(host: Host, path: str) -> Optional[Dict[str, Any]]:
 
 
 def read_dynamic(host: Host, path: str) -> Optional[Dict[str, Any]]:
-    """``{"soname", "needed", "rpath", "runpath", "machine"}`` of an ELF file, or None if it is not one.
+    """``{"soname", "needed", "rpath", "runpath", "machine", "verneed", "verdef"}`` of an ELF file, or None if it is not one.
 
     Parsed once per file identity (device, inode, size, mtime) and run: conda environments hard-link the same
     libraries from their package cache, so many environments share one parse; the cache lives on the Host.

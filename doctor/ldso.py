@@ -28,7 +28,16 @@ from dl_doctor.host import Host
 
 CACHE_MAGIC_NEW = b"glibc-ld.so.cache1.1"
 FLAG_X8664_LIB64 = 0x0303
-DEFAULT_DIRS = ("/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib")
+FLAG_AARCH64_LIB64 = 0x0a03
+# Per ELF machine: the ld.so.cache flags of its entries, the default directories (with the Debian multiarch ones),
+# and what $PLATFORM expands to. x86_64 and aarch64 (Grace hosts) are the DL machines.
+MACHINE_LAYOUT = {
+    "EM_X86_64": (FLAG_X8664_LIB64, ("/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
+                                     "/lib", "/usr/lib"), "x86_64"),
+    "EM_AARCH64": (FLAG_AARCH64_LIB64, ("/lib64", "/usr/lib64", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                                        "/lib", "/usr/lib"), "aarch64"),
+}
+DEFAULT_DIRS = MACHINE_LAYOUT["EM_X86_64"][1]
 
 
 def parse_ld_so_cache(data: bytes, machine_flags: Optional[int] = FLAG_X8664_LIB64) -> Optional[List[Tuple[str, str]]]:
@@ -75,10 +84,10 @@ def ld_so_conf_dirs(host: Host, path: str = "/etc/ld.so.conf", depth: int = 0) -
     return list(dict.fromkeys(dirs))
 
 
-def expand(entry: str, origin: str) -> str:
+def expand(entry: str, origin: str, platform: str = "x86_64") -> str:
     out = entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
     out = out.replace("${LIB}", "lib64").replace("$LIB", "lib64")
-    out = out.replace("${PLATFORM}", "x86_64").replace("$PLATFORM", "x86_64")
+    out = out.replace("${PLATFORM}", platform).replace("$PLATFORM", platform)
     return posixpath.normpath(out) if out.startswith("/") else out
 
 
@@ -98,6 +107,7 @@ class Loader:
     host: Host
     ld_library_path: Sequence[str] = ()
     executable: Optional[str] = None
+    machine: str = "EM_X86_64"  # objects of another machine are skipped while searching, as ld.so does
     objects: List[LoadedObject] = field(default_factory=list)
     by_soname: Dict[str, LoadedObject] = field(default_factory=dict)
     missing: List[Tuple[str, str]] = field(default_factory=list)
@@ -119,7 +129,7 @@ class Loader:
 
     def cache(self) -> List[Tuple[str, str]]:
         if self._cache is None:
-            shared = getattr(self.host, "_ld_cache_entries", None)
+            shared = getattr(self.host, "_ld_cache_entries_" + self.machine, None)
             if shared is not None:  # parsed once per host, not once per simulated process
                 self._cache = shared
                 return shared
@@ -128,7 +138,8 @@ class Loader:
                 raw = self.host.read_bytes("/etc/ld.so.cache", 64 << 20)
             except OSError:
                 raw = None
-            parsed = parse_ld_so_cache(raw) if raw else None
+            flags = MACHINE_LAYOUT.get(self.machine, MACHINE_LAYOUT["EM_X86_64"])[0]
+            parsed = parse_ld_so_cache(raw, flags) if raw else None
             if parsed is None:  # no cache (or unreadable): what ldconfig would have built
                 parsed = []
                 for d in ld_so_conf_dirs(self.host):
@@ -137,22 +148,65 @@ class Loader:
                             parsed.append((name, f"{d}/{name}"))
             self._cache = parsed
             try:
-                setattr(self.host, "_ld_cache_entries", parsed)
+                setattr(self.host, "_ld_cache_entries_" + self.machine, parsed)
             except AttributeError:
                 pass
         return self._cache
 
+    @property
+    def platform(self) -> str:
+        return MACHINE_LAYOUT.get(self.machine, MACHINE_LAYOUT["EM_X86_64"])[2]
+
+    @property
+    def default_dirs(self) -> Sequence[str]:
+        return MACHINE_LAYOUT.get(self.machine, MACHINE_LAYOUT["EM_X86_64"])[1]
+
+    def _usable(self, candidate: str) -> bool:
+        if not self.host.is_file(candidate):
+            return False
+        dyn = self._dynamic(candidate)
+        return dyn is not None and dyn.get("machine") in (self.machine, None)
+
     def _search_dirs(self, name: str, dirs: Iterable[str], origin_of: str) -> Optional[str]:
         for d in dirs:
-            d = expand(d, posixpath.dirname(origin_of))
+            d = expand(d, posixpath.dirname(origin_of), self.platform)
             candidate = posixpath.join(d, name)
-            if self.host.is_file(candidate) and self._dynamic(candidate) is not None:
+            if self._usable(candidate):
                 return candidate
         return None
 
+    def search_order(self, requester: Optional[str]) -> List[str]:
+        """Where the loader looks for a name needed by ``requester``, in order (for a report's 'looked in')."""
+        dyn = self._dynamic(requester) if requester else None
+        out: List[str] = []
+        if not (dyn and dyn["runpath"]):
+            for obj in ([requester] if requester else []) + self._chain.get(requester or "", []) + \
+                    ([self.executable] if self.executable else []):
+                d = self._dynamic(obj)
+                if d and d["rpath"] and not d["runpath"]:
+                    out += [f"{expand(e, posixpath.dirname(obj), self.platform)} (RPATH)" for e in d["rpath"]]
+        out += [f"{d} (LD_LIBRARY_PATH)" for d in self.ld_library_path]
+        if dyn and dyn["runpath"]:
+            out += [f"{expand(e, posixpath.dirname(requester), self.platform)} (RUNPATH)" for e in dyn["runpath"]]
+        return list(dict.fromkeys(out + ["ld.so.cache"] + list(self.default_dirs)))
+
+    def unmet_versions(self) -> List[Tuple[str, str, str, str]]:
+        """``(object, needed file, version, provider)`` for every symbol version an object needs (DT_VERNEED) that the
+        object loaded for that file does not define (DT_VERDEF): ld.so refuses the load ("version `GLIBCXX_3.4.30'
+        not found"). A provider without version definitions satisfies any need, as in glibc."""
+        out: List[Tuple[str, str, str, str]] = []
+        for obj in self.objects:
+            for file, names in (obj.dynamic.get("verneed") or {}).items():
+                provider = self.by_soname.get(file)
+                if provider is None or not provider.dynamic.get("verdef"):
+                    continue
+                defined = set(provider.dynamic["verdef"])
+                out += [(obj.path, file, n, provider.path) for n in names if n not in defined]
+        return out
+
     def search(self, name: str, requester: Optional[str]) -> Tuple[Optional[str], str]:
         if "/" in name:
-            return (name if self.host.is_file(name) else None), "path"
+            return (name if self._usable(name) else None), "path"
         dyn = self._dynamic(requester) if requester else None
         if not (dyn and dyn["runpath"]):
             chain = ([requester] if requester else []) + self._chain.get(requester or "", [])
@@ -176,9 +230,9 @@ class Loader:
             if hit:
                 return hit, f"RUNPATH of {requester}"
         for soname, path in self.cache():
-            if soname == name and self.host.is_file(path):
+            if soname == name and self._usable(path):
                 return path, "ld.so.cache"
-        hit = self._search_dirs(name, DEFAULT_DIRS, "/")
+        hit = self._search_dirs(name, self.default_dirs, "/")
         if hit:
             return hit, "default directories"
         return None, "not found"

@@ -25,7 +25,19 @@ def reference(path: Path):
             return None
         fh.seek(0)
         f = ELFFile(fh)
-        out = {"soname": None, "needed": [], "rpath": [], "runpath": [], "machine": f["e_machine"]}
+        out = {"soname": None, "needed": [], "rpath": [], "runpath": [], "machine": f["e_machine"], "verneed": {},
+               "verdef": []}
+        from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection
+        for section in f.iter_sections():
+            if isinstance(section, GNUVerNeedSection):
+                for verneed, auxes in section.iter_versions():
+                    out["verneed"].setdefault(verneed.name, []).extend(
+                        a.name for a in auxes if not a.entry["vna_flags"] & 0x2)
+            elif isinstance(section, GNUVerDefSection):
+                for _verdef, auxes in section.iter_versions():
+                    first = next(iter(auxes), None)
+                    if first is not None:
+                        out["verdef"].append(first.name)
         for seg in f.iter_segments():
             if isinstance(seg, DynamicSegment):
                 for tag in seg.iter_tags():

@@ -15,6 +15,7 @@ import re
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from dl_doctor.consumers import lib_version
 from dl_doctor.host import Host, UntrustedCommand
 from dl_doctor.probes import ProbeContext, probe
 from dl_doctor.trust import python_startup_paths
@@ -36,8 +37,6 @@ MAX_VERSION_LINE = 1024
 _PY_DIR = re.compile(r"^python(3\.\d+)$")
 _PRELOAD_ITEM = re.compile(r"""\(\s*["'](\w+)["']\s*,\s*["'](lib[^"']+)["']\s*\)""")
 _PRELOAD_DICT_ITEM = re.compile(r"""["'](\w+)["']\s*:\s*["'](lib[^"']+)["']""")
-_CUDNN_H = re.compile(r"#define CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)")
-_NCCL_H = re.compile(r"#define NCCL_(MAJOR|MINOR|PATCH)\s+(\d+)")
 
 # Runs inside each interpreter: stdlib only, Python 3.6 syntax, imports no framework.
 LIVE_SCRIPT = r"""
@@ -406,40 +405,9 @@ def wheel_files(host: Host, dists: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple
     return owned
 
 
-def _header_version(host: Host, path: str, pattern: re.Pattern) -> Optional[str]:
-    text = _read(host, path, 1 << 20)
-    if not text:
-        return None
-    parts = dict(pattern.findall(text))
-    keys = [k for k in ("MAJOR", "MINOR", "PATCHLEVEL", "PATCH") if k in parts]
-    return ".".join(parts[k] for k in keys) if len(keys) >= 2 else None
-
-
-def lib_version(host: Host, path: str, owned: Dict[str, Tuple[str, str]]) -> Tuple[Optional[str], str]:
-    """A CUDA library's version: the wheel that installed it, a fully versioned file name, or a header."""
-    if path in owned:
-        return owned[path][1], f"wheel {owned[path][0]}"
-    base = posixpath.basename(path)
-    target = host.readlink(path)
-    for name in ([posixpath.basename(target)] if target else []) + [base]:
-        m = re.search(r"\.so\.(\d+\.\d+(?:\.\d+)*)$", name)
-        if m:
-            return m.group(1), f"file name {name}"
-    directory = posixpath.dirname(path)
-    if base.startswith("libcudnn"):
-        for h in (f"{directory}/../include/cudnn_version.h", f"{directory}/../include/cudnn.h"):
-            v = _header_version(host, posixpath.normpath(h), _CUDNN_H)
-            if v:
-                return v, f"header {posixpath.normpath(h)}"
-    if base.startswith("libnccl"):
-        v = _header_version(host, posixpath.normpath(f"{directory}/../include/nccl.h"), _NCCL_H)
-        if v:
-            return v, "header nccl.h"
-    return None, "unknown"
-
-
 def inspect_static(host: Host, env: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Tuple[str, str]]]:
-    """The environment's facts, and the map of wheel-owned libraries (kept out of the facts)."""
+    """The environment's facts, and the map of wheel-owned libraries (kept out of the facts); the distributions
+    with their metadata paths are kept on the side (``host.cached(("dists", prefix))``) for the consumer model."""
     sites = site_dirs(host, env)
     dists: Dict[str, Dict[str, Any]] = {}
     for site in sites:
@@ -482,6 +450,7 @@ def inspect_static(host: Host, env: Dict[str, Any]) -> Tuple[Dict[str, Any], Dic
                                          cuda=info.get("cuda"))
 
     owned = wheel_files(host, dists)
+    host.cached(("python_envs:dists", env["prefix"], tuple(sites)), dict).update(dists)
     libs: Dict[str, List[Dict[str, Any]]] = {k: [] for k in KEY_LIBS}
     candidates = list(owned)
     for site in sites:
@@ -737,7 +706,26 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
                                             lambda: resolve_torch_libraries(host, env, out, owned, ld, live_path))
     except Exception as exc:  # noqa: BLE001
         out["resolution_error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        dists = host.cached(("python_envs:dists", env["prefix"], tuple(out.get("site_packages") or [])), dict)
+        torch_preload = ((out.get("frameworks") or {}).get("torch") or {}).get("preload") or {}
+        out["consumers"] = host.cached(("consumers",) + key, lambda: _consumers(host, env, dists, owned, ld, live_path,
+                                                                               torch_preload.get("mode")))
+    except Exception as exc:  # noqa: BLE001 - the consumer model costs only its own facts
+        out["consumers_error"] = f"{type(exc).__name__}: {exc}"
     return out
+
+
+def _consumers(host: Host, env: Dict[str, Any], dists: Dict[str, Dict[str, Any]], owned: Dict[str, Tuple[str, str]],
+               ld: List[str], live_path: Optional[List[str]], torch_preload: Optional[str]) -> List[Dict[str, Any]]:
+    from dl_doctor.app import load_matrix
+    from dl_doctor.consumers import scan
+
+    python = env.get("python")
+    return scan(host, sites=list(dists and {d["location"] for d in dists.values()} or []), dists=dists, owned=owned,
+                ld_library_path=ld, sys_path=live_path or sorted({d["location"] for d in dists.values()}),
+                executable=python if python and host.is_file(python) else None, matrix=load_matrix(()),
+                torch_preload=torch_preload)
 
 
 

@@ -16,11 +16,16 @@ from dl_doctor.reports import facts_schema
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "facts.md"
 SINCE = "0.1.0"  # every fact below was there in the first release; a fact added later names its own version here
-SINCE_OVERRIDES: Dict[str, str] = {"python_processes": "0.2.0", "python_envs.environments[].active": "0.2.0",
+SINCE_OVERRIDES: Dict[str, str] = {"python_processes": "0.2.0", "python_envs.environments[].consumers": "0.2.0",
+                                   "python_envs.environments[].consumers_error": "0.2.0", "python_envs.environments[].active": "0.2.0",
                                    "python_envs.environments[].found_by": "0.2.0"}
 
 # What the facts that checks rely on mean (the paths in the built-in checks' requires=, and what the checks read).
 MEANINGS = {
+    "python_envs.environments[].consumers": "every installed distribution that needs CUDA libraries (dl_doctor.consumers):"
+                                            " its build, what it needs, where each library resolves, what is missing"
+                                            " and where the loader looked, unmet symbol versions",
+    "python_envs.environments[].consumers_error": "why the consumer model could not be built for this environment",
     "os": "/etc/os-release and the distribution's release files", "os.id": "ID from /etc/os-release",
     "os.id_like": "ID_LIKE, as a list", "os.version_id": "VERSION_ID", "os.pretty_name": "PRETTY_NAME",
     "kernel.release": "the running kernel (uname -r; under --sysroot, the tree's newest)",

@@ -1,0 +1,243 @@
+"""Every CUDA consumer in every environment: the libraries each framework distribution needs and whether they load,
+the CUDA major of what loads against the build, and symbol versions (the consumer model, dl_doctor.consumers)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Dict, List, Optional, Tuple
+
+from dl_doctor import versions
+from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+
+
+def _envs(facts: Facts) -> List[Dict[str, Any]]:
+    return [e for e in facts.get("python_envs.environments") or [] if not e.get("error")]
+
+
+def _consumers(facts: Facts) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
+    return [(e, c) for e in _envs(facts) for c in e.get("consumers") or []]
+
+
+def needs_consumers(facts: Facts) -> Optional[str]:
+    if not facts.has("python_envs"):
+        return None
+    envs = _envs(facts)
+    if envs and all("consumers" not in e for e in envs):
+        return "these facts predate the consumer model (dl-doctor 0.2.0); collect them again"
+    if not _consumers(facts):
+        return "no installed distribution needs CUDA libraries"
+    return None
+
+
+def _label(env: Dict[str, Any]) -> str:
+    return f"{env.get('name')} ({env.get('prefix')})"
+
+
+def _python(env: Dict[str, Any]) -> str:
+    return shlex.quote(env.get("python") or f"{env.get('prefix')}/bin/python")
+
+
+def _cuda_tag(consumer: Dict[str, Any]) -> str:
+    cuda = (consumer.get("build") or {}).get("cuda") or ""
+    return "".join(cuda.split(".")[:2]) if cuda else str(consumer.get("cuda_major") or "")
+
+
+def install_command(matrix, env: Dict[str, Any], consumer: Dict[str, Any], sonames: List[str],
+                    framework_fix: bool = True) -> List[str]:
+    """The commands that give this environment the libraries ``sonames`` for this consumer's build: the framework's
+    documented extra where the matrix has one, else the nvidia-* wheels of its CUDA major (pinned to the build's
+    CUDA minor where the library's version follows CUDA's)."""
+    entry = matrix.consumer(consumer["distribution"]) if matrix is not None else None
+    python = _python(env)
+    if framework_fix and entry and entry.get("install"):
+        try:
+            return [line.format(python=python, version=consumer.get("version") or "", name=consumer["distribution"],
+                                site=shlex.quote(consumer.get("location") or ""), cuda_tag=_cuda_tag(consumer),
+                                cuda_major=consumer.get("cuda_major") or "") for line in entry["install"]]
+        except (KeyError, IndexError, ValueError):
+            pass
+    major = consumer.get("cuda_major")
+    cuda = (consumer.get("build") or {}).get("cuda")
+    wheels: List[str] = []
+    unknown: List[str] = []
+    for soname in sonames:
+        known = matrix.wheel_for(soname, major) if matrix is not None else None
+        if not known:
+            unknown.append(soname)
+            continue
+        pin = f"=={known['pin']}" if known.get("pin") else ""
+        if known.get("version_follows_cuda") and cuda and versions.major_minor(cuda):
+            pin = f"=={versions.major_minor(cuda)}.*"
+        wheels.append(f"'{known['wheel']}{pin}'")
+    out = [f"{python} -m pip install {' '.join(dict.fromkeys(wheels))}"] if wheels else []
+    if unknown:
+        out.append(f"# no wheel known for {', '.join(unknown)}: install the CUDA {major or ''} toolkit that has it")
+    return out
+
+
+@check(
+    id="DLD-PY-011", slug="framework-libraries-missing",
+    title="Every framework finds the CUDA libraries it needs (torch, TensorFlow, JAX, ONNX Runtime, CuPy, "
+          "CTranslate2, compiled extensions)",
+    tags=("python", "cuda", "ldpath", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),
+    what="""For every installed distribution whose ELF objects need CUDA libraries (read from its RECORD and their
+    DT_NEEDED), or that opens them by name at run time (the matrix's consumer data), simulates glibc's search from each
+    object — its RPATH/RUNPATH, LD_LIBRARY_PATH, ld.so.cache, the default directories — after the preloading the
+    framework itself does (torch, jax and CuPy load nvidia-* wheel libraries by absolute path; onnxruntime only on
+    request), and names every library that will not be found, with its distribution, the object that needs it and
+    where the loader looked.""",
+    why="""A framework whose CUDA libraries do not load fails at import or, worse, silently runs on the CPU
+    (TensorFlow, ONNX Runtime fall back), or fails at the first GPU call: 'libcublasLt.so.12: cannot open shared
+    object file', 'Could not load library libcudnn_ops.so.9', 'CUDAExecutionProvider not available'. It happens when a
+    GPU framework is installed without its CUDA wheels, or beside a framework of another CUDA major.""",
+    fix="""Install the CUDA libraries of the framework's own CUDA major into that environment (the exact pip command
+    is in the finding), or call the framework's documented preload (onnxruntime.preload_dlls(), or import torch
+    first) where it finds them in the environment's wheels; optional providers (TensorRT) only warn.""",
+)
+def framework_libraries(facts: Facts, matrix) -> Result:
+    failing, warnings, ok = [], [], []
+    commands: List[str] = []
+    evidence: Dict[str, Any] = {"missing": [], "opt_in_preload": [], "optional_missing": []}
+    for env, c in _consumers(facts):
+        who = f"{c['distribution']} {c.get('version') or ''} (CUDA {c.get('cuda_major') or '?'}) in {_label(env)}"
+        required = [m for m in c.get("missing") or [] if not m.get("optional")]
+        optional = [m for m in c.get("missing") or [] if m.get("optional")]
+        fixed = set(c.get("fixed_by_preload") or [])
+        sonames = sorted({m["soname"] for m in required})
+        for m in required:
+            evidence["missing"].append({"environment": env.get("prefix"), "distribution": c["distribution"],
+                                        "soname": m["soname"], "needed_by": m.get("needed_by"), "how": m.get("how"),
+                                        "looked_in": m.get("looked_in"), "in_wheels": m.get("in_wheels")})
+        if sonames and set(sonames) <= fixed and c.get("preload_call"):
+            warnings.append(f"{who}: {', '.join(sonames)} are in the environment's wheels but are found only after "
+                            f"{c['preload_call'].split('#')[0].strip()} (or importing torch first)")
+            evidence["opt_in_preload"].append(c["distribution"])
+            call = c["preload_call"].split("#")[0].strip()
+            dirs = sorted({m["in_wheels"].rsplit("/", 1)[0] for m in required if m.get("in_wheels")})
+            commands.append(f"{call}   # Python: first lines of your program (or import torch before it)")
+            if dirs:
+                commands.append(f"export LD_LIBRARY_PATH={':'.join(shlex.quote(d) for d in dirs)}:$LD_LIBRARY_PATH"
+                                f"   # or, without changing the program: the wheels' directories")
+        elif sonames:
+            first = required[0]
+            how = "opened with dlopen by" if first.get("how") == "dlopen" else "needed by"
+            failing.append(f"{who}: {', '.join(sonames)} not found ({first['soname']} {how} "
+                           f"{first.get('needed_by') or '?'})")
+            commands += install_command(matrix, env, c, sonames)
+        elif optional:
+            names = sorted({m["soname"] for m in optional})
+            warnings.append(f"{who}: optional {', '.join(names)} not found (a provider or feature that needs them "
+                            f"will not load; the rest does)")
+            evidence["optional_missing"].append({"distribution": c["distribution"], "sonames": names})
+            commands += install_command(matrix, env, c, names, framework_fix=False)
+        else:
+            ok.append(f"{c['distribution']} ({env.get('name')})")
+    fix = Fix("Give each framework the CUDA libraries of its own build, in its own environment.",
+              tuple(dict.fromkeys(commands)))
+    if failing:
+        return fail("; ".join(failing), evidence, fix)
+    if warnings:
+        return warn("; ".join(warnings), evidence, fix)
+    return passed(f"every CUDA library loads for {', '.join(ok)}", **evidence)
+
+
+def _copy_major(lib: Dict[str, Any]) -> Optional[int]:
+    value = lib.get("cuda_major")
+    return value if isinstance(value, int) else None
+
+
+@check(
+    id="DLD-PY-012", slug="framework-cuda-major",
+    title="The CUDA libraries that load match each framework's build (CUDA major, not an older minor)",
+    tags=("python", "cuda", "ldpath", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),
+    what="""For each CUDA consumer, compares every CUDA library the loader would pick with the build: a copy from
+    another CUDA major's wheel (nvidia-cudnn-cu12 under a CUDA 13 build: the soname is the same), a copy older than
+    the one the environment's own wheels hold winning through LD_LIBRARY_PATH, and two frameworks in one environment
+    built for different CUDA majors. A newer copy of the same major that wins is a warning that says which copy wins;
+    an older minor or another major fails.""",
+    why="""Sonames such as libcudnn.so.9 and libnccl.so.2 are the same for CUDA 12 and 13 builds; the loader takes
+    whichever comes first and the failure appears later as 'CUDNN_STATUS_VERSION_MISMATCH', 'undefined symbol' or an
+    NCCL error on some nodes. Two frameworks of different CUDA majors in one process load two runtimes or fail.""",
+    fix="""Install the library wheels of the framework's own CUDA major, keep other CUDA directories off
+    LD_LIBRARY_PATH for this environment, or give frameworks of different CUDA majors their own environments.""",
+)
+def framework_cuda_major(facts: Facts, matrix) -> Result:
+    problems, notes, mixed = [], [], []
+    commands: List[str] = []
+    for env in _envs(facts):
+        consumers = env.get("consumers") or []
+        own_wheels: Dict[str, Dict[str, Any]] = {}
+        for c in consumers:
+            for lib in c.get("libraries") or []:
+                if lib.get("wheel"):
+                    own_wheels.setdefault(lib["soname"], lib)
+        for c in consumers:
+            major = c.get("cuda_major")
+            for lib in c.get("libraries") or []:
+                lib_major = _copy_major(lib)
+                if isinstance(major, int) and lib_major is not None and lib_major != major:
+                    problems.append(f"{c['distribution']} in {_label(env)} (CUDA {major}) loads {lib['soname']} of "
+                                    f"CUDA {lib_major} from {lib['path']}")
+                    commands += install_command(matrix, env, c, [lib["soname"]], framework_fix=False)
+                    continue
+                if lib.get("wheel") or "LD_LIBRARY_PATH" not in (lib.get("via") or ""):
+                    continue
+                mine = own_wheels.get(lib["soname"])
+                if not mine or mine["path"] == lib["path"]:
+                    continue
+                found, own = versions.parse(lib.get("version")), versions.parse(mine.get("version"))
+                text = (f"{c['distribution']} in {_label(env)}: {lib['soname']} resolves via LD_LIBRARY_PATH to "
+                        f"{lib['path']} ({lib.get('version') or '?'}), not the environment's {mine['path']} "
+                        f"({mine.get('version') or '?'})")
+                if found is not None and own is not None and found.release[:1] == own.release[:1] and found >= own:
+                    if found != own:
+                        notes.append(text + ": same major, not older, so it serves the build")
+                else:
+                    problems.append(text)
+        majors = sorted({(c.get("cuda_major"), c["distribution"]) for c in consumers
+                         if isinstance(c.get("cuda_major"), int)})
+        if len({m for m, _ in majors}) > 1:
+            mixed.append(f"{_label(env)}: " + ", ".join(f"{d} (CUDA {m})" for m, d in majors))
+    evidence = {"problems": problems, "newer_copies_win": notes, "mixed_majors": mixed}
+    fix = Fix("Let each framework load the CUDA libraries of its own build.",
+              tuple(dict.fromkeys(commands + ["echo $LD_LIBRARY_PATH   # drop CUDA directories that shadow the "
+                                              "environment's own libraries"])))
+    if problems:
+        return fail("; ".join(problems), evidence, fix)
+    if mixed:
+        return warn("frameworks built for different CUDA majors in one environment (each needs its own runtime; "
+                    "keep them in separate processes or environments): " + "; ".join(mixed), evidence, fix)
+    if notes:
+        return warn("a newer copy of the same CUDA major wins over the environment's own (it works; the versions "
+                    "differ): " + "; ".join(notes), evidence, fix)
+    return passed("every CUDA library that loads matches its framework's CUDA major", **evidence)
+
+
+@check(
+    id="DLD-PY-013", slug="symbol-versions",
+    title="Every symbol version a framework's libraries need is defined by the copy that loads (GLIBCXX, CUDA)",
+    tags=("python", "cuda", "ldpath", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),
+    what="""For every object the loader would load for a CUDA consumer, holds the symbol versions it needs (DT_VERNEED:
+    GLIBCXX_3.4.30 from libstdc++.so.6, libnvJitLink.so.12's versioned symbols, libcudart.so.12) against the versions
+    the copy that resolves defines (DT_VERDEF). A copy of the right soname that lacks a needed version fails to load,
+    as ld.so does.""",
+    why="""'version `GLIBCXX_3.4.30' not found (required by ...)' is the classic conda-versus-system libstdc++ failure,
+    and an older libnvJitLink of the same soname fails the same way ('version `libnvJitLink.so.12' not found'); the
+    file is found, so a check of names alone passes.""",
+    fix="""Let the newer copy win: the environment's own libstdc++ (conda install libstdcxx-ng / the nvidia-*
+    wheel the build needs) ahead of the older one, or remove the directory that holds the older copy from
+    LD_LIBRARY_PATH.""",
+)
+def symbol_versions(facts: Facts) -> Result:
+    problems = []
+    for env, c in _consumers(facts):
+        for u in c.get("unmet_versions") or []:
+            problems.append(f"{c['distribution']} in {_label(env)}: {u['object']} needs {u['version']} from "
+                            f"{u['file']}, which {u['provider']} does not define")
+    if problems:
+        return fail("; ".join(problems[:10]) + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""),
+                    {"unmet": problems},
+                    Fix("Let a copy that defines the needed versions load first.",
+                        ("echo $LD_LIBRARY_PATH   # the directory of the older copy comes first",
+                         "strings -a <provider> | grep -E '^(GLIBCXX|CXXABI|libnvJitLink)'   # what it defines")))
+    return passed("every needed symbol version is defined by the copy that loads")
