@@ -15,7 +15,45 @@ def _envs(facts: Facts) -> List[Dict[str, Any]]:
 
 
 def _consumers(facts: Facts) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
-    return [(e, c) for e in _envs(facts) for c in e.get("consumers") or []]
+    return [(e, _with_truth(e, c)) for e in _envs(facts) for c in e.get("consumers") or []]
+
+
+DRIVER = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1")
+
+
+def _with_truth(env: Dict[str, Any], consumer: Dict[str, Any]) -> Dict[str, Any]:
+    """The consumer with --deep's truth applied: an object or library the real loader loaded is not missing, and a
+    library it could not find is, whatever the prediction said. ``truth`` lists where they differed."""
+    deep = (env.get("deep_consumers") or {}).get(consumer.get("distribution"))
+    if not isinstance(deep, dict) or not deep.get("steps"):
+        return consumer
+    c = dict(consumer)
+    missing = list(c.get("missing") or [])
+    differences: List[str] = []
+    import_errors: List[str] = []
+    undefined: List[str] = []
+    for step in deep["steps"]:
+        name, error, lost = step.get("name"), step.get("error"), step.get("missing")
+        if step.get("kind") == "import":
+            if error:
+                import_errors.append(f"import {name}: {error}")
+            continue
+        key = "needed_by" if step.get("kind") == "object" else "soname"
+        predicted = [m for m in missing if m.get(key) == name and not m.get("optional")]
+        if not error and predicted:
+            missing = [m for m in missing if m not in predicted]
+            differences.append(f"{name} loaded in the real import although {', '.join(m['soname'] for m in predicted)}"
+                               f" was predicted missing")
+        elif error and "undefined symbol" in error:
+            undefined.append(f"{name}: {error}")
+        elif lost and lost not in DRIVER and not any(m["soname"] == lost for m in missing if m.get(key) == name
+                                                     or key == "soname"):
+            missing.append({"soname": lost, "needed_by": name if key == "needed_by" else None, "optional": False,
+                            "how": "seen by --deep", "looked_in": [], "in_wheels": None})
+            differences.append(f"{name}: the real loader could not find {lost} (not predicted)")
+    c["missing"] = missing
+    c["truth"] = {"differences": differences, "import_errors": import_errors, "undefined_symbols": undefined}
+    return c
 
 
 def needs_consumers(facts: Facts) -> Optional[str]:
@@ -104,6 +142,12 @@ def framework_libraries(facts: Facts, matrix) -> Result:
         optional = [m for m in c.get("missing") or [] if m.get("optional")]
         fixed = set(c.get("fixed_by_preload") or [])
         sonames = sorted({m["soname"] for m in required})
+        if c.get("other_machine"):
+            failing.append(f"{who}: {', '.join(c['other_machine'][:5])} built for another architecture than this "
+                           f"host's {c.get('machine')} (a wheel for the wrong platform)")
+            commands.append(f"{_python(env)} -m pip install --force-reinstall '{c['distribution']}=={c.get('version')}'"
+                            f"   # pip picks the wheel of this platform")
+            continue
         for m in required:
             evidence["missing"].append({"environment": env.get("prefix"), "distribution": c["distribution"],
                                         "soname": m["soname"], "needed_by": m.get("needed_by"), "how": m.get("how"),
@@ -132,6 +176,16 @@ def framework_libraries(facts: Facts, matrix) -> Result:
             commands += install_command(matrix, env, c, names, framework_fix=False)
         else:
             ok.append(f"{c['distribution']} ({env.get('name')})")
+        truth = c.get("truth") or {}
+        if truth.get("differences"):
+            evidence.setdefault("deep_differs", []).append({"distribution": c["distribution"],
+                                                            "differences": truth["differences"]})
+        if truth.get("import_errors") and not sonames:
+            warnings.append(f"{who}: --deep: " + "; ".join(truth["import_errors"][:3]))
+            commands.append(f"{_python(env)} -m pip check   # what the import is missing")
+    if evidence.get("deep_differs"):
+        evidence["note"] = "--deep imported the frameworks: where the real loader and the prediction differed, the " \
+                           "real loader's answer is reported"
     fix = Fix("Give each framework the CUDA libraries of its own build, in its own environment.",
               tuple(dict.fromkeys(commands)))
     if failing:
@@ -166,11 +220,6 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
     commands: List[str] = []
     for env in _envs(facts):
         consumers = env.get("consumers") or []
-        own_wheels: Dict[str, Dict[str, Any]] = {}
-        for c in consumers:
-            for lib in c.get("libraries") or []:
-                if lib.get("wheel"):
-                    own_wheels.setdefault(lib["soname"], lib)
         for c in consumers:
             major = c.get("cuda_major")
             for lib in c.get("libraries") or []:
@@ -180,13 +229,11 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
                                     f"CUDA {lib_major} from {lib['path']}")
                     commands += install_command(matrix, env, c, [lib["soname"]], framework_fix=False)
                     continue
-                if lib.get("wheel") or "LD_LIBRARY_PATH" not in (lib.get("via") or ""):
-                    continue
-                mine = own_wheels.get(lib["soname"])
-                if not mine or mine["path"] == lib["path"]:
+                mine = lib.get("env_copy")
+                if lib.get("wheel") or not mine or mine.get("path") == lib["path"]:
                     continue
                 found, own = versions.parse(lib.get("version")), versions.parse(mine.get("version"))
-                text = (f"{c['distribution']} in {_label(env)}: {lib['soname']} resolves via LD_LIBRARY_PATH to "
+                text = (f"{c['distribution']} in {_label(env)}: {lib['soname']} resolves via {lib.get('via')} to "
                         f"{lib['path']} ({lib.get('version') or '?'}), not the environment's {mine['path']} "
                         f"({mine.get('version') or '?'})")
                 if found is not None and own is not None and found.release[:1] == own.release[:1] and found >= own:
@@ -220,7 +267,8 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
     what="""For every object the loader would load for a CUDA consumer, holds the symbol versions it needs (DT_VERNEED:
     GLIBCXX_3.4.30 from libstdc++.so.6, libnvJitLink.so.12's versioned symbols, libcudart.so.12) against the versions
     the copy that resolves defines (DT_VERDEF). A copy of the right soname that lacks a needed version fails to load,
-    as ld.so does.""",
+    as ld.so does. With --deep, each consumer is loaded for real and an 'undefined symbol' (a compiled extension
+    built against another torch) is reported too.""",
     why="""'version `GLIBCXX_3.4.30' not found (required by ...)' is the classic conda-versus-system libstdc++ failure,
     and an older libnvJitLink of the same soname fails the same way ('version `libnvJitLink.so.12' not found'); the
     file is found, so a check of names alone passes.""",
@@ -230,14 +278,81 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
 )
 def symbol_versions(facts: Facts) -> Result:
     problems = []
+    commands: List[str] = []
     for env, c in _consumers(facts):
+        for text in (c.get("truth") or {}).get("undefined_symbols") or []:
+            problems.append(f"{c['distribution']} {c.get('version') or ''} in {_label(env)} (--deep): {text}"
+                            + (" — built against another torch than the installed one" if c.get("links_torch") else ""))
+            if c.get("links_torch"):
+                commands.append(f"{_python(env)} -m pip install --force-reinstall --no-deps --no-binary "
+                                f"{c['distribution']} '{c['distribution']}=={c.get('version')}'   # rebuild against "
+                                f"this torch (or install the release built for it)")
         for u in c.get("unmet_versions") or []:
             problems.append(f"{c['distribution']} in {_label(env)}: {u['object']} needs {u['version']} from "
                             f"{u['file']}, which {u['provider']} does not define")
     if problems:
         return fail("; ".join(problems[:10]) + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""),
                     {"unmet": problems},
-                    Fix("Let a copy that defines the needed versions load first.",
-                        ("echo $LD_LIBRARY_PATH   # the directory of the older copy comes first",
+                    Fix("Let a copy that defines the needed versions load first, or rebuild what was built against "
+                        "another library.",
+                        tuple(commands) + ("echo $LD_LIBRARY_PATH   # the directory of the older copy comes first",
                          "strings -a <provider> | grep -E '^(GLIBCXX|CXXABI|libnvJitLink)'   # what it defines")))
     return passed("every needed symbol version is defined by the copy that loads")
+
+
+@check(
+    id="DLD-PY-014", slug="extension-built-for-torch",
+    title="Compiled torch extensions (flash-attn, xformers, bitsandbytes, DeepSpeed ops, apex, vLLM) were built for "
+          "the installed torch",
+    tags=("python", "torch", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),
+    what="""For every installed distribution whose CUDA objects link against torch (libc10, libtorch*), holds what its
+    wheel says it was built for — the torch its METADATA requires, the torch named in its version (flash-attn's
+    '+cu123torch2.4'), and the CUDA major — against the torch installed in the same environment.""",
+    why="""A compiled extension built against another torch fails at import with 'undefined symbol: _ZN3c10...'
+    (the C++ ABI of torch changes every release), usually right after 'pip install -U torch' upgraded torch alone;
+    one built for another CUDA major loads a second CUDA runtime or fails.""",
+    fix="""Install the extension release built for the installed torch (or rebuild it from source against it:
+    pip install --no-binary), or install the torch it was built for.""",
+)
+def extension_torch(facts: Facts) -> Result:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    problems, ok = [], []
+    commands: List[str] = []
+    for env, c in _consumers(facts):
+        if not c.get("links_torch"):
+            continue
+        torch_c = next((x for x in env.get("consumers") or [] if x.get("distribution") == "torch"), None)
+        installed = ((env.get("frameworks") or {}).get("torch") or {}).get("version") or (torch_c or {}).get("version")
+        name = f"{c['distribution']} {c.get('version') or ''} in {_label(env)}"
+        if not installed:
+            problems.append(f"{name} links against torch, which is not installed there")
+            continue
+        base = versions.parse((installed or "").split("+")[0])
+        reasons = []
+        spec = c.get("requires_torch")
+        if spec:
+            try:
+                if base is not None and not SpecifierSet(spec).contains(base, prereleases=True):
+                    reasons.append(f"requires torch {spec}")
+            except InvalidSpecifier:
+                pass
+        built = c.get("built_for_torch")
+        if built and versions.major_minor(installed) != built:
+            reasons.append(f"was built for torch {built}")
+        torch_major = (torch_c or {}).get("cuda_major")
+        if isinstance(torch_major, int) and isinstance(c.get("cuda_major"), int) and c["cuda_major"] != torch_major:
+            reasons.append(f"was built for CUDA {c['cuda_major']}, torch for CUDA {torch_major}")
+        if reasons:
+            problems.append(f"{name} {' and '.join(reasons)}; torch {installed} is installed")
+            commands.append(f"{_python(env)} -m pip install --force-reinstall --no-deps --no-binary {c['distribution']} "
+                            f"'{c['distribution']}=={c.get('version', '').split('+')[0]}'   # rebuild against this torch")
+        else:
+            ok.append(c["distribution"])
+    if problems:
+        return fail("; ".join(problems), {"problems": problems},
+                    Fix("Use the extension build made for the installed torch.", tuple(commands) or
+                        ("pip list | grep -i -E 'torch|flash|xformers|bitsandbytes|deepspeed|apex|vllm'",)))
+    if not ok:
+        return skip("no compiled torch extension is installed")
+    return passed(f"built for the installed torch: {', '.join(ok)}")

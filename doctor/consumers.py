@@ -179,6 +179,35 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+_REQUIRES_TORCH = re.compile(r"^Requires-Dist:[ \t]*torch[ \t]*(?:\(([^)\n]{0,100})\)|([<>=!~][^;\n]{0,100}))?[ \t]*(;[^\n]{0,200})?$",
+                             re.M)
+_BUILT_FOR_TORCH = re.compile(r"torch[-_]?(\d+\.\d+)")
+
+
+def wheel_metadata(host: Host, dist_info: str, version: str) -> Dict[str, Any]:
+    """What a wheel says it was built for: its tags (WHEEL), the torch it requires (METADATA Requires-Dist, without
+    extras markers), and a torch named in its local version (flash-attn's '+cu123torch2.4cxx11abiFALSE')."""
+    out: Dict[str, Any] = {}
+    try:
+        wheel = host.try_read(f"{dist_info}/WHEEL", 65536) or ""
+        meta = host.try_read(f"{dist_info}/METADATA", 1 << 20) or ""
+    except PermissionError:
+        return out
+    tags = [line.split(":", 1)[1].strip() for line in wheel.splitlines()[:200] if line.startswith("Tag:")]
+    if tags:
+        out["wheel_tags"] = tags[:16]
+    for m in _REQUIRES_TORCH.finditer(meta[:1 << 20]):
+        if m.group(3) and "extra" in m.group(3):
+            continue
+        out["requires_torch"] = (m.group(1) or m.group(2) or "").strip() or None
+        break
+    local = version.split("+", 1)[1] if "+" in version else ""
+    m = _BUILT_FOR_TORCH.search(local)
+    if m:
+        out["built_for_torch"] = m.group(1)
+    return out
+
+
 def _rel(path: str, site: str) -> str:
     return path[len(site) + 1:] if path.startswith(site + "/") else path
 
@@ -217,8 +246,11 @@ class _Simulation:
                 self.loader.load(found, via=f"dlopen ({how})", loader=caller)
                 return
         caller = callers[0] if callers else None
+        looked: List[str] = []
+        for c in callers or [None]:
+            looked += self.loader.search_order(c)
         self.missing.append({"soname": soname, "needed_by": caller, "optional": optional, "how": "dlopen",
-                             "looked_in": self.loader.search_order(caller)})
+                             "looked_in": list(dict.fromkeys(looked))})
 
 
 def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], owned: Dict[str, Tuple[str, str]],
@@ -308,10 +340,15 @@ def _consumer(host: Host, name: str, d: Dict[str, Any], entry: Optional[Dict[str
             continue
         version, how = lib_version(host, obj.path, owned)
         wheel = owned[obj.path][0] if obj.path in owned else None
-        libraries.append({"soname": obj.soname, "path": obj.path, "via": obj.via, "version": version,
-                          "version_source": how, "wheel": wheel,
-                          "cuda_major": library_major(obj.soname, obj.path, wheel),
-                          "requested_by": _rel(obj.requested_by, site) if obj.requested_by else None})
+        lib = {"soname": obj.soname, "path": obj.path, "via": obj.via, "version": version, "version_source": how,
+               "wheel": wheel, "cuda_major": library_major(obj.soname, obj.path, wheel),
+               "requested_by": _rel(obj.requested_by, site) if obj.requested_by else None}
+        if wheel is None:  # another copy won: the one the environment's own wheels hold, for comparison
+            own = find_in_wheels(host, obj.soname, dirs)
+            if own and host.tree_path(own) != obj.path:
+                lib["env_copy"] = {"path": own, "version": lib_version(host, own, owned)[0],
+                                   "wheel": owned[own][0] if own in owned else None}
+        libraries.append(lib)
     missing = []
     seen = set()
     # one entry per (soname, object), required needs before optional ones
@@ -324,13 +361,18 @@ def _consumer(host: Host, name: str, d: Dict[str, Any], entry: Optional[Dict[str
         in_wheels = find_in_wheels(host, m["soname"], dirs)
         missing.append({"soname": m["soname"], "needed_by": _rel(m["needed_by"], site) if m["needed_by"] else None,
                         "optional": bool(m["optional"] or _matches(m["soname"], optional_libs)), "how": m["how"],
-                        "looked_in": m["looked_in"][:24], "in_wheels": in_wheels})
+                        "looked_in": m["looked_in"][:32], "in_wheels": in_wheels})
     loaded_paths = {o.path for o in sim.loader.objects}
     unmet = [{"object": _rel(o, site), "file": f, "version": v, "provider": p}
              for o, f, v, p in sim.loader.unmet_versions() if o in loaded_paths][:MAX_REPORTED]
     wrong_machine = sorted({posixpath.basename(p) for p, dyn in parsed if dyn.get("machine") not in (machine, None)})
-    return {"distribution": name, "version": d.get("version"), "known_as": entry.get("name"), "location": site,
+    links_torch = any(n.startswith(("libc10", "libtorch")) for p, dyn in needing for n in dyn["needed"]) \
+        and name != "torch"
+    return {**(wheel_metadata(host, d["metadata"], d.get("version") or "") if links_torch else {}),
+            "distribution": name, "version": d.get("version"), "known_as": entry.get("name"), "location": site,
             "machine": machine, "objects": len(parsed), "cuda_objects": len(needing),
+            "cuda_object_paths": [_rel(p, site) for p, _ in needing][:MAX_REPORTED], "package": entry.get("package"),
+            "links_torch": links_torch,
             "build": build or None, "cuda_major": major, "cuda_major_from": major_from,
             "needs": needed + [s for s in dlopen if s not in needed], "dlopen": dlopen,
             "preload": mode, "preload_applied": applied, "preload_call": entry.get("preload_call"),

@@ -203,3 +203,26 @@ def test_cli_finding_per_framework(name, status, words, stub_dir, tmp_path):
     assert finding["status"] == status, finding["message"]
     for w in words:
         assert w in text, (w, finding["message"])
+
+
+def test_deep_imports_each_framework_and_the_truth_matches_the_prediction(stub_dir):
+    """--deep loads every CUDA object of every consumer in a subprocess of the environment's own interpreter; the
+    library the real loader could not find is one the static prediction named for that object."""
+    if not _present("torch-ort-cu130"):
+        pytest.skip("torch-ort-cu130 env not set up")
+    out = Path(str(stub_dir)) / "deep.json"
+    r = subprocess.run([str(DOCTOR), "collect", "--deep", "--no-env-scan", "--python",
+                        str(REAL["torch-ort-cu130"] / "bin" / "python"), "-o", str(out)],
+                       capture_output=True, text=True, env=_env(stub_dir), timeout=600)
+    assert r.returncode == 0, r.stderr
+    env = next(e for e in json.loads(out.read_text())["facts"]["python_envs"]["environments"]
+               if e.get("role") == "requested")
+    deep = env["deep_consumers"]
+    assert {"torch", "onnxruntime-gpu"} <= set(deep)
+    assert next(s for s in deep["torch"]["steps"] if s["kind"] == "import")["error"] is None
+    assert any("/nvidia/cu13/lib/libcudart.so.13" in p for p in deep["torch"]["mapped_cuda"])
+    consumer = next(c for c in env["consumers"] if c["distribution"] == "onnxruntime-gpu")
+    step = next(s for s in deep["onnxruntime-gpu"]["steps"]
+                if s["name"] == "onnxruntime/capi/libonnxruntime_providers_cuda.so")
+    predicted = {m["soname"] for m in consumer["missing"] if m["needed_by"] == step["name"]}
+    assert step["missing"] in predicted, (step, predicted)

@@ -131,3 +131,20 @@ def test_broken_files_are_not_elves_we_can_read(tmp_path):
         (tmp_path / name).write_bytes(data)
         got = elf.read_dynamic(Host(), str(tmp_path / name))
         assert got is None or got["needed"] == [], name
+
+
+def test_the_tree_kit_writes_what_pyelftools_reads(tmp_path):
+    """tests/elfkit.py (the sysroot trees' ELF files) against the reference. The kit writes no section headers (the
+    loader needs none), so pyelftools cannot see its version sections; those are compared with what was written."""
+    from elfkit import write_elf
+
+    path = write_elf(tmp_path / "libx.so.1", soname="libx.so.1", needed=["libstdc++.so.6", "libcudart.so.12"],
+                     runpath=["$ORIGIN/../nvidia/cudnn/lib"], machine="aarch64",
+                     verneed={"libstdc++.so.6": ["GLIBCXX_3.4.30", "CXXABI_1.3.9"], "libcudart.so.12": ["libcudart.so.12"]},
+                     verdef=["libx.so.1", "LIBX_1.0"])
+    got = elf.read_dynamic(Host(), str(path))
+    want = reference(path)
+    assert {k: v for k, v in got.items() if not k.startswith("ver")} == {k: v for k, v in want.items()
+                                                                        if not k.startswith("ver")}
+    assert got["machine"] == "EM_AARCH64" and got["verdef"] == ["libx.so.1", "LIBX_1.0"]
+    assert got["verneed"] == {"libstdc++.so.6": ["GLIBCXX_3.4.30", "CXXABI_1.3.9"], "libcudart.so.12": ["libcudart.so.12"]}

@@ -628,10 +628,89 @@ def live_in_process(host: Host) -> Dict[str, Any]:
                     "origins": {n: origin(n) for n in ("torch", "numpy", "tensorflow", "jax")}}, _LIVE_SHAPE)
 
 
-def _run_python(host: Host, env: Dict[str, Any], script: str, timeout: float, startup: List[str]):
+def _run_python(host: Host, env: Dict[str, Any], script: str, timeout: float, startup: List[str], *args: str):
     python = env["python"]
-    return host.run([python, "-c", script], timeout=timeout, startup_paths=startup,
+    return host.run([python, "-c", script, *args], timeout=timeout, startup_paths=startup,
                     requested=env.get("kind") == "requested")
+
+
+# --deep, per CUDA consumer: import its package, then load each object that needs CUDA libraries and each library it
+# opens by name, in that order, in one fresh process; one line per step, flushed, so a crash costs only what follows.
+DEEP_CONSUMER_SCRIPT = r"""
+import ctypes, json, os, sys
+plan = json.loads(sys.argv[1])
+def say(kind, name, error):
+    sys.stdout.write("DLDOCTOR-STEP " + json.dumps({"kind": kind, "name": name, "error": error}) + "\n")
+    sys.stdout.flush()
+for module in plan.get("first", []) + ([plan["import"]] if plan.get("import") else []):
+    try:
+        __import__(module)
+        say("import", module, "")
+    except BaseException as exc:
+        say("import", module, "%s: %s" % (type(exc).__name__, exc))
+for path in plan.get("objects", []):
+    try:
+        ctypes.CDLL(path, mode=getattr(os, "RTLD_GLOBAL", 0))
+        say("object", path, "")
+    except OSError as exc:
+        say("object", path, str(exc))
+for name in plan.get("dlopen", []):
+    try:
+        ctypes.CDLL(name)
+        say("dlopen", name, "")
+    except OSError as exc:
+        say("dlopen", name, str(exc))
+try:
+    maps = sorted(set(l.split()[-1] for l in open("/proc/self/maps") if ".so" in l.split()[-1]))
+except OSError:
+    maps = []
+say("maps", json.dumps(maps[:4096]), "")
+"""
+_NOT_FOUND = re.compile(r"([\w.+-]{1,200}\.so[\w.]{0,40}): cannot open shared object file")
+
+
+def run_deep_consumer(host: Host, env: Dict[str, Any], consumer: Dict[str, Any], timeout: float,
+                      startup: List[str]) -> Dict[str, Any]:
+    """What really happens when this consumer loads (the truth that wins over the static prediction)."""
+    site = consumer.get("location") or ""
+    plan = {"import": consumer.get("package") or None, "first": ["torch"] if consumer.get("links_torch") else [],
+            "objects": [posixpath.join(site, rel) for rel in consumer.get("cuda_object_paths") or []],
+            "dlopen": consumer.get("dlopen") or []}
+    try:
+        result = _run_python(host, env, DEEP_CONSUMER_SCRIPT, timeout, startup, json.dumps(plan))
+    except UntrustedCommand as exc:
+        return {"skipped": f"not imported as root: {exc.reason}"}
+    except OSError as exc:
+        return {"error": f"cannot run {env['python']}: {exc.strerror or exc}"}
+    steps: List[Dict[str, str]] = []
+    maps: List[str] = []
+    for line in result.stdout.splitlines()[:10000]:
+        if not line.startswith("DLDOCTOR-STEP "):
+            continue
+        try:
+            step = json.loads(line[len("DLDOCTOR-STEP "):])
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(step, dict) or not all(isinstance(step.get(k), str) for k in ("kind", "name", "error")):
+            continue
+        if step["kind"] == "maps":
+            try:
+                maps = [m for m in json.loads(step["name"]) if isinstance(m, str)][:4096]
+            except (ValueError, RecursionError):
+                maps = []
+            continue
+        name = step["name"][len(site) + 1:] if step["name"].startswith(site + "/") else step["name"]
+        m = _NOT_FOUND.search(step["error"])
+        steps.append({"kind": step["kind"], "name": name[:400], "error": step["error"][:600] or None,
+                      "missing": m.group(1) if m else None})
+    out: Dict[str, Any] = {"steps": steps, "mapped_cuda": [p for p in maps if re.search(
+        r"/lib(cudart|cublas|cublasLt|cudnn\w*|nccl|cufft|curand|cusolver|cusparse|nvrtc|nvJitLink|nvinfer\w*)\.so",
+        p)][:64]}
+    if result.timed_out:
+        out["error"] = f"timed out after {timeout:g}s"
+    elif result.returncode != 0 and not maps:
+        out["error"] = f"exit {result.returncode} (a crash while loading: the steps before it are kept)"
+    return out
 
 
 def run_live(host: Host, env: Dict[str, Any], timeout: float, startup: List[str]) -> Dict[str, Any]:
@@ -713,6 +792,12 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
                                                                                torch_preload.get("mode")))
     except Exception as exc:  # noqa: BLE001 - the consumer model costs only its own facts
         out["consumers_error"] = f"{type(exc).__name__}: {exc}"
+    if ctx.options.get("deep") and host.live and python and host.is_file(python) and out.get("consumers") \
+            and env["kind"] != "user-site":
+        startup = python_startup_paths(host, env.get("prefix") if env["kind"] in ("venv", "conda") else None,
+                                       out.get("site_packages") or [])
+        out["deep_consumers"] = {c["distribution"]: run_deep_consumer(host, env, c, float(
+            ctx.options.get("deep_timeout") or 120.0), startup) for c in out["consumers"][:16]}
     return out
 
 

@@ -1,0 +1,88 @@
+"""Small, valid ELF shared objects for sysroot trees: what the loader reads (SONAME, DT_NEEDED, DT_RPATH/RUNPATH,
+DT_VERNEED, DT_VERDEF, the machine) and nothing else. 64-bit little-endian; x86_64 or aarch64.
+
+The struct reader (dl_doctor.elf) and pyelftools read these files the same way (tests/test_elf_reader.py)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Sequence
+
+MACHINE = {"x86_64": 62, "aarch64": 183}
+DT = {"NEEDED": 1, "STRTAB": 5, "STRSZ": 10, "SONAME": 14, "RPATH": 15, "RUNPATH": 29,
+      "VERDEF": 0x6FFFFFFC, "VERDEFNUM": 0x6FFFFFFD, "VERNEED": 0x6FFFFFFE, "VERNEEDNUM": 0x6FFFFFFF}
+BASE = 0x1000  # the one PT_LOAD maps file offset 0 at this address
+
+
+def elf_bytes(soname: Optional[str] = None, needed: Sequence[str] = (), rpath: Sequence[str] = (),
+              runpath: Sequence[str] = (), machine: str = "x86_64", verdef: Sequence[str] = (),
+              verneed: Optional[Dict[str, Sequence[str]]] = None) -> bytes:
+    strtab = bytearray(b"\0")
+    index: Dict[str, int] = {}
+
+    def s(text: str) -> int:
+        if text not in index:
+            index[text] = len(strtab)
+            strtab.extend(text.encode() + b"\0")
+        return index[text]
+
+    verneed = verneed or {}
+    tags = [(DT["NEEDED"], s(n)) for n in needed]
+    if soname:
+        tags.append((DT["SONAME"], s(soname)))
+    if rpath:
+        tags.append((DT["RPATH"], s(":".join(rpath))))
+    if runpath:
+        tags.append((DT["RUNPATH"], s(":".join(runpath))))
+    names = [(f, list(v)) for f, v in verneed.items()]
+    for f, v in names:
+        s(f), [s(x) for x in v]
+    for x in verdef:
+        s(x)
+    # layout: header, 2 program headers, dynamic, strtab, verneed, verdef
+    n_tags = len(tags) + 2 + (2 if names else 0) + (2 if verdef else 0) + 1
+    dyn_off = 64 + 2 * 56
+    str_off = dyn_off + 16 * n_tags
+    vn_off = str_off + len(strtab)
+    vn = bytearray()
+    for i, (f, versions) in enumerate(names):
+        aux = bytearray()
+        for j, v in enumerate(versions):
+            aux += struct.pack("<IHHII", 0, 0, 2 + j, index[v], 16 if j < len(versions) - 1 else 0)
+        nxt = 16 + len(aux) if i < len(names) - 1 else 0
+        vn += struct.pack("<HHIII", 1, len(versions), index[f], 16, nxt) + aux
+    vd_off = vn_off + len(vn)
+    vd = bytearray()
+    for i, v in enumerate(verdef):
+        nxt = 28 if i < len(verdef) - 1 else 0
+        vd += struct.pack("<HHHHIII", 1, 1 if i == 0 else 0, i + 1, 1, 0, 20, nxt) + struct.pack("<II", index[v], 0)
+    tags = [(DT["STRTAB"], BASE + str_off), (DT["STRSZ"], len(strtab))] + tags
+    if names:
+        tags += [(DT["VERNEED"], BASE + vn_off), (DT["VERNEEDNUM"], len(names))]
+    if verdef:
+        tags += [(DT["VERDEF"], BASE + vd_off), (DT["VERDEFNUM"], len(verdef))]
+    tags.append((0, 0))
+    dyn = b"".join(struct.pack("<qQ", t, v) for t, v in tags)
+    size = vd_off + len(vd)
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
+    head = struct.pack("<HHIQQQIHHHHHH", 3, MACHINE[machine], 1, 0, 64, 0, 0, 64, 56, 2, 0, 0, 0)
+    load = struct.pack("<IIQQQQQQ", 1, 5, 0, BASE, BASE, size, size, 0x1000)
+    dynamic = struct.pack("<IIQQQQQQ", 2, 6, dyn_off, BASE + dyn_off, 0, len(dyn), len(dyn), 8)
+    return ident + head + load + dynamic + dyn + bytes(strtab) + bytes(vn) + bytes(vd)
+
+
+def write_elf(path: Path, **kwargs) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(elf_bytes(**kwargs))
+    return path
+
+
+def dist_info(site: Path, name: str, version: str, files: Iterable[str]) -> Path:
+    """A wheel's .dist-info with a RECORD listing ``files`` (paths relative to site-packages)."""
+    d = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (d / "INSTALLER").write_text("pip\n")
+    (d / "RECORD").write_text("".join(f"{f},sha256=x,1\n" for f in files) + f"{d.name}/RECORD,,\n")
+    return d

@@ -1,0 +1,244 @@
+"""The consumer model on sysroot trees, end to end through the installed CLI (`dl-doctor run --sysroot`).
+
+The ELF files are made by tests/elfkit.py with the dynamic sections the real wheels have: the TensorFlow 2.21.0 and
+jax-cuda12-pjrt 0.12.0.1 layouts (RUNPATH/RPATH, build_info.py) were read from those wheels on PyPI on 2026-11-30
+(too large to install in CI; see compat_matrix/data/sources.toml tf_wheel_2_21_0, jax_wheel_0_12). The DLAMI tree
+is the issue's acceptance case: a conda environment with CUDA wheels, and /usr/local/cuda/lib64 on LD_LIBRARY_PATH
+holding a newer patch of the same CUDA release (no failure) or an older cuDNN (a failure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from elfkit import dist_info, write_elf
+
+DOCTOR = Path(sys.executable).parent / "dl-doctor"
+SITE = "lib/python3.11/site-packages"
+# TensorFlow 2.21.0: the nvidia entries of libtensorflow_framework.so.2's and libtensorflow_cc.so.2's RUNPATH
+TF_FRAMEWORK_RUNPATH = [f"$ORIGIN/../nvidia/{d}/lib" for d in ("cublas", "cuda_cupti", "cuda_runtime", "cudnn", "cufft",
+                                                               "cusparse", "nccl", "nvshmem")] + ["$ORIGIN/../tensorrt"]
+TF_CC_RUNPATH = ["$ORIGIN/../nvidia/cusolver/lib"]
+TF_BUILD_INFO = ("build_info = collections.OrderedDict([('cpu_compiler', 'clang'), ('cuda_compute_capabilities', "
+                 "['sm_60', 'sm_70', 'sm_80', 'sm_89', 'compute_90']), ('cuda_version', '12.5.1'), ('cudnn_version', "
+                 "'9'), ('is_cuda_build', True), ('is_rocm_build', False), ('is_tensorrt_build', False)])\n")
+# jax-cuda12-pjrt 0.12.0.1: xla_cuda_plugin.so's RPATH (the ../../ twins left out)
+JAX_RPATH = [f"$ORIGIN/../nvidia/{d}/lib" for d in ("cuda_cupti", "nvjitlink", "cublas", "cuda_runtime", "cudnn",
+                                                    "cufft", "cusparse")] + ["$ORIGIN/../tensorrt", "$ORIGIN/../nvidia/nccl/lib"]
+# what nvidia-*-cu12 wheels install: (distribution, version, directory, sonames)
+CU12_WHEELS = [
+    ("nvidia-cuda-runtime-cu12", "12.4.127", "cuda_runtime", ["libcudart.so.12"]),
+    ("nvidia-cublas-cu12", "12.4.5.8", "cublas", ["libcublas.so.12", "libcublasLt.so.12"]),
+    ("nvidia-cudnn-cu12", "9.1.0.70", "cudnn", ["libcudnn.so.9"]),
+    ("nvidia-nccl-cu12", "2.21.5", "nccl", ["libnccl.so.2"]),
+    ("nvidia-cufft-cu12", "11.2.1.3", "cufft", ["libcufft.so.11"]),
+    ("nvidia-cusparse-cu12", "12.3.1.170", "cusparse", ["libcusparse.so.12"]),
+    ("nvidia-cusolver-cu12", "11.6.1.9", "cusolver", ["libcusolver.so.11"]),
+    ("nvidia-nvjitlink-cu12", "12.4.127", "nvjitlink", ["libnvJitLink.so.12"]),
+]
+
+
+def _tree(root: Path, env_vars: Dict[str, str], machine: str = "x86_64") -> Path:
+    (root / "etc").mkdir(parents=True, exist_ok=True)
+    (root / "etc/os-release").write_text('ID=ubuntu\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.4 LTS"\n')
+    (root / "proc/self").mkdir(parents=True, exist_ok=True)
+    (root / "proc/self/environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env_vars.items()))
+    libdir = "x86_64-linux-gnu" if machine == "x86_64" else "aarch64-linux-gnu"
+    for name in ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1"):
+        write_elf(root / "lib" / libdir / name, soname=name, machine=machine)
+    return root
+
+
+def _conda_env(root: Path, name: str = "pytorch", machine: str = "x86_64") -> Path:
+    prefix = root / "opt/conda/envs" / name
+    (prefix / "conda-meta").mkdir(parents=True, exist_ok=True)
+    (prefix / "conda-meta/python-3.11.9-h955ad1f_0.json").write_text("{}")
+    write_elf(prefix / "bin/python3.11", needed=["libc.so.6"], machine=machine)
+    (prefix / "bin/python").symlink_to("python3.11")
+    (root / "opt/conda/conda-meta").mkdir(parents=True, exist_ok=True)
+    return prefix / SITE
+
+
+def _wheels(site: Path, wheels=CU12_WHEELS, machine: str = "x86_64") -> None:
+    for dist, version, directory, sonames in wheels:
+        files = []
+        for soname in sonames:
+            write_elf(site / "nvidia" / directory / "lib" / soname, soname=soname, needed=["libc.so.6"], machine=machine)
+            files.append(f"nvidia/{directory}/lib/{soname}")
+        dist_info(site, dist, version, files)
+
+
+def _torch(site: Path, machine: str = "x86_64", verneed: Optional[dict] = None) -> None:
+    runpath = [f"$ORIGIN/../../nvidia/{d}/lib" for d in ("cuda_runtime", "cublas", "cudnn", "nccl")]
+    write_elf(site / "torch/lib/libtorch_cuda.so", soname="libtorch_cuda.so", runpath=runpath, machine=machine,
+              needed=["libcudart.so.12", "libcublas.so.12", "libcudnn.so.9", "libnccl.so.2", "libstdc++.so.6",
+                      "libc.so.6"], verneed=verneed)
+    write_elf(site / "torch/_C.cpython-311-x86_64-linux-gnu.so", needed=["libtorch_cuda.so", "libc.so.6"],
+              runpath=["$ORIGIN/lib"], machine=machine)
+    (site / "torch/version.py").write_text("__version__ = '2.5.1+cu124'\ncuda: Optional[str] = '12.4'\n")
+    dist_info(site, "torch", "2.5.1+cu124", ["torch/lib/libtorch_cuda.so", "torch/_C.cpython-311-x86_64-linux-gnu.so",
+                                             "torch/version.py"])
+
+
+def _run(root: Path, *extra: str) -> Dict[str, dict]:
+    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--json", "-", "--fail-on", "never", *extra],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return {f["id"]: f for f in json.loads(r.stdout)["findings"]}
+
+
+def _dlami(tmp_path: Path, cudnn_file: str) -> Path:
+    root = _tree(tmp_path / "dlami", {"PATH": "/opt/conda/envs/pytorch/bin:/usr/bin",
+                                      "CONDA_PREFIX": "/opt/conda/envs/pytorch",
+                                      "LD_LIBRARY_PATH": "/usr/local/cuda/lib64:/usr/local/lib"})
+    site = _conda_env(root)
+    _wheels(site)
+    _torch(site)
+    lib64 = root / "usr/local/cuda-12.4/lib64"
+    write_elf(lib64 / cudnn_file, soname="libcudnn.so.9", needed=["libc.so.6"])
+    (lib64 / "libcudnn.so.9").symlink_to(cudnn_file)
+    write_elf(lib64 / "libcudart.so.12.4.131", soname="libcudart.so.12", needed=["libc.so.6"])
+    (lib64 / "libcudart.so.12").symlink_to("libcudart.so.12.4.131")
+    (root / "usr/local/cuda").symlink_to("cuda-12.4")
+    return root
+
+
+def test_dlami_newer_same_major_cuda_on_ld_library_path_has_no_failing_finding(tmp_path):
+    findings = _run(_dlami(tmp_path, "libcudnn.so.9.3.0"))
+    failing = {i: f["message"] for i, f in findings.items() if f["status"] in ("fail", "error")}
+    assert failing == {}
+    assert findings["DLD-PY-011"]["status"] == "pass", findings["DLD-PY-011"]["message"]
+    assert findings["DLD-PY-012"]["status"] == "warn"
+    assert "same major, not older" in findings["DLD-PY-012"]["message"]
+    assert "/usr/local/cuda-12.4/lib64/libcudnn.so.9" in findings["DLD-PY-012"]["message"]
+    assert findings["DLD-PY-004"]["status"] == "warn"
+
+
+def test_dlami_with_an_older_cudnn_there_fails(tmp_path):
+    findings = _run(_dlami(tmp_path, "libcudnn.so.9.0.0"))
+    assert findings["DLD-PY-012"]["status"] == "fail", findings["DLD-PY-012"]["message"]
+    assert "(9.0.0), not the environment's" in findings["DLD-PY-012"]["message"]
+    assert "9.1.0.70" in findings["DLD-PY-012"]["message"]
+    assert findings["DLD-PY-004"]["status"] == "fail"
+
+
+def _tensorflow(site: Path) -> None:
+    write_elf(site / "tensorflow/libtensorflow_framework.so.2", soname="libtensorflow_framework.so.2",
+              needed=["libc.so.6", "libstdc++.so.6"], runpath=TF_FRAMEWORK_RUNPATH)
+    write_elf(site / "tensorflow/libtensorflow_cc.so.2", soname="libtensorflow_cc.so.2",
+              needed=["libtensorflow_framework.so.2", "libc.so.6"], runpath=TF_CC_RUNPATH + ["$ORIGIN"])
+    (site / "tensorflow/python/platform").mkdir(parents=True)
+    (site / "tensorflow/python/platform/build_info.py").write_text('"""Auto-generated."""\nimport collections\n\n'
+                                                                   + TF_BUILD_INFO)
+    dist_info(site, "tensorflow", "2.21.0", ["tensorflow/libtensorflow_framework.so.2",
+                                             "tensorflow/libtensorflow_cc.so.2",
+                                             "tensorflow/python/platform/build_info.py"])
+
+
+def _venv_tree(tmp_path: Path, name: str) -> tuple:
+    root = _tree(tmp_path / name, {"PATH": f"/home/u/{name}/bin:/usr/bin", "VIRTUAL_ENV": f"/home/u/{name}"})
+    prefix = root / "home/u" / name
+    (prefix).mkdir(parents=True)
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.9\n")
+    write_elf(prefix / "bin/python3", needed=["libc.so.6"])
+    (prefix / "bin/python").symlink_to("python3")
+    return root, prefix / SITE
+
+
+@pytest.mark.parametrize("with_wheels", [False, True])
+def test_tensorflow_opens_its_cuda_libraries_from_its_runpath(tmp_path, with_wheels):
+    """tensorflow[and-cuda] works because its loader objects' RUNPATHs name the wheel directories; plain
+    'pip install tensorflow' on a machine without CUDA 12 finds none of them."""
+    root, site = _venv_tree(tmp_path, "tf")
+    _tensorflow(site)
+    if with_wheels:
+        _wheels(site)
+    findings = _run(root, "--only", "DLD-PY-011,DLD-PY-012")
+    f = findings["DLD-PY-011"]
+    if with_wheels:
+        assert f["status"] == "pass", f["message"]
+        assert "tensorflow" in f["message"]
+    else:
+        assert f["status"] == "fail"
+        for soname in ("libcudart.so.12", "libcublas.so.12", "libcudnn.so.9", "libcusolver.so.11"):
+            assert soname in f["message"]
+        assert "tensorflow 2.21.0 (CUDA 12)" in f["message"] and "opened with dlopen" in f["message"]
+        assert any("tensorflow[and-cuda]==2.21.0" in c for c in f["fix"]["commands"])
+        missing = {m["soname"]: m for m in f["evidence"]["missing"]}
+        assert any("nvidia/cusolver/lib (RUNPATH)" in d for d in missing["libcusolver.so.11"]["looked_in"])
+
+
+@pytest.mark.parametrize("with_wheels", [False, True])
+def test_jax_plugin_preloads_the_wheels(tmp_path, with_wheels):
+    root, site = _venv_tree(tmp_path, "jax")
+    write_elf(site / "jax_plugins/xla_cuda12/xla_cuda_plugin.so", needed=["libc.so.6"], rpath=JAX_RPATH)
+    dist_info(site, "jax-cuda12-pjrt", "0.12.0.1", ["jax_plugins/xla_cuda12/xla_cuda_plugin.so"])
+    if with_wheels:
+        _wheels(site)
+    f = _run(root, "--only", "DLD-PY-011")["DLD-PY-011"]
+    if with_wheels:
+        assert f["status"] == "pass", f["message"]
+    else:
+        assert f["status"] == "fail" and "jax-cuda12-pjrt 0.12.0.1 (CUDA 12)" in f["message"]
+        assert any("jax[cuda12]" in c for c in f["fix"]["commands"])
+
+
+def test_an_older_system_libstdcxx_that_lacks_a_needed_glibcxx_version_fails(tmp_path):
+    root = _dlami(tmp_path, "libcudnn.so.9.3.0")
+    site = root / "opt/conda/envs/pytorch" / SITE
+    _torch(site, verneed={"libstdc++.so.6": ["GLIBCXX_3.4.30", "CXXABI_1.3.9"]})
+    # the environment's own, new enough; and an older one on LD_LIBRARY_PATH (/usr/local/lib) that wins
+    write_elf(root / "opt/conda/envs/pytorch/lib/libstdc++.so.6", soname="libstdc++.so.6",
+              verdef=["libstdc++.so.6", "GLIBCXX_3.4", "GLIBCXX_3.4.30", "CXXABI_1.3.9"])
+    write_elf(root / "usr/local/lib/libstdc++.so.6", soname="libstdc++.so.6",
+              verdef=["libstdc++.so.6", "GLIBCXX_3.4", "GLIBCXX_3.4.28", "CXXABI_1.3.9"])
+    f = _run(root, "--only", "DLD-PY-013")["DLD-PY-013"]
+    assert f["status"] == "fail"
+    assert "needs GLIBCXX_3.4.30 from libstdc++.so.6, which" in f["message"]
+    assert "/usr/local/lib/libstdc++.so.6 does not define" in f["message"]
+    (root / "usr/local/lib/libstdc++.so.6").unlink()  # the system's own copy in /lib has no version definitions
+    assert _run(root, "--only", "DLD-PY-013")["DLD-PY-013"]["status"] == "pass"
+
+
+def test_grace_aarch64_skips_an_x86_64_copy_and_names_a_wrong_architecture_wheel(tmp_path):
+    root = _tree(tmp_path / "grace", {"PATH": "/opt/conda/envs/pytorch/bin:/usr/bin",
+                                      "CONDA_PREFIX": "/opt/conda/envs/pytorch", "LD_LIBRARY_PATH": "/opt/x86"},
+                 machine="aarch64")
+    site = _conda_env(root, machine="aarch64")
+    _wheels(site, machine="aarch64")
+    _torch(site, machine="aarch64")
+    # an x86_64 cuDNN first on LD_LIBRARY_PATH: ld.so skips a wrong-machine object and goes on searching
+    write_elf(root / "opt/x86/libcudnn.so.9", soname="libcudnn.so.9", needed=["libc.so.6"])
+    f = _run(root, "--only", "DLD-PY-011,DLD-PY-012")
+    assert f["DLD-PY-011"]["status"] == "pass", f["DLD-PY-011"]["message"]
+    assert f["DLD-PY-012"]["status"] == "pass", f["DLD-PY-012"]["message"]
+    # an x86_64 wheel of a framework installed on the Grace host
+    write_elf(site / "cupy_backends/cuda/libs/cublas.cpython-311-x86_64-linux-gnu.so", needed=["libcublas.so.12"])
+    dist_info(site, "cupy-cuda12x", "14.2.0", ["cupy_backends/cuda/libs/cublas.cpython-311-x86_64-linux-gnu.so"])
+    f = _run(root, "--only", "DLD-PY-011")["DLD-PY-011"]
+    assert f["status"] == "fail" and "built for another architecture" in f["message"], f["message"]
+
+
+def test_a_compiled_extension_built_for_another_torch_fails(tmp_path):
+    root = _dlami(tmp_path, "libcudnn.so.9.3.0")
+    site = root / "opt/conda/envs/pytorch" / SITE
+    write_elf(site / "libc10.so", soname="libc10.so")
+    so = "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so"
+    write_elf(site / so, needed=["libc10.so", "libtorch_cuda.so", "libcudart.so.12", "libc.so.6"],
+              runpath=["$ORIGIN/torch/lib", "$ORIGIN"])
+    d = dist_info(site, "flash-attn", "2.6.3+cu123torch2.4cxx11abiFALSE", [so])
+    (d / "WHEEL").write_text("Wheel-Version: 1.0\nTag: cp311-cp311-linux_x86_64\n")
+    f = _run(root, "--only", "DLD-PY-014")["DLD-PY-014"]
+    assert f["status"] == "fail"
+    assert "flash-attn 2.6.3+cu123torch2.4cxx11abiFALSE" in f["message"] and "was built for torch 2.4" in f["message"]
+    assert "torch 2.5.1+cu124 is installed" in f["message"]
+    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.6.3\nRequires-Dist: torch\n")
+    d.rename(site / "flash_attn-2.6.3.dist-info")
+    assert _run(root, "--only", "DLD-PY-014")["DLD-PY-014"]["status"] == "pass"
