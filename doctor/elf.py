@@ -33,7 +33,9 @@ DT_VERDEF, DT_VERDEFNUM, DT_VERNEED, DT_VERNEEDNUM = 0x6FFFFFFC, 0x6FFFFFFD, 0x6
 VER_FLG_WEAK = 0x2
 # Real objects define tens of versions (libstdc++: ~60) and need a few per library; a crafted file can claim more.
 MAX_VERSION_ENTRIES = 1024
-MAX_STRTAB = 64 << 20
+# The table is read a page at a time where a tag points (at most MAX_DYNAMIC_TAGS + MAX_VERSION_ENTRIES strings of
+# at most 64 KiB each), so its declared size only bounds the indexes: TensorFlow 2.21's libtensorflow_cc holds 87 MB.
+MAX_STRTAB = 1 << 30
 # e_machine numbers as pyelftools (and readelf) name them
 MACHINES = {3: "EM_386", 8: "EM_MIPS", 20: "EM_PPC", 21: "EM_PPC64", 22: "EM_S390", 40: "EM_ARM", 62: "EM_X86_64",
             183: "EM_AARCH64", 243: "EM_RISCV", 258: "EM_LOONGARCH"}
@@ -44,15 +46,23 @@ class _Strings:
     symbol names, of which the loader's tags use a few hundred bytes."""
 
     PAGE = 4096
+    MAX_READ = 64 << 20  # a crafted file pointing every tag at a different long string costs at most this much I/O
+    MAX_PAGES = 1024     # and at most this many pages (4 MiB) kept at once
 
     def __init__(self, fh, offset: int, size: int):
         self.fh, self.offset, self.size = fh, offset, size
         self.pages: Dict[int, bytes] = {}
+        self.read = 0
 
     def _page(self, n: int) -> bytes:
         if n not in self.pages:
+            if self.read >= self.MAX_READ:
+                return b""
+            if len(self.pages) >= self.MAX_PAGES:
+                self.pages.clear()
             self.fh.seek(self.offset + n * self.PAGE)
             self.pages[n] = self.fh.read(max(0, min(self.PAGE, self.size - n * self.PAGE)))
+            self.read += self.PAGE
         return self.pages[n]
 
     def get(self, index: int) -> str:

@@ -761,6 +761,25 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - one broken environment costs only itself
         out["error"] = f"static inspection failed: {type(exc).__name__}: {exc}"
         return out
+    ld = [d for d in host.environ().get("LD_LIBRARY_PATH", "").split(":") if d]
+    sites_key = (host.sysroot, tuple(host.tree_path(s) for s in out.get("site_packages") or []), tuple(ld))
+    dists = host.cached(("python_envs:dists", env["prefix"], tuple(out.get("site_packages") or [])), dict)
+    torch_mode = (((out.get("frameworks") or {}).get("torch") or {}).get("preload") or {}).get("mode")
+    # The consumer model reads files only: it runs while the live interpreter below starts (that wait releases the
+    # GIL), from the site directories; sys.path entries the live probe adds with wheel libraries redo it afterwards.
+    early: Dict[str, Any] = {}
+
+    def consumers_from_sites() -> None:
+        try:
+            early["value"] = host.cached(("consumers",) + sites_key, lambda: _consumers(
+                host, env, dists, owned, ld, None, torch_mode))
+        except Exception as exc:  # noqa: BLE001 - the consumer model costs only its own facts
+            early["error"] = f"{type(exc).__name__}: {exc}"
+
+    import threading
+
+    worker = threading.Thread(target=consumers_from_sites, name="probe-python_envs:consumers", daemon=True)
+    worker.start()
     timeout = float(ctx.options.get("env_timeout") or 10.0)
     python = env.get("python")
     if host.live and python and host.is_file(python) and env["kind"] != "user-site":
@@ -772,7 +791,6 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
             out["live"] = run_live(host, env, timeout, startup)
         if ctx.options.get("deep") and "torch" in out["frameworks"]:
             out["deep"] = run_deep(host, env, float(ctx.options.get("deep_timeout") or 120.0), startup)
-    ld = [d for d in host.environ().get("LD_LIBRARY_PATH", "").split(":") if d]
     live_path = (out.get("live") or {}).get("sys_path")
     # Environments that are the same files (the same site-packages, reached through links) load the same libraries.
     key = (host.sysroot, tuple(host.tree_path(s) for s in out.get("site_packages") or []), tuple(ld),
@@ -785,11 +803,17 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
                                             lambda: resolve_torch_libraries(host, env, out, owned, ld, live_path))
     except Exception as exc:  # noqa: BLE001
         out["resolution_error"] = f"{type(exc).__name__}: {exc}"
+    worker.join()
+    sites = set(out.get("site_packages") or [])
+    extra = [p for p in live_path or [] if p.startswith("/") and p not in sites and host.is_dir(f"{p}/nvidia")]
     try:
-        dists = host.cached(("python_envs:dists", env["prefix"], tuple(out.get("site_packages") or [])), dict)
-        torch_preload = ((out.get("frameworks") or {}).get("torch") or {}).get("preload") or {}
-        out["consumers"] = host.cached(("consumers",) + key, lambda: _consumers(host, env, dists, owned, ld, live_path,
-                                                                               torch_preload.get("mode")))
+        if extra:  # wheel libraries on sys.path outside the site directories (a .pth, PYTHONPATH): redo with them
+            out["consumers"] = host.cached(("consumers",) + key, lambda: _consumers(host, env, dists, owned, ld,
+                                                                                   live_path, torch_mode))
+        elif "error" in early:
+            out["consumers_error"] = early["error"]
+        else:
+            out["consumers"] = early["value"]
     except Exception as exc:  # noqa: BLE001 - the consumer model costs only its own facts
         out["consumers_error"] = f"{type(exc).__name__}: {exc}"
     if ctx.options.get("deep") and host.live and python and host.is_file(python) and out.get("consumers") \
