@@ -320,7 +320,7 @@ def extension_torch(facts: Facts) -> Result:
     problems, ok = [], []
     commands: List[str] = []
     for env, c in _consumers(facts):
-        if not c.get("links_torch"):
+        if not (c.get("links_torch") or c.get("requires_torch")):
             continue
         torch_c = next((x for x in env.get("consumers") or [] if x.get("distribution") == "torch"), None)
         installed = ((env.get("frameworks") or {}).get("torch") or {}).get("version") or (torch_c or {}).get("version")
@@ -331,7 +331,7 @@ def extension_torch(facts: Facts) -> Result:
         base = versions.parse((installed or "").split("+")[0])
         reasons = []
         spec = c.get("requires_torch")
-        if spec:
+        if spec and spec != "any":
             try:
                 if base is not None and not SpecifierSet(spec).contains(base, prereleases=True):
                     reasons.append(f"requires torch {spec}")

@@ -252,6 +252,7 @@ def _compatible_copy(found: Optional[str], own: Optional[str]) -> Optional[str]:
 )
 def library_shadowed(facts: Facts) -> Result:
     problems, checked, mixed, notes = [], [], [], []
+    stray: List[Tuple[Dict[str, Any], str]] = []
     for env, t in _torch_envs(facts):
         res = env.get("resolution") or {}
         libs = res.get("libraries") or {}
@@ -281,15 +282,20 @@ def library_shadowed(facts: Facts) -> Result:
                 else:
                     problems.append(text)
         dists = env.get("distributions") or {}
+        major = (t.get("cuda") or "").split(".")[0]
         for lib in ("nccl", "cudnn", "cublas", "cuda-runtime"):
             flavours = sorted(k for k in dists if k.startswith(f"nvidia-{lib}-cu"))
             if len(flavours) > 1:
                 mixed.append(f"{_label(env)}: {', '.join(flavours)}")
+                stray += [(env, k) for k in flavours if major and not k.endswith(f"-cu{major}")]
     evidence = {"problems": problems, "mixed_wheels": mixed,
                 "LD_LIBRARY_PATH": (facts.get("environment.variables") or {}).get("LD_LIBRARY_PATH")}
+    # only wheels that are installed, of another CUDA major than the environment's torch, are named for removal
+    uninstall = [f"{env.get('python') or 'python'} -m pip uninstall -y {' '.join(n for e, n in stray if e is env)}"
+                 for env in {id(e): e for e, _ in stray}.values()]
     fix = Fix("Let the environment's own CUDA libraries load: keep other CUDA directories off LD_LIBRARY_PATH.",
               ("echo $LD_LIBRARY_PATH", "unset LD_LIBRARY_PATH   # or drop the /usr/local/cuda*/lib64 entries from it",
-               "pip uninstall -y nvidia-nccl-cu11 nvidia-cudnn-cu11 nvidia-cublas-cu11   # if cu12 wheels are used"))
+               *uninstall))
     evidence["newer_copies_win"] = notes
     if problems:
         return fail("; ".join(problems), evidence, fix)

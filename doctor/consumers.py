@@ -199,7 +199,7 @@ def wheel_metadata(host: Host, dist_info: str, version: str) -> Dict[str, Any]:
     for m in _REQUIRES_TORCH.finditer(meta[:1 << 20]):
         if m.group(3) and "extra" in m.group(3):
             continue
-        out["requires_torch"] = (m.group(1) or m.group(2) or "").strip() or None
+        out["requires_torch"] = (m.group(1) or m.group(2) or "").strip() or "any"
         break
     local = version.split("+", 1)[1] if "+" in version else ""
     m = _BUILT_FOR_TORCH.search(local)
@@ -282,7 +282,7 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
         if not needing and not (entry and entry.get("dlopen") and callers):
             continue
         out.append(_consumer(host, name, d, entry, parsed, needing, callers, dirs, owned, ld_library_path,
-                             executable, host_machine, torch_preload))
+                             executable, host_machine, torch_preload if "torch" in dists else None))
     return out
 
 
@@ -305,8 +305,17 @@ def _consumer(host: Host, name: str, d: Dict[str, Any], entry: Optional[Dict[str
     machine = host_machine or next((m for m in ("EM_X86_64", "EM_AARCH64") if m in machines),
                                    machines[0] if machines else "EM_X86_64")
     mode = entry.get("preload") or "none"
-    if name == "torch" and torch_preload:  # read from this torch's own __init__.py
-        mode = {"always": "wheels", "on-failure": "on-failure", "none": "none"}.get(torch_preload, mode)
+    torch_mode = {"always": "wheels", "on-failure": "on-failure", "none": "none"}.get(torch_preload or "")
+    if name == "torch" and torch_mode:  # read from this torch's own __init__.py
+        mode = torch_mode
+    links_torch = name != "torch" and any(n.startswith(("libc10", "libtorch")) for _, dyn in needing
+                                          for n in dyn["needed"])
+    meta = wheel_metadata(host, d["metadata"], d.get("version") or "")
+    after_torch = name != "torch" and (links_torch or "requires_torch" in meta)
+    who = entry.get("name") or name
+    if after_torch and torch_mode == "wheels" and mode == "none":
+        # a torch extension imports torch first, and torch has loaded the wheel libraries process-wide by then
+        mode, who = "wheels", "torch (imported first)"
     dlopen = ((entry.get("dlopen") or {}).get(str(major)) or []) if major is not None else []
     optional_objects = entry.get("optional_objects") or []
     optional_libs = entry.get("optional_libraries") or []
@@ -315,7 +324,7 @@ def _consumer(host: Host, name: str, d: Dict[str, Any], entry: Optional[Dict[str
     def simulate(preload: bool) -> _Simulation:
         sim = _Simulation(host, ld_library_path, executable, machine)
         if preload:
-            sim.preload(wanted, host, dirs, entry.get("name") or name)
+            sim.preload(wanted, host, dirs, who)
         for path, _ in sorted(needing, key=lambda item: _matches(posixpath.basename(item[0]), optional_objects)):
             sim.load(path, _matches(posixpath.basename(path), optional_objects))
         for soname in dlopen:
@@ -366,9 +375,7 @@ def _consumer(host: Host, name: str, d: Dict[str, Any], entry: Optional[Dict[str
     unmet = [{"object": _rel(o, site), "file": f, "version": v, "provider": p}
              for o, f, v, p in sim.loader.unmet_versions() if o in loaded_paths][:MAX_REPORTED]
     wrong_machine = sorted({posixpath.basename(p) for p, dyn in parsed if dyn.get("machine") not in (machine, None)})
-    links_torch = any(n.startswith(("libc10", "libtorch")) for p, dyn in needing for n in dyn["needed"]) \
-        and name != "torch"
-    return {**(wheel_metadata(host, d["metadata"], d.get("version") or "") if links_torch else {}),
+    return {**(meta if after_torch else {k: v for k, v in meta.items() if k == "wheel_tags"}),
             "distribution": name, "version": d.get("version"), "known_as": entry.get("name"), "location": site,
             "machine": machine, "objects": len(parsed), "cuda_objects": len(needing),
             "cuda_object_paths": [_rel(p, site) for p, _ in needing][:MAX_REPORTED], "package": entry.get("package"),

@@ -127,6 +127,9 @@ def test_dlami_with_an_older_cudnn_there_fails(tmp_path):
     assert "(9.0.0), not the environment's" in findings["DLD-PY-012"]["message"]
     assert "9.1.0.70" in findings["DLD-PY-012"]["message"]
     assert findings["DLD-PY-004"]["status"] == "fail"
+    # no fix suggests uninstalling a package that is not installed (there are no cu11 wheels here)
+    commands = [c for f in findings.values() for c in (f.get("fix") or {}).get("commands") or []]
+    assert commands and not [c for c in commands if "uninstall" in c]
 
 
 def _tensorflow(site: Path) -> None:
@@ -242,3 +245,21 @@ def test_a_compiled_extension_built_for_another_torch_fails(tmp_path):
     (d / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.6.3\nRequires-Dist: torch\n")
     d.rename(site / "flash_attn-2.6.3.dist-info")
     assert _run(root, "--only", "DLD-PY-014")["DLD-PY-014"]["status"] == "pass"
+
+
+def test_a_torch_extension_that_needs_cudart_finds_the_wheels_torch_loaded(tmp_path):
+    """bitsandbytes-like: its library needs libcudart.so.12 with no RUNPATH; it is loaded after 'import torch',
+    which has loaded the environment's wheel libraries by then: no false failure."""
+    root = _dlami(tmp_path, "libcudnn.so.9.3.0")
+    site = root / "opt/conda/envs/pytorch" / SITE
+    (site / "torch/__init__.py").write_text(
+        "def _load_global_deps():\n    _preload_cuda_deps(err)\n    try:\n        pass\n    except OSError:\n"
+        "        pass\n\ndef _preload_cuda_deps(err=None):\n    cuda_libs = {'cublas': 'libcublas.so.*[0-9]', "
+        "'cudnn': 'libcudnn.so.*[0-9]', 'cuda_runtime': 'libcudart.so.*[0-9]'}\n")
+    so = "bitsandbytes/libbitsandbytes_cuda124.so"
+    write_elf(site / so, needed=["libcudart.so.12", "libcublas.so.12", "libc.so.6"])
+    d = dist_info(site, "bitsandbytes", "0.45.0", [so])
+    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: bitsandbytes\nVersion: 0.45.0\nRequires-Dist: torch<3,>=2.0\n")
+    f = _run(root, "--only", "DLD-PY-011,DLD-PY-014")
+    assert f["DLD-PY-011"]["status"] == "pass", f["DLD-PY-011"]["message"]
+    assert f["DLD-PY-014"]["status"] == "pass", f["DLD-PY-014"]["message"]
