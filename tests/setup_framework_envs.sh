@@ -39,4 +39,5 @@ make_env ort-1.22.0-cu12 "onnxruntime-gpu==1.22.0"
 make_env cupy-14.2.0-cu12 "cupy-cuda12x==14.2.0"
 make_env ct2-4.8.5 "ctranslate2==4.8.5"
 make_env torch-ort-cu130 "onnxruntime-gpu==1.31.1" torch-2.14.1-cu130
+make_env torch-ort12-cu130 "onnxruntime-gpu==1.22.0" torch-2.14.1-cu130
 exit 0

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 ENVS = Path(os.environ.get("DL_DOCTOR_TEST_ENVS", Path.home() / ".cache" / "dl-doctor-test-envs"))
-REAL = {name: ENVS / name for name in ("ort-1.22.0-cu12", "cupy-14.2.0-cu12", "ct2-4.8.5", "torch-ort-cu130")}
+REAL = {name: ENVS / name for name in ("ort-1.22.0-cu12", "cupy-14.2.0-cu12", "ct2-4.8.5", "torch-ort-cu130",
+                                       "torch-ort12-cu130")}
 DOCTOR = Path(sys.executable).parent / "dl-doctor"
 NOT_FOUND = re.compile(r"([\w.+-]+\.so[\w.]*): cannot open shared object file")
 
@@ -120,7 +121,7 @@ def _objects(name: str, distribution: str) -> list:
 
 
 CASES = [("ort-1.22.0-cu12", "onnxruntime-gpu"), ("cupy-14.2.0-cu12", "cupy-cuda12x"),
-         ("torch-ort-cu130", "onnxruntime-gpu")]
+         ("torch-ort-cu130", "onnxruntime-gpu"), ("torch-ort12-cu130", "onnxruntime-gpu")]
 
 
 @pytest.mark.parametrize("name,distribution", CASES)
@@ -226,3 +227,22 @@ def test_deep_imports_each_framework_and_the_truth_matches_the_prediction(stub_d
                 if s["name"] == "onnxruntime/capi/libonnxruntime_providers_cuda.so")
     predicted = {m["soname"] for m in consumer["missing"] if m["needed_by"] == step["name"]}
     assert step["missing"] in predicted, (step, predicted)
+
+
+def test_cuda12_onnxruntime_beside_cuda13_torch_fails_where_0_1_passed(stub_dir, tmp_path):
+    """The issue's mixed environment: 0.1 passed 'the environment loads its own CUDA libraries' while the CUDA
+    provider cannot load (it needs .so.12 sonames; the environment's wheels are CUDA 13)."""
+    if not _present("torch-ort12-cu130"):
+        pytest.skip("torch-ort12-cu130 env not set up")
+    provider = str(_site("torch-ort12-cu130") / "onnxruntime/capi/libonnxruntime_providers_cuda.so")
+    python = REAL["torch-ort12-cu130"] / "bin" / "python"
+    assert "cannot open shared object file" in _truth(python, stub_dir, provider, first="import torch")
+    r = subprocess.run([str(DOCTOR), "run", "--no-env-scan", "--python", str(python), "--only",
+                        "DLD-PY-004,DLD-PY-011,DLD-PY-012", "--json", "-", "--fail-on", "never"],
+                       capture_output=True, text=True, env=_env(stub_dir), timeout=300)
+    findings = {f["id"]: f for f in json.loads(r.stdout)["findings"]}
+    assert findings["DLD-PY-011"]["status"] == "fail"
+    assert "onnxruntime-gpu 1.22.0 (CUDA 12)" in findings["DLD-PY-011"]["message"]
+    assert "libcublas.so.12" in findings["DLD-PY-011"]["message"]
+    assert any("onnxruntime-gpu[cuda,cudnn]==1.22.0" in c for c in findings["DLD-PY-011"]["fix"]["commands"])
+    assert "onnxruntime-gpu (CUDA 12), torch (CUDA 13)" in json.dumps(findings["DLD-PY-012"])
