@@ -492,6 +492,12 @@ class Matrix:
             return next((e for e in hits if e["cuda_major"] == cuda_major), None)
         return hits[0] if len(hits) == 1 else None
 
+    def signatures(self) -> List[Dict[str, Any]]:
+        return self.entries("signature")
+
+    def causes(self) -> Dict[str, Dict[str, Any]]:
+        return {e["id"]: e for e in self.entries("cause")}
+
     def xid(self, code: int) -> Optional[Dict[str, Any]]:
         entry = self.tables["xid"].get((int(code),))
         return {**entry, "sources": self.source_urls(entry)} if entry else None

@@ -104,6 +104,12 @@ TABLES: Dict[str, Table] = {
     "cuda_library": Table(("soname", "cuda_major"), {
         "soname": "str", "cuda_major": "int", "wheel": "str", "version_follows_cuda": "bool", "pin": "str"},
         ("soname", "cuda_major", "wheel")),
+    "cause": Table(("id",), {"id": "str", "summary": "str", "checks": ("list", "str"), "fix": "str"},
+                   ("id", "summary", "fix")),
+    "signature": Table(("id",), {
+        "id": "str", "where": ("list", ("enum", ("kernel-log", "journal", "app", "nccl"))),
+        "patterns": ("list", "signature_pattern"), "meaning": "str", "causes": ("list", "str")},
+        ("id", "where", "patterns", "meaning", "causes")),
     "known_issue": Table(("id",), {
         "id": "ki_id", "component": "str", "versions": "specifier", "requires": ("map", "specifier"),
         "instance_families": ("list", "str"), "summary": "str", "fix": "str"},
@@ -136,6 +142,16 @@ def check_value(kind: FieldType, value: Any, sources: Optional[set] = None) -> O
         raise ValueError(tag)  # pragma: no cover - schema bug
     if kind == "str":
         return None if isinstance(value, str) and value.strip() else "must be a non-empty string"
+    if kind == "signature_pattern":
+        from dl_doctor.signatures import PatternError, compile_pattern
+
+        if not isinstance(value, str):
+            return "must be a string"
+        try:
+            compile_pattern(value)
+        except PatternError as exc:
+            return str(exc)
+        return None
     if kind == "bool":
         return None if isinstance(value, bool) else "must be true or false"
     if kind == "int":

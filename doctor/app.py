@@ -371,3 +371,84 @@ def write_or_refuse(path: str, data: Any, private: bool = True) -> None:
         raise InputProblem(f"not writing {exc.filename}: it {exc.why}")
     except OSError as exc:
         raise InputProblem(f"cannot write {path}: {exc.strerror or exc}")
+
+
+# -- why: an error message to its cause --------------------------------------------------------------------------------
+
+def read_why_input(text: Optional[str], log: Optional[str]) -> str:
+    """The error text: the argument, or a log file's end (``-`` is stdin), bounded; bad input is exit 2."""
+    from dl_doctor.signatures import MAX_TEXT
+
+    if (text is None) == (log is None):
+        raise InputProblem("give the error text, or --log FILE (- for stdin), not both")
+    if text is not None:
+        if not text.strip():
+            raise InputProblem("the error text is empty")
+        return text[-MAX_TEXT:]
+    import sys as _sys
+
+    if log == "-":
+        data = _sys.stdin.buffer.read(MAX_TEXT * 4)[-MAX_TEXT:]
+    else:
+        try:
+            st = os.stat(log)
+            if not os.path.isfile(log):
+                raise InputProblem(f"{log} is not a regular file")
+            with open(log, "rb") as fh:
+                if st.st_size > MAX_TEXT:
+                    fh.seek(st.st_size - MAX_TEXT)
+                data = fh.read(MAX_TEXT)
+        except OSError as exc:
+            raise InputProblem(f"cannot read {log}: {exc.strerror or exc}")
+    if log.endswith(".gz") or data[:2] == b"\x1f\x8b":
+        import gzip
+        import zlib
+
+        try:
+            data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, MAX_TEXT)
+        except (zlib.error, gzip.BadGzipFile) as exc:
+            raise InputProblem(f"{log}: not a readable gzip file ({exc})")
+    return data.decode("utf-8", "replace")
+
+
+def why(text: str, *, report: Optional[str] = None, collect: Optional[CollectOptions] = None,
+        evidence: bool = True) -> Dict[str, Any]:
+    """Match ``text`` against the signature base and rank the candidate causes: from the text alone, or against a
+    report someone sent (``report``), or against this machine (``collect``: only the probes the deciding checks need,
+    then only those checks)."""
+    from dl_doctor.signatures import match, rank
+
+    matrix = load_matrix(())
+    matches = match(text, matrix.signatures())
+    causes = matrix.causes()
+    out: Dict[str, Any] = {"matched": [{"signature": m.signature["id"], "pattern": m.pattern.text, "line": m.excerpt,
+                                        "meaning": m.signature["meaning"]} for m in matches],
+                           "evidence_from": None, "causes": []}
+    if not matches:
+        return out
+    findings: Optional[Dict[str, Dict[str, Any]]] = None
+    deciding = sorted({k for m in matches for cid in m.signature["causes"] for k in (causes.get(cid) or {}).get("checks", [])})
+    if report:
+        _snapshot, found = snapshot_and_findings(report)
+        findings = {f["id"]: f for f in found if f.get("id") in deciding}
+        out["evidence_from"] = report
+    elif evidence and collect is not None and deciding:
+        from dl_doctor.engine import evaluate
+
+        reg = registry()
+        checks = [c for c in reg.checks if c.id in deciding]
+        roots = {r.split(".")[0] for c in checks for r in c.requires}
+        reg_probes = [p for p in reg.probes if p.name in roots]
+        from dl_doctor.engine import collect as run_probes
+        from dl_doctor.host import Host
+
+        try:
+            host = Host(sysroot=collect.sysroot, command_timeout=collect.timeout, run_as_owner=collect.run_as_owner)
+        except NotADirectoryError as exc:
+            raise InputProblem(str(exc))
+        snapshot = run_probes(reg_probes, host, collect.probe_options(), timeout=collect.timeout)
+        findings = {f.id: f.to_dict() for f in evaluate(snapshot, checks, matrix)}
+        out["evidence_from"] = collect.sysroot or "this machine"
+        out["checks_run"] = sorted(findings)
+    out["causes"] = rank(matches, causes, findings)
+    return out
