@@ -108,7 +108,8 @@ TABLES: Dict[str, Table] = {
                    ("id", "summary", "fix")),
     "signature": Table(("id",), {
         "id": "str", "where": ("list", ("enum", ("kernel-log", "journal", "app", "nccl"))),
-        "patterns": ("list", "signature_pattern"), "meaning": "str", "causes": ("list", "str")},
+        "patterns": ("list", "signature_pattern"), "meaning": "str", "causes": ("list", "str"),
+        "severity": ("enum", ("fail", "warn", "info")), "reported_by": "str"},
         ("id", "where", "patterns", "meaning", "causes")),
     "known_issue": Table(("id",), {
         "id": "ki_id", "component": "str", "versions": "specifier", "requires": ("map", "specifier"),

@@ -12,8 +12,9 @@ from typing import List, Mapping, Optional, Tuple
 from dl_doctor.host import CommandUnavailable, Host
 
 
-def read_kmsg(host: Host, max_records: int = 20000) -> List[str]:
-    """The kernel ring buffer of the current boot from ``/dev/kmsg`` (live only; non-blocking).
+def read_kmsg(host: Host, max_records: int = 20000, first_seq: Optional[List[int]] = None) -> List[str]:
+    """The kernel ring buffer of the current boot from ``/dev/kmsg`` (live only; non-blocking). ``first_seq``, when
+    given, receives the first record's sequence number: above 0, the boot's start was overwritten.
 
     Raises ``PermissionError`` where ``dmesg_restrict`` keeps it from this user.
     """
@@ -34,6 +35,9 @@ def read_kmsg(host: Host, max_records: int = 20000) -> List[str]:
             if not record:
                 break
             header, _, message = record.decode("utf-8", "replace").partition(";")
+            if first_seq is not None and not first_seq:
+                fields = header.split(",")
+                first_seq.append(int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else -1)
             lines.append(message.split("\n", 1)[0])
     finally:
         os.close(fd)

@@ -214,6 +214,28 @@ class Host:
             self.capture.file(path, data, truncated=len(data) >= max_bytes)
         return data
 
+    def read_tail(self, path: str, max_bytes: int) -> Tuple[bytes, bool]:
+        """The last ``max_bytes`` of a regular file, and whether that is the whole file (logs: the end is newest)."""
+        fd = open_regular(self.resolve(path))
+        try:
+            size = os.fstat(fd).st_size
+            start = max(0, size - max_bytes)
+            os.lseek(fd, start, os.SEEK_SET)
+            chunks: List[bytes] = []
+            left = min(size, max_bytes)
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        if self.capture is not None:
+            self.capture.file(path, data, truncated=start > 0)
+        return data, start == 0
+
     def read_text(self, path: str, max_bytes: int = MAX_READ_BYTES) -> str:
         return self.read_bytes(path, max_bytes).decode("utf-8", errors="replace")
 

@@ -85,6 +85,9 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
     return {
         "fabric_manager": fm,
         "persistenced": persistenced,
+        # the driver's suspend/resume hooks: GPU memory survives a suspend only through them
+        "suspend_units": {name: _unit(ctx, f"{name}.service") for name in ("nvidia-suspend", "nvidia-resume",
+                                                                             "nvidia-hibernate")},
         "container_toolkit": {
             "binaries": toolkit_bins,
             "docker_installed": docker_installed,

@@ -9,6 +9,8 @@ from dl_doctor.host import CommandUnavailable
 from dl_doctor.devices import read_kmsg
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
+from dl_doctor.logs import MAX_LOG_BYTES  # noqa: E402
+
 LOG_FILES = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
 INTERESTING = re.compile(r"NVRM|nvidia|Xid|RmInitAdapter|fallen off the bus|nouveau|NVSwitch|nvidia-nvswitch|"
                          r"Key was rejected|module verification failed", re.I)
@@ -75,35 +77,44 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
             "fallen_off_bus": sorted(set(fallen)), "module_key_rejected": key_rejected}
 
 
-@probe("kernel_log", "NVIDIA messages in the kernel log of this boot (Xid errors, RmInitAdapter, API mismatch)",
+@probe("kernel_log", "NVIDIA messages in the kernel log of this boot (Xid errors, RmInitAdapter, API mismatch), "
+       "and the events the signature base knows, against the NVIDIA module load",
        root_adds="the kernel log (/dev/kmsg, /var/log/messages), where Xid errors and driver load failures appear")
 def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    from dl_doctor.logs import candidate_lines, read_boot
+
     host = ctx.host
     lines: Optional[List[str]] = None
     source = None
+    boot: Dict[str, Any] = {}
     if host.live:
         try:
-            lines, source = read_kmsg(host), "/dev/kmsg"
+            first: List[int] = []
+            records, source = read_kmsg(host, first_seq=first), "/dev/kmsg"
+            lines = candidate_lines("\n".join(records))
+            boot = {"source": source, "boot_start_seen": bool(first) and first[0] == 0, "cut_by_cap": False,
+                    "records": len(records), "first_sequence": first[0] if first else None}
         except PermissionError:
             ctx.denied("the kernel log (/dev/kmsg): Xid errors and driver load failures of this boot")
         except (OSError, CommandUnavailable):
             lines = None
     if lines is None:
-        denied = []
-        for path in LOG_FILES:
-            try:
-                text = host.try_read(path, 64 * 1024 * 1024)
-            except PermissionError:
-                denied.append(path)
-                continue
-            if text is not None:
-                lines, source = current_boot(text.splitlines()), path
-                break
-        if lines is None and denied:
-            raise PermissionError(f"cannot read {', '.join(denied)}")
+        try:
+            log = read_boot(host, int(ctx.options.get("log_bytes") or 0) or MAX_LOG_BYTES)
+        except PermissionError as exc:
+            raise PermissionError(f"cannot read the kernel log files: {exc}")
+        if log is not None:
+            lines, source, boot = candidate_lines(log.text), log.source, log.describe()
     if lines is None:
         raise Unavailable("no kernel log: /dev/kmsg is not readable here and no /var/log/{kern.log,messages,syslog}")
     relevant = [l for l in lines if INTERESTING.search(l)]
     out = parse_kernel_log(relevant)
-    out.update(source=source, lines=relevant[-MAX_LINES:], truncated=len(relevant) > MAX_LINES)
+    out.update(source=source, lines=relevant[-MAX_LINES:], truncated=len(relevant) > MAX_LINES, boot=boot)
+    try:
+        from dl_doctor.app import load_matrix
+        from dl_doctor.logs import events
+
+        out.update(events(lines, load_matrix(()).signatures()))
+    except Exception as exc:  # noqa: BLE001 - the events cost only themselves
+        out["events_error"] = f"{type(exc).__name__}: {exc}"
     return out

@@ -1,0 +1,70 @@
+"""Events in the kernel log of this boot that the signature base knows, judged against the NVIDIA module load."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+
+
+@check(
+    id="DLD-LOG-001", slug="kernel-log-events",
+    title="No event since the NVIDIA module was loaded has left the driver or a job in a bad state",
+    tags=("driver", "gpu", "kernel", "logs"), requires=("kernel_log",),
+    what="""Matches the kernel log of the current boot (the ring buffer live; from files, the syslog family read
+    backwards with its rotations until the boot's first line, bounded) against the signature base: module symbol
+    failures, PCIe AER errors, soft lockups, the OOM killer taking a Python process, segfaults inside CUDA
+    libraries, and a suspend or hibernation after the NVIDIA module was loaded on a host without the driver's
+    suspend/resume units. Events before the module load, or from an earlier boot, do not count; Xid errors, API
+    mismatches and rejected signatures are judged by their own checks. When the byte cap cut off the boot's start,
+    the finding says so and judges what was read.""",
+    why="""A GPU job fails for reasons that leave no file behind: the driver lost the GPU's memory across a suspend
+    (CUDA then fails until the module reloads), the kernel killed a DataLoader worker for host memory, a CPU locked
+    up in the driver. The log line is the only evidence, and the same line from last week's boot is noise.""",
+    fix="""Follow the cause the finding names (dl-doctor why "LINE" explains one line); for suspend, enable
+    nvidia-suspend/nvidia-resume (and nvidia-hibernate) or keep the host from suspending.""",
+)
+def kernel_log_events(facts: Facts, matrix) -> Result:
+    if facts.get("kernel_log.events") is None and facts.has("kernel_log"):
+        return skip("these facts predate kernel-log events (dl-doctor 0.2.0); collect them again")
+    sigs = {s["id"]: s for s in matrix.signatures()}
+    causes = matrix.causes()
+    boot = facts.get("kernel_log.boot") or {}
+    problems: List[str] = []
+    notes: List[str] = []
+    severity = "pass"
+    fixes: List[str] = []
+    rows: List[Dict[str, Any]] = []
+    for e in facts.get("kernel_log.events") or []:
+        sig = sigs.get(e.get("event"))
+        if sig is None or sig.get("reported_by") or not e.get("after_module_load", True) and facts.get(
+                "kernel_log.module_loaded"):
+            continue
+        cause = causes.get((sig.get("causes") or [None])[0]) or {}
+        text = f"{sig['meaning']}: {e.get('line')}"
+        rows.append({"event": sig["id"], "line": e.get("line"), "cause": cause.get("summary")})
+        if sig.get("severity") == "fail":
+            severity = "fail"
+            problems.append(text)
+        elif sig.get("severity") == "warn":
+            severity = "warn" if severity == "pass" else severity
+            notes.append(text)
+        if cause.get("fix"):
+            fixes.append(cause["fix"])
+    units = facts.get("gpu_services.suspend_units") or {}
+    after = [s for s in facts.get("kernel_log.suspends") or [] if s.get("after_module_load")]
+    if after and not ((units.get("nvidia-suspend") or {}).get("enabled") and (units.get("nvidia-resume") or {}).get(
+            "enabled")):
+        severity = "warn" if severity == "pass" else severity
+        notes.append(f"the host suspended after the NVIDIA module was loaded ({after[-1]['line']}) and "
+                     f"nvidia-suspend/nvidia-resume are not enabled: GPU memory was not preserved")
+        fixes.append("sudo systemctl enable nvidia-suspend.service nvidia-resume.service nvidia-hibernate.service")
+    evidence = {"events": rows[:50], "boot": boot}
+    cut = " (the byte cap cut off the start of this boot: judged what was read)" if boot.get("cut_by_cap") else ""
+    fix = Fix("Deal with the cause each event names.", tuple(dict.fromkeys(fixes)) or ("dl-doctor why --log /var/log/kern.log",))
+    if severity == "fail":
+        return fail("; ".join(problems + notes) + cut, evidence, fix)
+    if severity == "warn":
+        return warn("; ".join(notes) + cut, evidence, fix)
+    where = boot.get("source") or facts.get("kernel_log.source") or "the kernel log"
+    return passed(f"no event in {where} of this boot since the NVIDIA module was loaded{cut}", **evidence)
