@@ -137,6 +137,12 @@ def cuda_consumers(facts: Facts) -> list:
         if torch.get("cuda"):
             out.append({"kind": "framework", "what": f"torch {torch.get('version')}",
                         "where": penv.get("path") or penv.get("name"), "cuda": torch["cuda"]})
+        for c in penv.get("consumers") or []:  # every other framework with a known build CUDA (docs/frameworks.md)
+            cuda = (c.get("build") or {}).get("cuda")
+            if c.get("distribution") == "torch" or not cuda or not re.match(r"^\d+\.\d+", cuda):
+                continue
+            out.append({"kind": "consumer", "what": f"{c['distribution']} {c.get('version') or ''}".strip(),
+                        "where": penv.get("prefix") or penv.get("name"), "cuda": ".".join(cuda.split(".")[:2])})
     return out
 
 

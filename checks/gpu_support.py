@@ -32,6 +32,7 @@ def gpu_unsupported(facts: Facts, matrix) -> Result:
     flavor = facts.get("nvidia_driver.kernel_module.flavor")
     consumers = cuda_consumers(facts)
     problems: List[str] = []
+    below: List[str] = []
     unknown: List[str] = []
     seen: Dict[str, Dict[str, Any]] = {}
     for g in nvidia_gpus(facts):
@@ -49,6 +50,13 @@ def gpu_unsupported(facts: Facts, matrix) -> Result:
             problems.append(f"{name} ({arch}) needs the proprietary kernel module; the open module is loaded")
         if flavor == "proprietary" and info.get("open_kernel_modules") == "required":
             problems.append(f"{name} ({arch}) requires the open kernel modules; the proprietary module is loaded")
+        min_cuda = info.get("min_cuda")
+        if min_cuda:  # needs no arch list: a build for an older CUDA has no native code for this architecture
+            for c in consumers:
+                if c.get("kind") in ("framework", "consumer") and _v(c["cuda"]) < _v(min_cuda):
+                    below.append(f"{name} ({arch}) needs CUDA {min_cuda} or newer for native code; {c['what']} "
+                                 f"({c['where']}) was built for CUDA {c['cuda']}: it runs only through PTX it may "
+                                 f"not ship ('no kernel image is available for execution on the device')")
         max_cuda = info.get("max_cuda")
         if max_cuda:
             for c in consumers:
@@ -76,6 +84,11 @@ def gpu_unsupported(facts: Facts, matrix) -> Result:
     if not seen:
         return skip(f"GPU model{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} not in the compatibility matrix",
                     **evidence)
+    if below:
+        return warn("; ".join(dict.fromkeys(below)), evidence,
+                    Fix("Install the framework build for a CUDA release that supports this GPU generation.",
+                        ("dl-doctor matrix gpu " + next(iter(seen)) + "   # its minimum CUDA",
+                         "# PyTorch: pip install torch --index-url https://download.pytorch.org/whl/cu128 (or newer)")))
     return passed(", ".join(f"{n} ({i['architecture']}, CC {i['compute_capability']})" for n, i in seen.items())
                   + " supported by " + (f"driver {driver}" if driver else "the installed software"), **evidence)
 
