@@ -10,6 +10,7 @@ given pattern (bounded by occurrences × GAP), whatever the pattern says.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -77,6 +78,7 @@ class Pattern:
         return pos
 
 
+@functools.lru_cache(maxsize=4096)
 def compile_pattern(text: str) -> Pattern:
     if not isinstance(text, str) or not text.strip():
         raise PatternError("a pattern must be non-empty text")
