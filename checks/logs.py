@@ -25,9 +25,12 @@ from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
     nvidia-suspend/nvidia-resume (and nvidia-hibernate) or keep the host from suspending.""",
 )
 def kernel_log_events(facts: Facts, matrix) -> Result:
-    if facts.get("kernel_log.events") is None and facts.has("kernel_log"):
+    from dl_doctor.logs import events
+
+    if facts.get("kernel_log.candidates") is None and facts.has("kernel_log"):
         return skip("these facts predate kernel-log events (dl-doctor 0.2.0); collect them again")
     sigs = {s["id"]: s for s in matrix.signatures()}
+    found = events(facts.get("kernel_log.candidates") or [], sigs.values())
     causes = matrix.causes()
     boot = facts.get("kernel_log.boot") or {}
     problems: List[str] = []
@@ -35,7 +38,7 @@ def kernel_log_events(facts: Facts, matrix) -> Result:
     severity = "pass"
     fixes: List[str] = []
     rows: List[Dict[str, Any]] = []
-    for e in facts.get("kernel_log.events") or []:
+    for e in found:
         sig = sigs.get(e.get("event"))
         if sig is None or sig.get("reported_by") or not e.get("after_module_load", True) and facts.get(
                 "kernel_log.module_loaded"):

@@ -268,6 +268,10 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
         if PROVIDER.fullmatch(name) or not str(d.get("metadata", "")).endswith(".dist-info"):
             continue
         entry = matrix.consumer(name) if matrix is not None else None
+        if entry and entry.get("build_info"):  # its own build information says it is not a CUDA build: skip
+            text = host.try_read(posixpath.join(d["location"], entry["build_info"]), 1 << 20)
+            if text is not None and "cuda" not in read_build_info(text, entry.get("build_keys") or {}):
+                continue
         objects = record_objects(host, d["metadata"], d["location"])
         if not objects:
             continue

@@ -147,22 +147,33 @@ def read_boot(host: Host, cap: int = MAX_LOG_BYTES, families: Iterable[str] = LO
     return None
 
 
-def events(lines: List[str], signatures: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
-    """Signature matches and suspends in one boot's candidate lines (:func:`candidate_lines`), each marked with
-    whether the NVIDIA module was loaded before it (the last module load of the boot counts)."""
-    from dl_doctor.signatures import match
-
-    kernel_sigs = [s for s in signatures if "kernel-log" in (s.get("where") or [])]
+def mark(lines: List[str]) -> Dict[str, Any]:
+    """One boot's candidate lines (:func:`candidate_lines`), each marked with whether the NVIDIA module was loaded
+    before it (the last module load of the boot counts), and its suspends. The signature base judges the lines in
+    the check (DLD-LOG-001), so a report can be judged again with newer signatures."""
     load_at = max((i for i, line in enumerate(lines) if MODULE_LOAD.search(line)), default=None)
-    out: List[Dict[str, Any]] = []
+    marked: List[Dict[str, Any]] = []
     suspends: List[Dict[str, Any]] = []
     for i, line in enumerate(lines):
         after = load_at is not None and i > load_at
         if SUSPEND.search(line):
             suspends.append({"line": line.strip()[-300:], "after_module_load": after})
+        elif not MODULE_LOAD.search(line):
+            marked.append({"line": line.strip()[-300:], "after_module_load": after})
+    return {"candidates": marked[-MAX_EVENTS:], "candidates_dropped": max(0, len(marked) - MAX_EVENTS),
+            "suspends": suspends[-50:], "module_loaded": load_at is not None}
+
+
+def events(candidates: Iterable[Dict[str, Any]], signatures: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The candidate lines that a kernel-log signature matches: ``{"event", "line", "after_module_load"}``."""
+    from dl_doctor.signatures import match
+
+    kernel_sigs = [s for s in signatures if "kernel-log" in (s.get("where") or [])]
+    out: List[Dict[str, Any]] = []
+    for c in candidates:
+        line = c.get("line") if isinstance(c, dict) else None
+        if not isinstance(line, str):
             continue
         for m in match(line, kernel_sigs)[:1]:
-            out.append({"event": m.signature["id"], "line": line.strip()[-300:], "after_module_load": after})
-        if len(out) >= MAX_EVENTS:
-            break
-    return {"events": out, "suspends": suspends[-50:], "module_loaded": load_at is not None}
+            out.append({"event": m.signature["id"], "line": line, "after_module_load": bool(c.get("after_module_load"))})
+    return out

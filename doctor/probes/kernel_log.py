@@ -110,11 +110,7 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
     relevant = [l for l in lines if INTERESTING.search(l)]
     out = parse_kernel_log(relevant)
     out.update(source=source, lines=relevant[-MAX_LINES:], truncated=len(relevant) > MAX_LINES, boot=boot)
-    try:
-        from dl_doctor.app import load_matrix
-        from dl_doctor.logs import events
+    from dl_doctor.logs import mark
 
-        out.update(events(lines, load_matrix(()).signatures()))
-    except Exception as exc:  # noqa: BLE001 - the events cost only themselves
-        out["events_error"] = f"{type(exc).__name__}: {exc}"
+    out.update(mark(lines))
     return out
