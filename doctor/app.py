@@ -387,27 +387,43 @@ def read_why_input(text: Optional[str], log: Optional[str]) -> str:
         return text[-MAX_TEXT:]
     import sys as _sys
 
+    gz = log.endswith(".gz")
     if log == "-":
-        data = _sys.stdin.buffer.read(MAX_TEXT * 4)[-MAX_TEXT:]
+        data = _sys.stdin.buffer.read(MAX_TEXT * 4)
     else:
         try:
-            st = os.stat(log)
             if not os.path.isfile(log):
                 raise InputProblem(f"{log} is not a regular file")
+            size = os.stat(log).st_size
             with open(log, "rb") as fh:
-                if st.st_size > MAX_TEXT:
-                    fh.seek(st.st_size - MAX_TEXT)
-                data = fh.read(MAX_TEXT)
+                head = fh.read(2)
+                gz = gz or head == b"\x1f\x8b"
+                if not gz and size > MAX_TEXT:  # plain text: its end, where the error is
+                    fh.seek(size - MAX_TEXT)
+                else:
+                    fh.seek(0)
+                data = fh.read(MAX_TEXT * 4)  # a compressed log from its start (its header), at most 64 MiB
         except OSError as exc:
             raise InputProblem(f"cannot read {log}: {exc.strerror or exc}")
-    if log.endswith(".gz") or data[:2] == b"\x1f\x8b":
-        import gzip
+    if gz or data[:2] == b"\x1f\x8b":
         import zlib
 
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out = bytearray()
+        seen = 0
         try:
-            data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, MAX_TEXT)
-        except (zlib.error, gzip.BadGzipFile) as exc:
+            chunk = data
+            while chunk and seen < (1 << 30):  # a decompression bomb stops at 1 GiB of text (its first GiB is read)
+                part = d.decompress(chunk, 1 << 20)
+                seen += len(part)
+                out += part
+                chunk = d.unconsumed_tail
+                if len(out) > MAX_TEXT:  # keep the end
+                    del out[:len(out) - MAX_TEXT]
+        except zlib.error as exc:
             raise InputProblem(f"{log}: not a readable gzip file ({exc})")
+        data = bytes(out)
+    data = data[-MAX_TEXT:]
     return data.decode("utf-8", "replace")
 
 

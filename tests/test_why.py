@@ -193,3 +193,18 @@ def test_why_on_the_dlami_tree_with_an_older_cudnn(tmp_path):
     assert r.returncode == 1, r.stderr
     top = json.loads(r.stdout)["causes"][0]
     assert top["id"] == "cuda-library-shadowed" and top["verdict"] == "confirmed"
+
+
+def test_why_reads_a_rotated_compressed_log(tmp_path):
+    import gzip
+
+    log = tmp_path / "kern.log.2.gz"
+    log.write_bytes(gzip.compress(("Nov 30 kernel: eth0 up\n" * 50000 + "Nov 30 kernel: NVRM: The NVIDIA probe routine "
+                                   "was not called for 1 device(s).\n").encode()))
+    r = subprocess.run([str(DOCTOR), "why", "--text-only", "--json", "--log", str(log)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["causes"][0]["id"] == "nouveau-owns-gpu"
+    bad = tmp_path / "broken.gz"
+    bad.write_bytes(b"\x1f\x8bnot gzip at all")
+    r = subprocess.run([str(DOCTOR), "why", "--log", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2 and "not a readable gzip file" in r.stderr
