@@ -19,7 +19,8 @@ def on_host(facts: Facts):
     tags=("container", "gpu"), requires=("system.container", "nvidia_driver"), applies=(in_container,),
     what="""Inside a container, checks for the GPU device nodes (/dev/nvidia*) and the driver libraries
     (libnvidia-ml, libcuda) that the NVIDIA container runtime injects, when the image or the PCI bus says GPUs are
-    expected.""",
+    expected. On a container's or image's tree (--sysroot), where device nodes cannot be seen, it checks what the
+    files can say: an image must not ship a driver library of its own.""",
     why="""A container started without --gpus (or a pod without an nvidia.com/gpu request) has no device nodes and
     no libcuda: CUDA reports 'CUDA driver version is insufficient for CUDA runtime version' or 'no CUDA-capable
     device', which sends people to upgrade a driver that is fine.""",
@@ -34,8 +35,18 @@ def container_gpu_access(facts: Facts) -> Result:
     gpus_on_bus = len(nvidia_gpus(facts))
     evidence = {"device_nodes": nodes, "driver_libraries": [l["path"] for l in libs], "cuda_image": cuda_image,
                 "gpu_pci.gpu_count": gpus_on_bus, "container": facts.get("system.container.kind")}
-    if nodes is None:
-        return skip("device nodes are not visible here (sysroot)", **evidence)
+    if nodes is None:  # a tree (an exported container or image): what its files say
+        baked = [l["path"] for l in libs if l.get("library") == "libcuda"]
+        if baked:
+            return fail(f"the image ships its own driver library ({', '.join(baked[:3])}, {libs[0]['version']}): the "
+                        "NVIDIA runtime mounts the host's at start, and a baked-in copy of another version shadows it "
+                        "('CUDA driver version is insufficient', 'Driver/library version mismatch')", evidence,
+                        Fix("Remove the driver libraries from the image (they come from the host at run time).",
+                            tuple(f"rm -f {p}   # in the Dockerfile, after the step that copied it" for p in baked[:3])
+                            + ("# the CUDA forward-compatibility package (cuda-compat-*) is the supported way to run a "
+                               "newer CUDA on an older driver",)))
+        return passed("the image ships no driver library of its own (the NVIDIA runtime injects the host's when the "
+                      "container starts; device nodes exist only in a running container)", **evidence)
     expects = cuda_image or gpus_on_bus > 0 or bool(env.get("NVIDIA_VISIBLE_DEVICES"))
     has_nodes = any(n == "nvidiactl" for n in nodes) and any(n[6:].isdigit() for n in nodes if n.startswith("nvidia"))
     kind = facts.get("system.container.kind")

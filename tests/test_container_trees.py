@@ -30,3 +30,19 @@ def test_cgroup_v1_unlimited(run_cli, tree):
     spec["sys/fs/cgroup/cpu/cpu.cfs_period_us"] = "100000\n"
     report = json.loads(run_cli("run", "--sysroot", str(tree(spec)), "--json", "-", "--only", "container").stdout)
     assert report["facts"]["system"]["cgroup"] == {"version": 1, "memory_limit_bytes": None, "cpu_limit": None}
+
+
+def test_a_container_tree_is_judged_by_its_files_not_skipped(run_cli, tree):
+    """Device nodes cannot be seen in a tree, but a driver library baked into the image can: it fails; without one
+    the image is fine (the runtime injects the host's libraries at start)."""
+    spec = trees.g4dn_docker_64m()
+    report = json.loads(run_cli("run", "--sysroot", str(tree(spec)), "--json", "-", "--only", "DLD-CTR-001").stdout)
+    f = {x["id"]: x for x in report["findings"]}
+    assert f["DLD-CTR-001"]["status"] == "pass", f["DLD-CTR-001"]["message"]
+    spec["usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05"] = "\x7fELF"
+    spec["usr/lib/x86_64-linux-gnu/libcuda.so.1"] = {"symlink": "libcuda.so.535.104.05"}
+    report = json.loads(run_cli("run", "--sysroot", str(tree(spec, "baked")), "--json", "-", "--only",
+                                "DLD-CTR-001").stdout)
+    f = {x["id"]: x for x in report["findings"]}
+    assert f["DLD-CTR-001"]["status"] == "fail"
+    assert "the image ships its own driver library" in f["DLD-CTR-001"]["message"]
