@@ -71,3 +71,59 @@ def kernel_log_events(facts: Facts, matrix) -> Result:
         return warn("; ".join(notes) + cut, evidence, fix)
     where = boot.get("source") or facts.get("kernel_log.source") or "the kernel log"
     return passed(f"no event in {where} of this boot since the NVIDIA module was loaded{cut}", **evidence)
+
+
+def _units(facts: Facts) -> Dict[str, Dict[str, Any]]:
+    services = facts.get("gpu_services") or {}
+    out = {"nvidia-fabricmanager": services.get("fabric_manager") or {},
+           "nvidia-persistenced": services.get("persistenced") or {}}
+    out.update({k: v for k, v in (services.get("suspend_units") or {}).items() if isinstance(v, dict)})
+    return {k: v for k, v in out.items() if v.get("installed")}
+
+
+@check(
+    id="DLD-LOG-002", slug="gpu-service-failed",
+    title="The NVIDIA services this host has enabled are running (fabric manager, persistence daemon, suspend units)",
+    tags=("driver", "gpu", "logs", "services"), requires=("gpu_services",),
+    what="""For each NVIDIA unit that is installed and enabled (nvidia-fabricmanager, nvidia-persistenced,
+    nvidia-suspend/resume/hibernate), reads its state from systemd (live) and, for a unit that is not running, this
+    boot's journal of it, matched against the signature base for the reason.""",
+    why="""A failed fabric manager leaves an NVSwitch system with 'system not yet initialized' (CUDA error 802); a
+    failed persistence daemon makes every CUDA start slow and can lose the GPUs' state; the unit's own journal says
+    why (a version mismatch with the driver, a missing device), and nothing else does.""",
+    fix="""Fix the reason the journal names, then sudo systemctl restart the unit; a fabric manager must be the
+    driver's exact version.""",
+)
+def gpu_service_failed(facts: Facts, matrix) -> Result:
+    from dl_doctor.signatures import match
+
+    units = _units(facts)
+    enabled = {k: v for k, v in units.items() if v.get("enabled")}
+    if not enabled:
+        return skip("no NVIDIA service is installed and enabled here")
+    if all(v.get("active") is None for v in enabled.values()):
+        return skip("service states are seen only on a running host (systemctl), not in a tree")
+    journal_sigs = [s for s in matrix.signatures() if "journal" in (s.get("where") or [])]
+    causes = matrix.causes()
+    problems, fixes, rows = [], [], []
+    for name, unit in sorted(enabled.items()):
+        state = unit.get("active")
+        if state in (None, "active"):
+            continue
+        tail = unit.get("journal_tail") or []
+        found = match("\n".join(tail), journal_sigs + matrix.signatures()) if tail else []
+        reason = ""
+        if found:
+            cause = causes.get((found[0].signature.get("causes") or [None])[0]) or {}
+            reason = f": {found[0].signature['meaning']} ({found[0].excerpt})"
+            if cause.get("fix"):
+                fixes.append(cause["fix"])
+        elif tail:
+            reason = f"; its journal ends: {tail[-1]}"
+        problems.append(f"{name} is {state}{reason}")
+        rows.append({"unit": name, "active": state, "journal_tail": tail[-10:]})
+        fixes.append(f"sudo systemctl restart {name}.service && journalctl -b -u {name} -n 50 --no-pager")
+    if problems:
+        return fail("; ".join(problems), {"units": rows}, Fix("Get the NVIDIA services running again.",
+                                                              tuple(dict.fromkeys(fixes))))
+    return passed(f"running: {', '.join(sorted(enabled))}")

@@ -127,3 +127,46 @@ def test_a_log_larger_than_the_cap_is_read_from_its_end_and_says_so(tmp_path):
     assert "cut off the start of this boot" in f["DLD-LOG-001"]["message"]
     assert f["DLD-LOG-001"]["status"] == "warn"  # the OOM at the end is judged
     assert elapsed < 120  # bounded; about a second here
+
+
+def test_a_failed_unit_brings_its_journal_tail_and_a_healthy_one_costs_no_journal_call():
+    """gpu_services' unit reading, with a stand-in for systemd (systemctl, journalctl) behind the Host interface."""
+    from dl_doctor.probes.gpu_services import _unit
+
+    calls = []
+
+    class FakeHost:
+        live = True
+
+        def exists(self, path):
+            return path == "/usr/lib/systemd/system/nvidia-fabricmanager.service"
+
+        def lexists(self, path):
+            return True
+
+        def glob(self, pattern):
+            return ["/etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"]
+
+        def which(self, name):
+            return f"/usr/bin/{name}"
+
+        def run(self, argv, timeout=None):
+            calls.append(argv[0])
+
+            class R:
+                stdout = ("failed\n" if argv[0] == "systemctl" else
+                          "Starting NVIDIA fabric manager service...\nnvidia-fabricmanager.service: Failed with "
+                          "result 'exit-code'.\n")
+            return R()
+
+    class Ctx:
+        host = FakeHost()
+
+    unit = _unit(Ctx, "nvidia-fabricmanager.service")
+    assert unit["active"] == "failed" and unit["enabled"] is True
+    assert unit["journal_tail"][-1] == "nvidia-fabricmanager.service: Failed with result 'exit-code'."
+    assert calls == ["systemctl", "journalctl"]
+    calls.clear()
+    FakeHost.run = lambda self, argv, timeout=None: (calls.append(argv[0]), type("R", (), {"stdout": "active\n"}))[1]
+    unit = _unit(Ctx, "nvidia-fabricmanager.service")
+    assert unit["active"] == "active" and "journal_tail" not in unit and calls == ["systemctl"]

@@ -23,7 +23,16 @@ def _unit(ctx: ProbeContext, name: str) -> Dict[str, Any]:
             active = result.stdout.strip()[:64] or None
         except OSError:
             active = None
-    return {"installed": path is not None, "unit_path": path, "enabled": enabled, "active": active}
+    out = {"installed": path is not None, "unit_path": path, "enabled": enabled, "active": active}
+    if active in ("failed", "activating", "deactivating") and host.which("journalctl"):
+        # why it is not running: this boot's journal of the unit (only for a unit that is not healthy: no cost
+        # on a healthy host); judged against the journal signatures by DLD-LOG-002
+        try:
+            result = host.run(["journalctl", "-b", "-u", name, "-n", "40", "--no-pager", "-o", "cat"], timeout=3)
+            out["journal_tail"] = [line[:300] for line in result.stdout.splitlines()[-40:]]
+        except OSError:
+            pass
+    return out
 
 
 def fabric_manager_version(ctx: ProbeContext, packages: Optional[List[Dict[str, str]]]) -> Optional[Dict[str, str]]:
