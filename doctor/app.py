@@ -430,8 +430,8 @@ def read_why_input(text: Optional[str], log: Optional[str]) -> str:
 def why(text: str, *, report: Optional[str] = None, collect: Optional[CollectOptions] = None,
         evidence: bool = True) -> Dict[str, Any]:
     """Match ``text`` against the signature base and rank the candidate causes: from the text alone, or against a
-    report someone sent (``report``), or against this machine (``collect``: only the probes the deciding checks need,
-    then only those checks)."""
+    report someone sent (``report``), or against this machine (``collect``: the facts, then only the checks that
+    decide between the candidate causes)."""
     from dl_doctor.signatures import match, rank
 
     matrix = load_matrix(())
@@ -453,8 +453,8 @@ def why(text: str, *, report: Optional[str] = None, collect: Optional[CollectOpt
 
         reg = registry()
         checks = [c for c in reg.checks if c.id in deciding]
-        roots = {r.split(".")[0] for c in checks for r in c.requires}
-        reg_probes = [p for p in reg.probes if p.name in roots]
+        # every probe: a check's preconditions read facts beyond its requires= (is there an NVIDIA GPU at all?)
+        reg_probes = list(reg.probes)
         from dl_doctor.engine import collect as run_probes
         from dl_doctor.host import Host
 

@@ -208,3 +208,34 @@ def test_why_reads_a_rotated_compressed_log(tmp_path):
     bad.write_bytes(b"\x1f\x8bnot gzip at all")
     r = subprocess.run([str(DOCTOR), "why", "--log", str(bad)], capture_output=True, text=True)
     assert r.returncode == 2 and "not a readable gzip file" in r.stderr
+
+
+def test_why_nvml_mismatch_on_a_host_upgraded_without_reboot(run_cli, tree):
+    """failure_cases nvml-mismatch-unattended-upgrade, on the recorded p4d whose driver was upgraded in place."""
+    import machines
+
+    causes = _why_tree(run_cli, tree(machines.p4d_after_driver_upgrade()),
+                       "Failed to initialize NVML: Driver/library version mismatch")
+    assert causes[0]["id"] == "driver-upgraded-not-rebooted" and causes[0]["verdict"] == "confirmed"
+
+
+def test_why_802_on_an_nvswitch_host_without_the_fabric_manager(run_cli, tree):
+    """failure_cases fabric-manager-not-installed-802: a p5 with NVSwitches and no fabric manager installed."""
+    import machines
+
+    spec = machines.p5_48xlarge()
+    for key in [k for k in spec if "fabricmanager" in k]:
+        del spec[key]
+    causes = _why_tree(run_cli, tree(spec), "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run "
+                                            "some cuda functions before calling NumCudaDevices() that might have "
+                                            "already set an error? Error 802: system not yet initialized")
+    assert causes[0]["id"] == "fabric-manager-not-running" and causes[0]["verdict"] == "confirmed"
+
+
+def test_why_nccl_shared_memory_in_a_docker_container_with_64m_shm(run_cli, tree):
+    """failure_cases nccl-shm-docker-64m, on the recorded g4dn container tree with Docker's 64 MiB /dev/shm."""
+    import trees
+
+    causes = _why_tree(run_cli, tree(trees.g4dn_docker_64m()),
+                       "NCCL WARN Error while creating shared memory segment nccl-shm-recv-e0d5 (size 9637888)")
+    assert causes[0]["id"] == "shm-too-small" and causes[0]["verdict"] == "confirmed"
