@@ -126,3 +126,48 @@ def container_cpu(facts: Facts) -> Result:
                     Fix("Give the container more CPUs.", ("docker run --cpus=<2 or more per GPU> ...",
                                                           "# Kubernetes: resources.limits.cpu")))
     return passed(f"{limit:g} CPUs for {gpus} GPU(s)", **evidence)
+
+
+@check(
+    id="DLD-CTR-004", slug="containers-lose-gpus-on-daemon-reload",
+    title="GPU containers keep their GPUs across a systemd daemon-reload (/dev/char links for the NVIDIA devices)",
+    tags=("container", "gpu"), requires=("gpu_services", "nvidia_driver"), applies=(on_host,),
+    what="""On a host that runs GPU containers whose cgroups systemd manages (Docker with the systemd cgroup driver,
+    which is Docker's default on cgroup v2, or containerd with SystemdCgroup = true), looks for the /dev/char
+    symlinks to the NVIDIA device nodes that runc needs to restore the containers' device access when systemd
+    reloads its units.""",
+    why="""Without them, any 'systemctl daemon-reload' (a package upgrade runs one) detaches running GPU containers
+    from their GPUs: inside, nvidia-smi answers 'Failed to initialize NVML: Unknown Error' until the container is
+    recreated. NVIDIA documented it as a notice (NVIDIA/nvidia-docker#1730).""",
+    fix="""Create the links (sudo nvidia-ctk system create-dev-char-symlinks --create-all) and keep them with a udev
+    rule, or use CDI, or the cgroupfs driver.""",
+)
+def containers_lose_gpus(facts: Facts) -> Result:
+    ct = facts.get("gpu_services.container_toolkit") or {}
+    nodes = facts.get("nvidia_driver.device_nodes")
+    links = facts.get("nvidia_driver.dev_char_links")
+    cgroup_v2 = (facts.get("system.cgroup") or {}).get("version") == 2
+    evidence = {"docker_cgroup_driver": ct.get("docker_cgroup_driver"),
+                "containerd_systemd_cgroup": ct.get("containerd_systemd_cgroup"), "cgroup_v2": cgroup_v2,
+                "dev_char_links": links, "toolkit": ct.get("binaries")}
+    if not ct.get("binaries"):
+        return skip("the NVIDIA container toolkit is not installed here", **evidence)
+    if nodes is None or links is None:
+        return skip("device nodes are seen only on a running host", **evidence)
+    if not [n for n in nodes if n[6:].isdigit()]:
+        return skip("no NVIDIA GPU device node here", **evidence)
+    docker_systemd = ct.get("docker_installed") and (ct.get("docker_cgroup_driver") == "systemd" or (
+        ct.get("docker_cgroup_driver") is None and cgroup_v2))
+    systemd_managed = docker_systemd or ct.get("containerd_systemd_cgroup")
+    if not systemd_managed:
+        return passed("container cgroups are not managed by systemd here (cgroupfs driver)", **evidence)
+    if links:
+        return passed(f"{len(links)} /dev/char link(s) to the NVIDIA devices are present", **evidence)
+    who = "Docker (systemd cgroup driver)" if docker_systemd else "containerd (SystemdCgroup = true)"
+    return warn(f"{who} manages GPU containers' cgroups and /dev/char has no links to the NVIDIA device nodes: a "
+                "'systemctl daemon-reload' will detach running containers from their GPUs ('Failed to initialize "
+                "NVML: Unknown Error' inside)", evidence,
+                Fix("Create the /dev/char links to the NVIDIA devices, and keep them at every boot.",
+                    ("sudo nvidia-ctk system create-dev-char-symlinks --create-all",
+                     "# keep them: a udev rule that runs it when the nvidia modules load (see the NVIDIA notice "
+                     "https://github.com/NVIDIA/nvidia-docker/issues/1730), or configure the container runtime for CDI")))

@@ -75,12 +75,17 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
                                 "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-cli") if host.exists(b)]
     docker_installed = any(host.exists(p) for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd"))
     runtimes: Optional[List[str]] = None
+    cgroup_driver: Optional[str] = None
     daemon_error = None
     text = host.try_read("/etc/docker/daemon.json", 1 << 20)
     if text is not None:
         try:
             doc = json.loads(text)
             found = doc.get("runtimes") if isinstance(doc, dict) else None
+            opts = doc.get("exec-opts") if isinstance(doc, dict) else None
+            for opt in opts if isinstance(opts, list) else []:
+                if isinstance(opt, str) and opt.startswith("native.cgroupdriver="):
+                    cgroup_driver = opt.split("=", 1)[1][:32]
             if found is None or isinstance(found, dict):
                 runtimes = sorted(str(k)[:200] for k in (found or {}))
             else:
@@ -103,6 +108,10 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
             "docker_runtimes": runtimes,
             "docker_daemon_json_error": daemon_error,
             "containerd_nvidia_runtime": ("nvidia" in containerd) if containerd is not None else None,
+            # who manages the containers' cgroups: "systemd" (set, or containerd's SystemdCgroup = true) or "cgroupfs"
+            "docker_cgroup_driver": cgroup_driver,
+            "containerd_systemd_cgroup": (re.search(r"^\s*SystemdCgroup\s*=\s*true", containerd, re.M) is not None)
+            if containerd is not None else None,
             "cdi_specs": cdi,
         },
     }

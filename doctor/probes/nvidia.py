@@ -172,11 +172,17 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
                 compat.append({"path": f"{directory}/{name}", "version": lib[1], "active": active})
 
     device_nodes = None
+    char_links = None
     if host.live:
         device_nodes = sorted(n for n in host.listdir("/dev") if n.startswith("nvidia"))
+        # /dev/char/MAJOR:MINOR links to the NVIDIA nodes: runc needs them to keep a container's device access
+        # across a systemd daemon-reload (NVIDIA/nvidia-docker#1730)
+        char_links = sorted(n for n in host.listdir("/dev/char")
+                            if (host.readlink(f"/dev/char/{n}") or "").rsplit("/", 1)[-1].startswith("nvidia"))[:256]
 
     return {
         "userspace": {"libraries": libraries, "versions": sorted({lib["version"] for lib in libraries})},
+        "dev_char_links": char_links,
         "forward_compat_libs": compat,
         "device_nodes": device_nodes,
         "kernel_module": {
