@@ -285,3 +285,42 @@ def secure_boot_blocks_module(facts: Facts) -> Result:
                     evidence, fix)
     return warn("Secure Boot is on and the nvidia module is not loaded; check that its signing key is enrolled",
                 evidence, fix)
+
+
+@check(
+    id="DLD-DRV-006", slug="gsp-firmware-missing",
+    title="The GSP firmware of the driver's version is installed where the open kernel modules need it",
+    tags=("driver", "gpu", "kernel", "ami"), requires=("nvidia_driver",), applies=(needs_nvidia_gpu,),
+    what="""With the open NVIDIA kernel modules, looks for the GPU System Processor firmware of the module's exact
+    version, /lib/firmware/nvidia/<version>/gsp_*.bin. Works on an unbooted image (--sysroot).""",
+    why="""The open kernel modules offload GPU initialisation to the GSP and cannot drive a GPU without its firmware:
+    the module loads, then every GPU fails with 'RmInitAdapter failed' or a GSP firmware load error, and nvidia-smi
+    finds no devices. It happens when the firmware package was left out of an image or is of another driver
+    version than the module (NVIDIA's driver README, chapter 'GSP Firmware').""",
+    fix="""Install the firmware package of the exact driver version (Debian/Ubuntu: firmware-nvidia-gsp or
+    nvidia-firmware-<branch>-<version>; RHEL: nvidia-kmod-common), or reinstall the driver.""",
+)
+def gsp_firmware(facts: Facts) -> Result:
+    module = facts.get("nvidia_driver.kernel_module") or {}
+    flavor = module.get("flavor")
+    versions = facts.get("nvidia_driver.userspace.versions") or []
+    version = module.get("version") or (versions[0] if len(versions) == 1 else None)
+    firmware = facts.get("nvidia_driver.gsp_firmware")
+    evidence = {"flavor": flavor, "version": version, "gsp_firmware": firmware}
+    if firmware is None:
+        return skip("these facts predate the GSP firmware facts (dl-doctor 0.2.0)", **evidence)
+    if not version:
+        return skip("the driver version is not known here", **evidence)
+    files = firmware.get(version) or []
+    if files:
+        return passed(f"GSP firmware {version}: {', '.join(files)}", **evidence)
+    if flavor != "open":
+        return skip(f"no GSP firmware for {version}; the {flavor or 'unknown'} module flavour does not require it",
+                    **evidence)
+    others = sorted(firmware)
+    return fail(f"the open kernel module {version} needs /lib/firmware/nvidia/{version}/gsp_*.bin, which is not "
+                f"installed" + (f" (firmware exists only for {', '.join(others)})" if others else ""), evidence,
+                Fix("Install the GSP firmware of the driver's exact version.",
+                    (package_manager(facts).install(f"nvidia-firmware-{version.split('.')[0]}-{version}"
+                                                    if package_manager(facts).name == "apt" else "nvidia-kmod-common"),
+                     f"ls /lib/firmware/nvidia/{version}/   # gsp_ga10x.bin, gsp_tu10x.bin")))

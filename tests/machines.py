@@ -68,6 +68,9 @@ def dmi(spec: Dict[str, Any], instance_type: str) -> None:
 
 def rhel_base(kernel: str, driver: str, flavor: str = "proprietary") -> Dict[str, Any]:
     spec: Dict[str, Any] = {
+        # nvidia-kmod-common installs the GSP firmware of the driver's exact version
+        f"lib/firmware/nvidia/{driver}/gsp_ga10x.bin": b"\0",
+        f"lib/firmware/nvidia/{driver}/gsp_tu10x.bin": b"\0",
         "etc/os-release": RHEL88_OS_RELEASE,
         "etc/redhat-release": "Red Hat Enterprise Linux release 8.8 (Ootpa)\n",
         "etc/hostname": "ip-10-0-1-23.ec2.internal\n",

@@ -109,3 +109,14 @@ def test_unbooted_image_skips_runtime_state_but_checks_the_boot_kernel(run_cli, 
     assert f["DLD-DRV-002"]["status"] == "pass"  # the image's boot kernel has its module
     assert f["DLD-GPU-001"]["status"] == "skip" and f["DLD-MEM-001"]["status"] == "skip"
     assert {"gpu_pci", "mounts"} <= set(report["unavailable"])
+
+
+def test_an_image_with_the_open_module_but_no_gsp_firmware(run_cli, tree):
+    """A p5 image (open kernel modules) baked without the firmware package: every GPU would fail to initialise."""
+    spec = machines.p5_48xlarge()
+    for key in [k for k in spec if k.startswith("lib/firmware/nvidia/")]:
+        del spec[key]
+    f, _ = _run(run_cli, tree, spec, "DLD-DRV-006")
+    assert f["DLD-DRV-006"]["status"] == "fail"
+    assert "needs /lib/firmware/nvidia/550.54.15/gsp_*.bin" in f["DLD-DRV-006"]["message"]
+    assert any("nvidia-kmod-common" in c for c in f["DLD-DRV-006"]["fix"]["commands"])

@@ -12,12 +12,14 @@ SNAPSHOTS = FIXTURES / "snapshots"
 ALL_PASS_GPU = {f"DLD-GPU-{n:03d}": "pass" for n in range(1, 14)}
 BASE = {"DLD-SYS-001": "pass", "DLD-MEM-001": "pass", "DLD-DISK-001": "pass", "DLD-DRV-001": "pass",
         "DLD-DRV-002": "pass", "DLD-DRV-003": "pass", "DLD-DRV-004": "pass", "DLD-DRV-005": "pass",
-        "DLD-CUDA-001": "pass", "DLD-CUDA-002": "pass", "DLD-CTR-001": "skip", "DLD-CTR-002": "skip", **ALL_PASS_GPU}
+        "DLD-CUDA-001": "pass", "DLD-CUDA-002": "pass", "DLD-CTR-001": "skip", "DLD-CTR-002": "skip",
+        "DLD-DRV-006": "pass", **ALL_PASS_GPU}
 
 EXPECTED = {
     "p4d_rhel8_healthy": BASE,
     "p5_48xlarge": BASE,
-    "g5_ubuntu2204": {**BASE, "DLD-GPU-004": "skip", "DLD-GPU-005": "warn", "DLD-CTR-002": "pass"},
+    "g5_ubuntu2204": {**BASE, "DLD-GPU-004": "skip", "DLD-GPU-005": "warn", "DLD-CTR-002": "pass",
+                      "DLD-DRV-006": "skip"},  # the proprietary module, no GSP firmware package installed
     "p4d_driver_upgrade_no_reboot": {**BASE, "DLD-DRV-003": "fail", "DLD-GPU-004": "fail",
                                      **{f"DLD-GPU-{n:03d}": "skip" for n in (5, 6, 7, 9, 10, 11, 13)}},
 }

@@ -180,9 +180,17 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
         char_links = sorted(n for n in host.listdir("/dev/char")
                             if (host.readlink(f"/dev/char/{n}") or "").rsplit("/", 1)[-1].startswith("nvidia"))[:256]
 
+    # the GSP firmware the driver loads on Turing and later GPUs (the open kernel modules cannot run without it)
+    gsp: Dict[str, List[str]] = {}
+    for path in (host.glob("/lib/firmware/nvidia/*/gsp_*.bin") + host.glob("/usr/lib/firmware/nvidia/*/gsp_*.bin"))[:256]:
+        version = path.split("/")[-2]
+        gsp.setdefault(version, [])
+        if path.rsplit("/", 1)[-1] not in gsp[version]:
+            gsp[version].append(path.rsplit("/", 1)[-1])
     return {
         "userspace": {"libraries": libraries, "versions": sorted({lib["version"] for lib in libraries})},
         "dev_char_links": char_links,
+        "gsp_firmware": {k: sorted(v) for k, v in sorted(gsp.items())},
         "forward_compat_libs": compat,
         "device_nodes": device_nodes,
         "kernel_module": {
