@@ -170,3 +170,40 @@ def test_a_failed_unit_brings_its_journal_tail_and_a_healthy_one_costs_no_journa
     FakeHost.run = lambda self, argv, timeout=None: (calls.append(argv[0]), type("R", (), {"stdout": "active\n"}))[1]
     unit = _unit(Ctx, "nvidia-fabricmanager.service")
     assert unit["active"] == "active" and "journal_tail" not in unit and calls == ["systemctl"]
+
+
+def test_where_dmesg_is_restricted_the_kernel_journal_is_read(monkeypatch):
+    """kernel.dmesg_restrict keeps /dev/kmsg from a user that the journal lets read kernel messages (adm,
+    systemd-journal): the probe reads 'journalctl -k -b' instead and does not report the log as denied."""
+    from dl_doctor.probes import kernel_log
+
+    def denied(host, **kw):
+        raise PermissionError("dmesg_restrict")
+
+    monkeypatch.setattr(kernel_log, "read_kmsg", denied)
+    journal = "\n".join(BOOT + [LOAD, OOM]) + "\n"
+
+    class FakeHost:
+        live = True
+        sysroot = None
+
+        def which(self, name):
+            return "/usr/bin/journalctl"
+
+        def run(self, argv, timeout=None):
+            assert argv[:4] == ["journalctl", "-k", "-b", "--no-pager"]
+            return type("R", (), {"stdout": journal, "returncode": 0})()
+
+    notes = []
+
+    class Ctx:
+        host = FakeHost()
+        options = {}
+
+        def denied(self, what):
+            notes.append(what)
+
+    out = kernel_log.kernel_log_probe.func(Ctx())
+    assert out["source"] == "journalctl -k -b" and out["boot"]["boot_start_seen"] is True
+    assert any("Killed process 48211" in c["line"] and c["after_module_load"] for c in out["candidates"])
+    assert notes == []

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from dl_doctor.host import CommandUnavailable
+from dl_doctor.host import MAX_COMMAND_OUTPUT, CommandUnavailable
 from dl_doctor.devices import read_kmsg
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
@@ -77,6 +77,25 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
             "fallen_off_bus": sorted(set(fallen)), "module_key_rejected": key_rejected}
 
 
+def kernel_journal(host) -> Optional[Tuple[List[str], str, Dict[str, Any]]]:
+    """This boot's kernel messages from the systemd journal (``journalctl -k -b``; live, bounded output), as candidate
+    lines, or None where there is no journal this user may read."""
+    from dl_doctor.logs import boot_start, candidate_lines
+
+    if not host.which("journalctl"):
+        return None
+    try:
+        result = host.run(["journalctl", "-k", "-b", "--no-pager", "-o", "short", "-q"], timeout=5)
+    except (OSError, CommandUnavailable):
+        return None
+    if result.returncode != 0 or not result.stdout.strip():
+        return None
+    text = result.stdout
+    return (candidate_lines(text), "journalctl -k -b",
+            {"source": "journalctl -k -b", "boot_start_seen": boot_start(text) is not None,
+             "cut_by_cap": len(result.stdout.encode("utf-8", "replace")) >= MAX_COMMAND_OUTPUT, "bytes": len(text)})
+
+
 @probe("kernel_log", "NVIDIA messages in the kernel log of this boot (Xid errors, RmInitAdapter, API mismatch), "
        "and the events the signature base knows, against the NVIDIA module load",
        root_adds="the kernel log (/dev/kmsg, /var/log/messages), where Xid errors and driver load failures appear")
@@ -95,7 +114,12 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
             boot = {"source": source, "boot_start_seen": bool(first) and first[0] == 0, "cut_by_cap": False,
                     "records": len(records), "first_sequence": first[0] if first else None}
         except PermissionError:
-            ctx.denied("the kernel log (/dev/kmsg): Xid errors and driver load failures of this boot")
+            # dmesg_restrict: the journal keeps the same kernel messages for the groups allowed to read it
+            journal = kernel_journal(host)
+            if journal is not None:
+                lines, source, boot = journal
+            else:
+                ctx.denied("the kernel log (/dev/kmsg): Xid errors and driver load failures of this boot")
         except (OSError, CommandUnavailable):
             lines = None
     if lines is None:
