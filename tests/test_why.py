@@ -239,3 +239,15 @@ def test_why_nccl_shared_memory_in_a_docker_container_with_64m_shm(run_cli, tree
     causes = _why_tree(run_cli, tree(trees.g4dn_docker_64m()),
                        "NCCL WARN Error while creating shared memory segment nccl-shm-recv-e0d5 (size 9637888)")
     assert causes[0]["id"] == "shm-too-small" and causes[0]["verdict"] == "confirmed"
+
+
+def test_why_no_device_with_cuda_visible_devices_naming_a_missing_gpu(run_cli, tree):
+    """failure_cases cuda-visible-devices-index-not-present: one GPU on the bus, CUDA_VISIBLE_DEVICES=4."""
+    import machines
+
+    spec = machines.g5_ubuntu2204()
+    spec["proc/self/environ"] = "PATH=/usr/bin:/bin\0CUDA_VISIBLE_DEVICES=4\0"
+    causes = _why_tree(run_cli, tree(spec), "THCudaCheck FAIL file=torch/csrc/cuda/Module.cpp line=109 error=38 : "
+                                            "no CUDA-capable device is detected")
+    assert causes[0]["id"] == "cuda-visible-devices-invalid" and causes[0]["verdict"] == "confirmed", \
+        [(c["id"], c["verdict"]) for c in causes]
