@@ -11,21 +11,15 @@ benchmark section): those that exist are used.
 """
 
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from startup import seconds  # benchmarks/startup.py: one timed run
 
 ENVS = Path.home() / ".cache" / "dl-doctor-test-envs"
 TORCH = ENVS / "torch-2.14.1-cu130" / "bin" / "python"
 OTHERS = ["torch-ort-cu130", "tf-2.21.0", "jax-0.12", "cupy-14.2.0-cu12", "ct2-4.8.5", "ort-1.22.0-cu12"]
-
-
-def seconds(argv):
-    start = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - start
 
 
 def main():

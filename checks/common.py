@@ -157,3 +157,14 @@ def driver_install_commands(facts: Facts, branch: Optional[int]) -> list:
         return [f"sudo apt-get install -y nvidia-driver-{b}-server   # ubuntu-drivers list --gpgpu shows the choices",
                 "sudo reboot"]
     return [f"# install an NVIDIA data center driver of branch R{b} or newer for this distribution, then reboot"]
+
+
+def compatible_copy(found: Optional[str], own: Optional[str]) -> Optional[str]:
+    """Whether a copy that wins over the environment's own still serves the build: "same" (same version), "newer"
+    (same major, not older: CUDA libraries keep their ABI within a major), or None (older, another major, unknown)."""
+    f, o = versions.parse(found), versions.parse(own)
+    if f is None or o is None or not f.release or not o.release or f.release[0] != o.release[0]:
+        return None
+    if f.release == o.release:
+        return "same"
+    return "newer" if f >= o else None

@@ -7,6 +7,7 @@ import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor import versions
+from dl_doctor.checks.common import compatible_copy
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -232,14 +233,13 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
                 mine = lib.get("env_copy")
                 if lib.get("wheel") or not mine or mine.get("path") == lib["path"]:
                     continue
-                found, own = versions.parse(lib.get("version")), versions.parse(mine.get("version"))
                 text = (f"{c['distribution']} in {_label(env)}: {lib['soname']} resolves via {lib.get('via')} to "
                         f"{lib['path']} ({lib.get('version') or '?'}), not the environment's {mine['path']} "
                         f"({mine.get('version') or '?'})")
-                if found is not None and own is not None and found.release[:1] == own.release[:1] and found >= own:
-                    if found != own:
-                        notes.append(text + ": same major, not older, so it serves the build")
-                else:
+                verdict = compatible_copy(lib.get("version"), mine.get("version"))
+                if verdict == "newer":
+                    notes.append(text + ": same major, not older, so it serves the build")
+                elif verdict != "same":
                     problems.append(text)
         majors = sorted({(c.get("cuda_major"), c["distribution"]) for c in consumers
                          if isinstance(c.get("cuda_major"), int)})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from dl_doctor.checks.common import driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
+from dl_doctor.checks.common import compatible_copy, driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
 from dl_doctor import versions
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
@@ -222,17 +222,6 @@ def _really_loaded(env: Dict[str, Any], soname: str) -> Optional[str]:
     return next((m for m in mapped if m.rsplit("/", 1)[-1].startswith(soname.split(".so")[0] + ".so")), None)
 
 
-def _compatible_copy(found: Optional[str], own: Optional[str]) -> Optional[str]:
-    """Whether a copy that wins over the environment's own still serves the build: "same" (same version), "newer"
-    (same major, not older: CUDA libraries keep their ABI within a major), or None (older, another major, unknown)."""
-    f, o = versions.parse(found), versions.parse(own)
-    if f is None or o is None or not f.release or not o.release or f.release[0] != o.release[0]:
-        return None
-    if f.release == o.release:
-        return "same"
-    return "newer" if f >= o else None
-
-
 @check(
     id="DLD-PY-004", slug="cuda-library-shadowed",
     title="The framework loads its own CUDA libraries (cuDNN, NCCL, cuBLAS, cudart, nvJitLink, cuSPARSE)",
@@ -272,7 +261,7 @@ def library_shadowed(facts: Facts) -> Result:
                 own_v = own[0].get("version")
                 how = "loaded (seen in /proc/self/maps)" if truth else f"resolved via {got.get('via')}"
                 found_v = None if truth and truth != (got or {}).get("path") else (got or {}).get("version")
-                verdict = _compatible_copy(found_v, own_v)
+                verdict = compatible_copy(found_v, own_v)
                 text = (f"{_label(env)}: {key} {how} from {path} (version {found_v or '?'}), not "
                         f"the environment's own {own[0]['path']} ({own_v or '?'})")
                 if verdict == "same":

@@ -268,10 +268,12 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
         if PROVIDER.fullmatch(name) or not str(d.get("metadata", "")).endswith(".dist-info"):
             continue
         entry = matrix.consumer(name) if matrix is not None else None
+        text = None
         if entry and entry.get("build_info"):  # its own build information says it is not a CUDA build: skip
             text = host.try_read(posixpath.join(d["location"], entry["build_info"]), 1 << 20)
-            if text is not None and "cuda" not in read_build_info(text, entry.get("build_keys") or {}):
-                continue
+            if text is not None and len(text) < (1 << 20) - 4 and \
+                    "cuda" not in read_build_info(text, entry.get("build_keys") or {}):
+                continue  # (a file cut off by the cap proves nothing: its objects are scanned)
         objects = record_objects(host, d["metadata"], d["location"])
         if not objects:
             continue
@@ -286,20 +288,20 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
         if not needing and not (entry and entry.get("dlopen") and callers):
             continue
         out.append(_consumer(host, name, d, entry, parsed, needing, callers, dirs, owned, ld_library_path,
-                             executable, host_machine, torch_preload if "torch" in dists else None))
+                             executable, host_machine, torch_preload if "torch" in dists else None, text))
     return out
 
 
 def _consumer(host: Host, name: str, d: Dict[str, Any], entry: Optional[Dict[str, Any]], parsed, needing, callers,
               dirs: Sequence[str], owned: Dict[str, Tuple[str, str]], ld_library_path: Sequence[str],
-              executable: Optional[str], host_machine: Optional[str], torch_preload: Optional[str]) -> Dict[str, Any]:
+              executable: Optional[str], host_machine: Optional[str], torch_preload: Optional[str],
+              build_text: Optional[str]) -> Dict[str, Any]:
     site = d["location"]
     entry = entry or {}
     needed = sorted({n for _, dyn in needing for n in dyn["needed"] if is_cuda_library(n)})
     build: Dict[str, Any] = {}
-    if entry.get("build_info"):
-        text = host.try_read(posixpath.join(site, entry["build_info"]), 1 << 20) or ""
-        build = read_build_info(text, entry.get("build_keys") or {})
+    if entry.get("build_info"):  # read once, by scan()
+        build = read_build_info(build_text or "", entry.get("build_keys") or {})
         if build:
             build["from"] = entry["build_info"]
     major, major_from = cuda_major_of(name, d.get("version") or "", build.get("cuda"), needed)

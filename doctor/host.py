@@ -195,19 +195,22 @@ class Host:
 
     # -- files ------------------------------------------------------------
 
+    @staticmethod
+    def _read_fd(fd: int, left: int) -> bytes:
+        chunks: List[bytes] = []
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
     def read_bytes(self, path: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
         """At most ``max_bytes`` of a regular file (FIFOs, devices and sockets raise :class:`NotARegularFile`)."""
         fd = open_regular(self.resolve(path))
         try:
-            chunks: List[bytes] = []
-            left = max_bytes
-            while left > 0:
-                chunk = os.read(fd, min(left, 1 << 20))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
-            data = b"".join(chunks)
+            data = self._read_fd(fd, max_bytes)
         finally:
             os.close(fd)
         if self.capture is not None:
@@ -221,17 +224,9 @@ class Host:
             size = os.fstat(fd).st_size
             start = max(0, size - max_bytes)
             os.lseek(fd, start, os.SEEK_SET)
-            chunks: List[bytes] = []
-            left = min(size, max_bytes)
-            while left > 0:
-                chunk = os.read(fd, min(left, 1 << 20))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
+            data = self._read_fd(fd, min(size, max_bytes))
         finally:
             os.close(fd)
-        data = b"".join(chunks)
         if self.capture is not None:
             self.capture.file(path, data, truncated=start > 0)
         return data, start == 0

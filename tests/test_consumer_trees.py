@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -263,3 +264,24 @@ def test_a_torch_extension_that_needs_cudart_finds_the_wheels_torch_loaded(tmp_p
     f = _run(root, "--only", "DLD-PY-011,DLD-PY-014")
     assert f["DLD-PY-011"]["status"] == "pass", f["DLD-PY-011"]["message"]
     assert f["DLD-PY-014"]["status"] == "pass", f["DLD-PY-014"]["message"]
+
+
+def test_hostile_build_info_record_and_objects_cost_only_themselves(tmp_path):
+    """1 MiB of '-a-a' as build information and RECORD lines, a FIFO and a symlink to /etc/shadow listed as
+    objects, a name that is not UTF-8: the run completes, bounded, and judges the rest."""
+    import os
+
+    root, site = _venv_tree(tmp_path, "hostile")
+    _tensorflow(site)
+    bi = site / "tensorflow/python/platform/build_info.py"
+    bi.write_text("-a" * (1 << 19) + "\n" + bi.read_text())
+    d = next(site.glob("tensorflow-*.dist-info"))
+    with open(d / "RECORD", "a") as fh:
+        fh.write(("-a" * (1 << 19)) + ".so,x,1\n" + "tensorflow/fifo.so,x,1\ntensorflow/shadow.so,x,1\n")
+    os.mkfifo(site / "tensorflow/fifo.so")
+    (site / "tensorflow/shadow.so").symlink_to("/etc/shadow")
+    (site / "tensorflow").joinpath(b"\xff\xfe.so".decode("utf-8", "surrogateescape")).write_bytes(b"\x7fELF")
+    start = time.perf_counter()
+    f = _run(root, "--only", "DLD-PY-011")["DLD-PY-011"]
+    assert time.perf_counter() - start < 120
+    assert f["status"] == "fail" and "tensorflow 2.21.0" in f["message"]  # the real objects are still judged

@@ -207,3 +207,14 @@ def test_where_dmesg_is_restricted_the_kernel_journal_is_read(monkeypatch):
     assert out["source"] == "journalctl -k -b" and out["boot"]["boot_start_seen"] is True
     assert any("Killed process 48211" in c["line"] and c["after_module_load"] for c in out["candidates"])
     assert notes == []
+
+
+def test_a_fifo_or_a_broken_gz_planted_among_the_logs_costs_only_itself(tmp_path):
+    import os
+
+    root = _tree(tmp_path / "t", {"var/log/kern.log.1": _log(*BOOT, LOAD, OOM),
+                                  "var/log/kern.log.2.gz": b"\x1f\x8bnot gzip"})
+    os.mkfifo(root / "var/log/kern.log")  # nobody writes: a reader that opened it would hang
+    f, facts = _run(root)
+    assert facts["boot"]["files"] == ["/var/log/kern.log.1"] and facts["boot"]["boot_start_seen"] is True
+    assert f["DLD-LOG-001"]["status"] == "warn"
