@@ -171,3 +171,46 @@ def containers_lose_gpus(facts: Facts) -> Result:
                     ("sudo nvidia-ctk system create-dev-char-symlinks --create-all",
                      "# keep them: a udev rule that runs it when the nvidia modules load (see the NVIDIA notice "
                      "https://github.com/NVIDIA/nvidia-docker/issues/1730), or configure the container runtime for CDI")))
+
+
+_CAPABILITIES = ("compute", "utility", "graphics", "video", "display", "compat32", "ngx", "all")
+
+
+@check(
+    id="DLD-CTR-005", slug="driver-capabilities-without-compute",
+    title="The container asks the NVIDIA runtime for the compute capability (libcuda)",
+    tags=("container", "cuda"), requires=("cuda_toolkits",), applies=(in_container,),
+    what="""Reads NVIDIA_DRIVER_CAPABILITIES from the container's environment (or an image tree's): the NVIDIA
+    runtime mounts the driver's CUDA libraries only for 'compute' (or 'all'), and nvidia-smi and NVML only for
+    'utility'. NVIDIA_REQUIRE_CUDA against the host driver is DLD-CUDA-001's.""",
+    why="""An image that sets NVIDIA_DRIVER_CAPABILITIES=utility (or graphics, video) gets nvidia-smi, which shows the
+    GPUs and the driver, and no libcuda: CUDA then fails with 'CUDA driver version is insufficient' or 'libcuda.so.1:
+    cannot open shared object file', and people upgrade a driver that is fine.""",
+    fix="""Set NVIDIA_DRIVER_CAPABILITIES=compute,utility in the image (ENV) or when starting the container.""",
+)
+def driver_capabilities(facts: Facts) -> Result:
+    env = facts.get("cuda_toolkits.container_env") or {}
+    raw = env.get("NVIDIA_DRIVER_CAPABILITIES")
+    if raw is None:
+        return skip("NVIDIA_DRIVER_CAPABILITIES is not set: the runtime's default applies")
+    caps = {c.strip().lower() for c in str(raw)[:256].split(",") if c.strip()}
+    evidence = {"NVIDIA_DRIVER_CAPABILITIES": str(raw)[:256],
+                "unknown": sorted(c for c in caps if c not in _CAPABILITIES)[:8]}
+    fix = Fix("Ask the runtime for compute and utility.",
+              ("ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility   # in the Dockerfile",
+               "docker run --gpus all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility ..."))
+    if "all" in caps:
+        return passed("NVIDIA_DRIVER_CAPABILITIES=all: the runtime mounts every driver library", **evidence)
+    if "compute" not in caps:
+        libcuda = [l["path"] for l in facts.get("nvidia_driver.userspace.libraries") or []
+                   if l.get("library") == "libcuda"]
+        seen = ("; and no libcuda is here" if facts.get("nvidia_driver.device_nodes") and not libcuda else "")
+        return fail(f"NVIDIA_DRIVER_CAPABILITIES={evidence['NVIDIA_DRIVER_CAPABILITIES']} leaves out compute: the "
+                    f"NVIDIA runtime mounts no libcuda, so CUDA fails ('CUDA driver version is insufficient', "
+                    f"'libcuda.so.1: cannot open shared object file') while nvidia-smi may work{seen}", evidence, fix)
+    if "utility" not in caps:
+        return warn(f"NVIDIA_DRIVER_CAPABILITIES={evidence['NVIDIA_DRIVER_CAPABILITIES']} leaves out utility: no "
+                    f"nvidia-smi and no NVML in the container (GPU monitoring, and the frameworks' NVML queries, fail)",
+                    evidence, fix)
+    return passed(f"NVIDIA_DRIVER_CAPABILITIES={evidence['NVIDIA_DRIVER_CAPABILITIES']} includes compute and utility",
+                  **evidence)

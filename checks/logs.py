@@ -87,7 +87,9 @@ def _units(facts: Facts) -> Dict[str, Dict[str, Any]]:
     tags=("driver", "gpu", "logs", "services"), requires=("gpu_services",),
     what="""For each NVIDIA unit that is installed and enabled (nvidia-fabricmanager, nvidia-persistenced,
     nvidia-suspend/resume/hibernate), reads its state from systemd (live) and, for a unit that is not running, this
-    boot's journal of it, matched against the signature base for the reason.""",
+    boot's journal of it, matched against the signature base for the reason. In a tree (--sysroot), the state is
+    the one systemd's own lines in the tree's journal of its last boot leave the unit in ('Started', 'Failed with
+    result'), read by dl-doctor's journal reader.""",
     why="""A failed fabric manager leaves an NVSwitch system with 'system not yet initialized' (CUDA error 802); a
     failed persistence daemon makes every CUDA start slow and can lose the GPUs' state; the unit's own journal says
     why (a version mismatch with the driver, a missing device), and nothing else does.""",
@@ -101,13 +103,20 @@ def gpu_service_failed(facts: Facts, matrix) -> Result:
     enabled = {k: v for k, v in units.items() if v.get("enabled")}
     if not enabled:
         return skip("no NVIDIA service is installed and enabled here")
-    if all(v.get("active") is None for v in enabled.values()):
-        return skip("service states are seen only on a running host (systemctl), not in a tree")
+    if all(v.get("active") is None and v.get("journal_state") is None for v in enabled.values()):
+        return skip("service states are seen on a running host (systemctl) or in a tree's journal of its last "
+                    "boot; neither is here")
     journal_sigs = [s for s in matrix.signatures() if "journal" in (s.get("where") or [])]
     causes = matrix.causes()
     problems, fixes, rows = [], [], []
+    seen = []
     for name, unit in sorted(enabled.items()):
         state = unit.get("active")
+        where = ""
+        if state is None and unit.get("journal_state"):
+            state, where = unit["journal_state"], " (the journal of the tree's last boot)"
+        if state is not None:
+            seen.append(name)
         if state in (None, "active"):
             continue
         tail = unit.get("journal_tail") or []
@@ -120,10 +129,10 @@ def gpu_service_failed(facts: Facts, matrix) -> Result:
                 fixes.append(cause["fix"])
         elif tail:
             reason = f"; its journal ends: {tail[-1]}"
-        problems.append(f"{name} is {state}{reason}")
+        problems.append(f"{name} is {state}{where}{reason}")
         rows.append({"unit": name, "active": state, "journal_tail": tail[-10:]})
         fixes.append(f"sudo systemctl restart {name}.service && journalctl -b -u {name} -n 50 --no-pager")
     if problems:
         return fail("; ".join(problems), {"units": rows}, Fix("Get the NVIDIA services running again.",
                                                               tuple(dict.fromkeys(fixes))))
-    return passed(f"running: {', '.join(sorted(enabled))}")
+    return passed(f"running: {', '.join(seen)}")

@@ -174,3 +174,79 @@ def nccl_env(facts: Facts) -> Result:
     if warnings:
         return warn("; ".join(warnings), evidence, fix)
     return passed("no harmful NCCL/FI settings" + (f" ({', '.join(sorted(env))} set)" if env else ""), **evidence)
+
+
+# RDMA import of dma-buf memory (ib_umem_dmabuf) is in mainline Linux since 5.12; NVIDIA recommends DMA-BUF over
+# nvidia-peermem where the open kernel modules are used (GPU Operator, "GPUDirect RDMA and GPUDirect Storage"). The
+# kernel figure is from the kernel's history, not from an NVIDIA table: unverified there.
+DMABUF_MIN_KERNEL = (5, 12)
+
+
+def _kernel_tuple(release: Optional[str]):
+    import re
+
+    m = re.match(r"(\d{1,3})\.(\d{1,3})", release or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@check(
+    id="DLD-NET-004", slug="gpudirect-rdma-unavailable",
+    title="GPUDirect RDMA has a kernel path on an InfiniBand/RoCE host (nvidia-peermem or DMA-BUF)",
+    tags=("network", "nccl", "driver", "rdma"), requires=("network", "nvidia_driver"),
+    what="""On a host with InfiniBand or RoCE adapters (not EFA, which carries GPUDirect RDMA through its own
+    driver) and the NVIDIA module loaded: whether nvidia_peermem is loaded (/proc/modules; in a tree, whether
+    /etc/modules-load.d or /etc/modules loads it at boot), or DMA-BUF can stand in for it (the open kernel module on
+    a kernel with RDMA dma-buf support), and whether this boot's kernel log shows nvidia_peermem failing to load
+    (the InfiniBand stack without the peer-memory API).""",
+    why="""Without a kernel path for GPUDirect RDMA, NCCL stages every inter-node transfer through host memory: the
+    job runs, at a fraction of the network's bandwidth, and nothing fails. nvidia-peermem is shipped with the driver
+    but loaded by nothing, and it only loads against MLNX_OFED/DOCA-OFED's peer-memory API.""",
+    fix="""sudo modprobe nvidia-peermem, and load it at boot (echo nvidia-peermem | sudo tee
+    /etc/modules-load.d/nvidia-peermem.conf); where it fails with 'Unknown symbol ib_register_peer_memory_client',
+    install MLNX_OFED/DOCA-OFED and rebuild the NVIDIA modules, or use DMA-BUF with the open kernel modules.""",
+)
+def gpudirect_rdma(facts: Facts, matrix) -> Result:
+    from dl_doctor.logs import events
+
+    devices = [d for d in facts.get("network.infiniband_devices") or [] if isinstance(d, dict)
+               and d.get("driver") != "efa" and not str(d.get("name", "")).startswith(("efa", "rdmap"))]
+    if not devices:
+        return skip("no InfiniBand or RoCE adapter here (EFA carries GPUDirect RDMA through its own driver)")
+    module = facts.get("nvidia_driver.kernel_module") or {}
+    if module.get("loaded") is False:
+        return skip("the NVIDIA module is not loaded (see DLD-GPU-001)")
+    names = ", ".join(sorted(str(d.get("name"))[:40] for d in devices)[:8])
+    modules = facts.get("nvidia_driver.modules")
+    autoload = [a for a in facts.get("nvidia_driver.module_autoload") or [] if a.get("module") == "nvidia_peermem"]
+    kernel = facts.get("kernel.release") or facts.get("kmod.running_kernel")
+    ktuple = _kernel_tuple(kernel)
+    dmabuf = module.get("flavor") == "open" and ktuple is not None and ktuple >= DMABUF_MIN_KERNEL
+    peermem_sigs = [s for s in matrix.signatures() if s["id"] == "peermem-unknown-symbol"]
+    failed = [e["line"] for e in events(facts.get("kernel_log.candidates") or [], peermem_sigs)]
+    evidence = {"adapters": devices[:16], "nvidia_modules": modules, "autoload": autoload,
+                "flavor": module.get("flavor"), "kernel": kernel, "peermem_load_failures": failed[-5:]}
+    persist = "echo nvidia-peermem | sudo tee /etc/modules-load.d/nvidia-peermem.conf"
+    if modules is not None and "nvidia_peermem" in modules:
+        return passed(f"nvidia_peermem is loaded: GPUDirect RDMA through {names}", **evidence)
+    if dmabuf:
+        return passed(f"DMA-BUF: the open NVIDIA kernel module on kernel {kernel} registers GPU memory with {names} "
+                      f"without nvidia-peermem", **evidence)
+    cause = "; dl-doctor why explains the failure" if failed else ""
+    if failed:
+        return warn(f"nvidia_peermem failed to load in this boot ({failed[-1][:200]}): the InfiniBand stack has no "
+                    f"peer-memory API, so GPUDirect RDMA through {names} is off and NCCL stages transfers through "
+                    f"host memory{cause}", evidence,
+                    Fix("Install MLNX_OFED/DOCA-OFED, rebuild the NVIDIA modules against it, then load nvidia-peermem "
+                        "(or move to the open kernel modules and DMA-BUF).",
+                        ("sudo dkms autoinstall", "sudo modprobe nvidia-peermem", persist)))
+    if modules is None:
+        if autoload:
+            return passed(f"nvidia_peermem is loaded at boot by {autoload[0]['file']}", **evidence)
+        return warn(f"nothing loads nvidia-peermem at boot and DMA-BUF is not available here (flavour "
+                    f"{module.get('flavor') or 'unknown'}, kernel {kernel or 'unknown'}): GPUDirect RDMA through "
+                    f"{names} will be off", evidence,
+                    Fix("Load nvidia-peermem at boot.", (persist,)))
+    return warn(f"nvidia_peermem is not loaded and DMA-BUF is not available here (flavour "
+                f"{module.get('flavor') or 'unknown'}, kernel {kernel or 'unknown'}): GPUDirect RDMA through {names} "
+                f"is off, NCCL stages inter-node transfers through host memory", evidence,
+                Fix("Load nvidia-peermem now and at boot.", ("sudo modprobe nvidia-peermem", persist)))

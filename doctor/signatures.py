@@ -152,7 +152,7 @@ def rank(matches: Sequence[Match], causes: Dict[str, Dict[str, Any]],
 
     From the text alone: the most specific matching signature first, then each signature's own order. With
     ``findings`` (check id -> finding): a cause one of whose deciding checks fails or warns is *confirmed* and comes
-    first; one whose deciding checks ran and all passed is *ruled out* (by what they found) and comes last."""
+    first (more confirming checks first); one whose deciding checks ran and all passed is *ruled out* (by what they found) and comes last."""
     scored: Dict[str, Dict[str, Any]] = {}
     for mi, m in enumerate(matches):
         for ci, cid in enumerate(m.signature.get("causes") or []):
@@ -173,4 +173,7 @@ def rank(matches: Sequence[Match], causes: Dict[str, Dict[str, Any]],
                 c["verdict"] = "unlikely"
                 c["evidence"] = [f"{f['id']} pass: {f.get('message', '')[:200]}" for f in ran]
     weight = {"confirmed": 0, "likely": 1, "possible": 2, "unlikely": 3}
-    return sorted(scored.values(), key=lambda c: (weight[c["verdict"]], c["order"]))
+    # among causes the evidence confirms, the one more of whose deciding checks found it comes first (a version
+    # mismatch that both the fabric manager check and the unit's journal show, before 'not running' alone)
+    return sorted(scored.values(), key=lambda c: (weight[c["verdict"]], -len(c["evidence"])
+                                                  if c["verdict"] in ("confirmed", "likely") else 0, c["order"]))

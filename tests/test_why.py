@@ -232,6 +232,27 @@ def test_why_802_on_an_nvswitch_host_without_the_fabric_manager(run_cli, tree):
     assert causes[0]["id"] == "fabric-manager-not-running" and causes[0]["verdict"] == "confirmed"
 
 
+def test_why_802_where_the_fabric_manager_was_upgraded_alone_names_the_version_mismatch(run_cli, tree):
+    """failure_cases fabric-manager-not-installed-802's message, on the recorded p5 whose fabric manager package was
+    upgraded without the driver: the tree's journal holds the unit's refusal (tests/tools/make_journal_fixtures.py,
+    lines from https://github.com/akash-network/website/pull/632), so the exact version mismatch comes first."""
+    import gzip
+
+    import machines
+
+    spec = machines.p5_48xlarge()
+    for key in [k for k in spec if k.startswith("usr/share/doc/nvidia-fabricmanager")]:
+        del spec[key]
+    spec["usr/share/doc/nvidia-fabricmanager-550.127.05/README"] = "Fabric Manager\n"
+    journal = Path(__file__).parent / "fixtures/journal/p5_fm_upgraded.journal.gz"
+    spec["var/log/journal/4f1c3b2a9d8e7f6a5b4c3d2e1f0a9b8c/system.journal"] = gzip.decompress(journal.read_bytes())
+    causes = _why_tree(run_cli, tree(spec), "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run "
+                                            "some cuda functions before calling NumCudaDevices() that might have "
+                                            "already set an error? Error 802: system not yet initialized")
+    assert causes[0]["id"] == "fabric-manager-version-mismatch" and causes[0]["verdict"] == "confirmed"
+    assert any("DLD-LOG-002 fail" in e and "550.127.05" in e for e in causes[0]["evidence"])
+
+
 def test_why_nccl_shared_memory_in_a_docker_container_with_64m_shm(run_cli, tree):
     """failure_cases nccl-shm-docker-64m, on the recorded g4dn container tree with Docker's 64 MiB /dev/shm."""
     import trees

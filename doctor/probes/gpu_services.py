@@ -32,6 +32,15 @@ def _unit(ctx: ProbeContext, name: str) -> Dict[str, Any]:
             out["journal_tail"] = [line[:300] for line in result.stdout.splitlines()[-40:]]
         except OSError:
             pass
+    elif not host.live and path and enabled:
+        # a tree: what its journal of the last boot says about the unit (systemd's lines and its own output)
+        from dl_doctor.journal import boot_once, unit_state
+
+        journal = boot_once(host)
+        lines = journal.unit_lines(name) if journal is not None else []
+        if lines:
+            out["journal_state"] = unit_state(lines)
+            out["journal_tail"] = lines
     return out
 
 

@@ -100,6 +100,7 @@ def kernel_journal(host) -> Optional[Tuple[List[str], str, Dict[str, Any]]]:
        "and the events the signature base knows, against the NVIDIA module load",
        root_adds="the kernel log (/dev/kmsg, /var/log/messages), where Xid errors and driver load failures appear")
 def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
+    from dl_doctor.journal import boot_once
     from dl_doctor.logs import candidate_lines, read_boot
 
     host = ctx.host
@@ -122,6 +123,11 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
                 ctx.denied("the kernel log (/dev/kmsg): Xid errors and driver load failures of this boot")
         except (OSError, CommandUnavailable):
             lines = None
+    if lines is None and not host.live:
+        # a tree: its journal (read here, never by a host program) knows the boots exactly; the syslog files next
+        journal = boot_once(host)
+        if journal is not None and journal.entries:
+            lines, source, boot = candidate_lines(journal.kernel_text()), "journal", journal.describe()
     if lines is None:
         try:
             log = read_boot(host, int(ctx.options.get("log_bytes") or 0) or MAX_LOG_BYTES)
@@ -129,8 +135,13 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
             raise PermissionError(f"cannot read the kernel log files: {exc}")
         if log is not None:
             lines, source, boot = candidate_lines(log.text), log.source, log.describe()
+    if lines is None and host.live:
+        journal = boot_once(host)  # a live host whose ring buffer and journalctl are closed to this user
+        if journal is not None and journal.entries:
+            lines, source, boot = candidate_lines(journal.kernel_text()), "journal", journal.describe()
     if lines is None:
-        raise Unavailable("no kernel log: /dev/kmsg is not readable here and no /var/log/{kern.log,messages,syslog}")
+        raise Unavailable("no kernel log: /dev/kmsg is not readable here, no journal and no "
+                          "/var/log/{kern.log,messages,syslog}")
     relevant = [l for l in lines if INTERESTING.search(l)]
     out = parse_kernel_log(relevant)
     out.update(source=source, lines=relevant[-MAX_LINES:], truncated=len(relevant) > MAX_LINES, boot=boot)

@@ -135,6 +135,14 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
     related = None
     if modules is not None:
         related = sorted(m for m in modules if m.startswith("nvidia") or m == "nouveau")
+    # NVIDIA modules this root filesystem loads at boot (systemd-modules-load; Debian's /etc/modules): what a tree
+    # says about modules such as nvidia-peermem that nothing else loads
+    autoload = []
+    for conf in sorted(host.glob("/etc/modules-load.d/*.conf"))[:64] + ["/etc/modules"]:
+        for line in (host.try_read(conf, 65536) or "").splitlines()[:1000]:
+            name = line.split("#", 1)[0].strip().replace("-", "_")
+            if name.startswith("nvidia") and len(name) < 64:
+                autoload.append({"module": name, "file": conf})
 
     device_access = None
     if host.live and loaded and host.exists("/dev/nvidiactl"):
@@ -202,6 +210,7 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
             "gcc": parsed.get("gcc"),
         },
         "modules": related,
+        "module_autoload": autoload,
         "proc_gpus": gpus,
         "device_access": device_access,
     }

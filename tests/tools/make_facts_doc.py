@@ -18,10 +18,20 @@ OUT = Path(__file__).resolve().parents[2] / "docs" / "facts.md"
 SINCE = "0.1.0"  # every fact below was there in the first release; a fact added later names its own version here
 SINCE_OVERRIDES: Dict[str, str] = {"python_processes": "0.2.0", "python_envs.environments[].consumers": "0.2.0",
                                    "python_envs.environments[].consumers_error": "0.2.0", "python_envs.environments[].active": "0.2.0",
-                                   "python_envs.environments[].found_by": "0.2.0"}
+                                   "python_envs.environments[].found_by": "0.2.0",
+                                   "nvidia_driver.module_autoload": "0.2.0", "kernel_log.candidates": "0.2.0",
+                                   "kernel_log.suspends": "0.2.0", "kernel_log.module_loaded": "0.2.0",
+                                   "kernel_log.boot": "0.2.0", "kernel_log.candidates_dropped": "0.2.0",
+                                   "nvidia_driver.dev_char_links": "0.2.0", "nvidia_driver.gsp_firmware": "0.2.0"}
 
 # What the facts that checks rely on mean (the paths in the built-in checks' requires=, and what the checks read).
 MEANINGS = {
+    "nvidia_driver.module_autoload": "NVIDIA modules the root filesystem loads at boot (/etc/modules-load.d/*.conf, "
+                                     "/etc/modules): {module, file}",
+    "kernel_log.boot": "how far the boot's log was read: source (/dev/kmsg, journalctl -k -b, journal, a syslog "
+                       "file), boot_start_seen, cut_by_cap, bytes read; from a tree's journal also boot_id",
+    "kernel_log.candidates": "this boot's lines worth matching against the signature base, each with "
+                             "after_module_load (judged by DLD-LOG-001)",
     "python_envs.environments[].consumers": "every installed distribution that needs CUDA libraries (dl_doctor.consumers):"
                                             " its build, what it needs, where each library resolves, what is missing"
                                             " and where the loader looked, unmet symbol versions",
