@@ -77,16 +77,18 @@ def _units(facts: Facts) -> Dict[str, Dict[str, Any]]:
     services = facts.get("gpu_services") or {}
     out = {"nvidia-fabricmanager": services.get("fabric_manager") or {},
            "nvidia-persistenced": services.get("persistenced") or {}}
-    out.update({k: v for k, v in (services.get("suspend_units") or {}).items() if isinstance(v, dict)})
+    for group in ("suspend_units", "other_units"):
+        out.update({k: v for k, v in (services.get(group) or {}).items() if isinstance(v, dict)})
     return {k: v for k, v in out.items() if v.get("installed")}
 
 
 @check(
     id="DLD-LOG-002", slug="gpu-service-failed",
-    title="The NVIDIA services this host has enabled are running (fabric manager, persistence daemon, suspend units)",
+    title="The NVIDIA services this host has enabled are running (fabric manager, persistence daemon, suspend units, "
+          "DCGM, IMEX)",
     tags=("driver", "gpu", "logs", "services"), requires=("gpu_services",),
     what="""For each NVIDIA unit that is installed and enabled (nvidia-fabricmanager, nvidia-persistenced,
-    nvidia-suspend/resume/hibernate), reads its state from systemd (live) and, for a unit that is not running, this
+    nvidia-suspend/resume/hibernate, nvidia-dcgm, nvidia-imex), reads its state from systemd (live) and, for a unit that is not running, this
     boot's journal of it, matched against the signature base for the reason. In a tree (--sysroot), the state is
     the one systemd's own lines in the tree's journal of its last boot leave the unit in ('Started', 'Failed with
     result'), read by dl-doctor's journal reader.""",

@@ -92,6 +92,8 @@ def test_an_application_xid_is_left_to_the_xid_check(tmp_path):
     f, facts = _run(root)
     assert f["DLD-LOG-001"]["status"] == "pass"
     assert facts["xids"][0]["code"] == 13
+    # an application's own fault (Xid 13: a bad kernel launch) is not the machine's: no failing finding
+    assert f["DLD-GPU-008"]["status"] in ("pass", "warn"), f["DLD-GPU-008"]["message"]
 
 
 def test_rotated_and_compressed_logs_are_read_back_to_the_boot_start_and_no_further(tmp_path):

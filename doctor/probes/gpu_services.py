@@ -111,6 +111,8 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
         # the driver's suspend/resume hooks: GPU memory survives a suspend only through them
         "suspend_units": {name: _unit(ctx, f"{name}.service") for name in ("nvidia-suspend", "nvidia-resume",
                                                                              "nvidia-hibernate")},
+        # DCGM's host engine and the IMEX daemon (multi-node NVLink), where installed
+        "other_units": {name: _unit(ctx, f"{name}.service") for name in ("nvidia-dcgm", "nvidia-imex")},
         "container_toolkit": {
             "binaries": toolkit_bins,
             "docker_installed": docker_installed,

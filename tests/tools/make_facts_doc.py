@@ -19,13 +19,16 @@ SINCE = "0.1.0"  # every fact below was there in the first release; a fact added
 SINCE_OVERRIDES: Dict[str, str] = {"python_processes": "0.2.0", "python_envs.environments[].consumers": "0.2.0",
                                    "python_envs.environments[].consumers_error": "0.2.0", "python_envs.environments[].active": "0.2.0",
                                    "python_envs.environments[].found_by": "0.2.0",
-                                   "nvidia_driver.module_autoload": "0.2.0", "kernel_log.candidates": "0.2.0",
+                                   "nvidia_driver.module_autoload": "0.2.0",
+                                   "gpu_services.other_units": "0.2.0", "gpu_services.suspend_units": "0.2.0", "kernel_log.candidates": "0.2.0",
                                    "kernel_log.suspends": "0.2.0", "kernel_log.module_loaded": "0.2.0",
                                    "kernel_log.boot": "0.2.0", "kernel_log.candidates_dropped": "0.2.0",
                                    "nvidia_driver.dev_char_links": "0.2.0", "nvidia_driver.gsp_firmware": "0.2.0"}
 
 # What the facts that checks rely on mean (the paths in the built-in checks' requires=, and what the checks read).
 MEANINGS = {
+    "gpu_services.other_units": "nvidia-dcgm and nvidia-imex: installed, enabled, active (live), and in a tree "
+                                "journal_state/journal_tail from its journal",
     "nvidia_driver.module_autoload": "NVIDIA modules the root filesystem loads at boot (/etc/modules-load.d/*.conf, "
                                      "/etc/modules): {module, file}",
     "kernel_log.boot": "how far the boot's log was read: source (/dev/kmsg, journalctl -k -b, journal, a syslog "
