@@ -16,6 +16,7 @@ def on_host(facts: Facts):
 
 @check(
     id="DLD-CTR-001", slug="container-without-gpu-access", title="The container was given the GPUs",
+    problem="The container has no GPU access",
     tags=("container", "gpu"), requires=("system.container", "nvidia_driver"), applies=(in_container,),
     what="""Inside a container, checks for the GPU device nodes (/dev/nvidia*) and the driver libraries
     (libnvidia-ml, libcuda) that the NVIDIA container runtime injects, when the image or the PCI bus says GPUs are
@@ -70,6 +71,7 @@ def container_gpu_access(facts: Facts) -> Result:
 
 @check(
     id="DLD-CTR-002", slug="container-toolkit-missing",
+    problem="Docker on this GPU host cannot start GPU containers",
     title="Docker on a GPU host can start GPU containers (NVIDIA container toolkit)",
     tags=("container", "gpu"), requires=("gpu_services",), applies=(on_host,),
     what="""On a host with NVIDIA GPUs and Docker, looks for the NVIDIA container toolkit (nvidia-ctk,
@@ -108,6 +110,7 @@ def container_toolkit(facts: Facts) -> Result:
 
 @check(
     id="DLD-CTR-003", slug="container-cpu-limit-low", title="The container has CPUs to feed its GPUs",
+    problem="The container has too few CPUs to feed its GPUs",
     tags=("container", "gpu", "performance"), requires=("system.cgroup",), applies=(in_container,),
     what="Reads the container's CPU quota (cgroup cpu.max / cfs_quota_us) and holds it against the GPUs it can see.",
     why="""Data loading, augmentation and the Python training loop run on CPUs: a container limited to one or two CPUs
@@ -130,6 +133,7 @@ def container_cpu(facts: Facts) -> Result:
 
 @check(
     id="DLD-CTR-004", slug="containers-lose-gpus-on-daemon-reload",
+    problem="GPU containers lose their GPUs at the next systemd daemon-reload",
     title="GPU containers keep their GPUs across a systemd daemon-reload (/dev/char links for the NVIDIA devices)",
     tags=("container", "gpu"), requires=("gpu_services", "nvidia_driver"), applies=(on_host,),
     what="""On a host that runs GPU containers whose cgroups systemd manages (Docker with the systemd cgroup driver,
@@ -178,6 +182,7 @@ _CAPABILITIES = ("compute", "utility", "graphics", "video", "display", "compat32
 
 @check(
     id="DLD-CTR-005", slug="driver-capabilities-without-compute",
+    problem="The container gets no libcuda (NVIDIA_DRIVER_CAPABILITIES without compute)",
     title="The container asks the NVIDIA runtime for the compute capability (libcuda)",
     tags=("container", "cuda"), requires=("cuda_toolkits",), applies=(in_container,),
     what="""Reads NVIDIA_DRIVER_CAPABILITIES from the container's environment (or an image tree's): the NVIDIA

@@ -70,6 +70,7 @@ def _build_fix(facts: Facts, kernel: str, method: str, other_kernels: List[str])
 
 @check(
     id="DLD-DRV-001", slug="kernel-module-missing-for-running-kernel",
+    problem="No NVIDIA kernel module for the running kernel",
     title="An NVIDIA kernel module exists for the running kernel",
     tags=("driver", "kernel", "gpu"), requires=("kmod",), applies=(needs_nvidia_gpu,),
     what="""Looks under /lib/modules/<running kernel>/ (extra, updates/dkms, weak-updates, kernel/) for nvidia.ko and
@@ -117,6 +118,7 @@ def module_for_running_kernel(facts: Facts) -> Result:
 
 @check(
     id="DLD-DRV-002", slug="next-boot-kernel-without-module",
+    problem="The kernel that boots next has no NVIDIA kernel module",
     title="The kernel that boots next has an NVIDIA kernel module",
     tags=("driver", "kernel", "gpu", "ami"), requires=("kmod",), applies=(needs_nvidia_gpu,),
     what="""Finds the default boot kernel (grubenv saved_entry and its BLS entry on RHEL, the /boot/vmlinuz link on
@@ -162,6 +164,7 @@ def next_boot_kernel(facts: Facts) -> Result:
 
 @check(
     id="DLD-DRV-003", slug="driver-library-mismatch",
+    problem="Kernel module and user-space driver are different versions",
     title="The loaded kernel module and the user-space driver are the same version",
     tags=("driver", "gpu"), requires=("nvidia_driver",), applies=(needs_nvidia_gpu,),
     what="""Compares the loaded module's version (/proc/driver/nvidia/version) with the user-space driver libraries
@@ -217,6 +220,7 @@ def driver_library_mismatch(facts: Facts) -> Result:
 
 @check(
     id="DLD-DRV-004", slug="nouveau-active",
+    problem="nouveau holds the NVIDIA GPUs",
     title="nouveau does not hold the NVIDIA GPUs",
     tags=("driver", "gpu", "kernel"), requires=("gpu_pci",), applies=(needs_nvidia_gpu,),
     what="""Checks /proc/modules and each GPU's bound driver for nouveau, and the modprobe.d files and kernel
@@ -250,6 +254,7 @@ def nouveau_active(facts: Facts) -> Result:
 
 @check(
     id="DLD-DRV-005", slug="secure-boot-blocks-module",
+    problem="Secure Boot blocks the NVIDIA module",
     title="Secure Boot does not block the NVIDIA module",
     tags=("driver", "kernel", "security"), requires=("kmod.secure_boot",), applies=(needs_nvidia_gpu,),
     what="""Reads the SecureBoot EFI variable; when Secure Boot is on and the nvidia module is not loaded, checks
@@ -289,6 +294,7 @@ def secure_boot_blocks_module(facts: Facts) -> Result:
 
 @check(
     id="DLD-DRV-006", slug="gsp-firmware-missing",
+    problem="The open kernel modules' GSP firmware is missing",
     title="The GSP firmware of the driver's version is installed where the open kernel modules need it",
     tags=("driver", "gpu", "kernel", "ami"), requires=("nvidia_driver",), applies=(needs_nvidia_gpu,),
     what="""With the open NVIDIA kernel modules, looks for the GPU System Processor firmware of the module's exact

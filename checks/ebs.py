@@ -15,6 +15,7 @@ def _seconds(us: int) -> str:
 
 @check(
     id="DLD-EBS-001", slug="ebs-volume-at-limit", title="EBS volumes have IOPS and throughput headroom",
+    problem="An EBS volume is at its IOPS or throughput limit",
     tags=("storage", "ebs", "performance"), requires=("ebs",),
     what="""Identifies EBS volumes (NVMe model 'Amazon Elastic Block Store', serial = volume ID), measures IOPS,
     throughput and queue depth over a short window from /proc/diskstats, and holds them against the volume's limits
@@ -89,6 +90,7 @@ def ebs_at_limit(facts: Facts, matrix) -> Result:
 
 @check(
     id="DLD-DISK-003", slug="instance-store-unmounted", title="Instance-store NVMe volumes are in use",
+    problem="Instance-store NVMe volumes are not in use",
     tags=("storage", "ec2"), requires=("ebs",),
     what="Finds instance-store NVMe devices (model 'Amazon EC2 NVMe Instance Storage') that are not mounted.",
     why="""GPU instances (p4d, p5, g5, g6e...) come with terabytes of fast local NVMe that is not formatted or mounted

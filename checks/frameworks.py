@@ -116,6 +116,7 @@ def install_command(matrix, env: Dict[str, Any], consumer: Dict[str, Any], sonam
 
 @check(
     id="DLD-PY-011", slug="framework-libraries-missing",
+    problem="A framework cannot find CUDA libraries it needs",
     title="Every framework finds the CUDA libraries it needs (torch, TensorFlow, JAX, ONNX Runtime, CuPy, "
           "CTranslate2, compiled extensions)",
     tags=("python", "cuda", "ldpath", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),
@@ -135,6 +136,7 @@ def install_command(matrix, env: Dict[str, Any], consumer: Dict[str, Any], sonam
 )
 def framework_libraries(facts: Facts, matrix) -> Result:
     failing, warnings, ok = [], [], []
+    heads: List[str] = []
     commands: List[str] = []
     evidence: Dict[str, Any] = {"missing": [], "opt_in_preload": [], "optional_missing": []}
     for env, c in _consumers(facts):
@@ -168,6 +170,8 @@ def framework_libraries(facts: Facts, matrix) -> Result:
             how = "opened with dlopen by" if first.get("how") == "dlopen" else "needed by"
             failing.append(f"{who}: {', '.join(sonames)} not found ({first['soname']} {how} "
                            f"{first.get('needed_by') or '?'})")
+            heads.append(f"{c['distribution']} in {env.get('name') or _label(env)} cannot find "
+                         f"{', '.join(sonames[:3])}{' …' if len(sonames) > 3 else ''}")
             commands += install_command(matrix, env, c, sonames)
         elif optional:
             names = sorted({m["soname"] for m in optional})
@@ -190,10 +194,17 @@ def framework_libraries(facts: Facts, matrix) -> Result:
     fix = Fix("Give each framework the CUDA libraries of its own build, in its own environment.",
               tuple(dict.fromkeys(commands)))
     if failing:
-        return fail("; ".join(failing), evidence, fix)
+        return fail("; ".join(failing), evidence, fix, headline=_first(heads, len(failing)))
     if warnings:
         return warn("; ".join(warnings), evidence, fix)
     return passed(f"every CUDA library loads for {', '.join(ok)}", **evidence)
+
+
+def _first(heads: List[str], total: int) -> Optional[str]:
+    """The first problem's heading, with how many more there are."""
+    if not heads:
+        return None
+    return heads[0] + (f" (and {total - 1} more)" if total > 1 else "")
 
 
 def _copy_major(lib: Dict[str, Any]) -> Optional[int]:
@@ -203,6 +214,7 @@ def _copy_major(lib: Dict[str, Any]) -> Optional[int]:
 
 @check(
     id="DLD-PY-012", slug="framework-cuda-major",
+    problem="A CUDA library that loads does not match the framework's build",
     title="The CUDA libraries that load match each framework's build (CUDA major, not an older minor)",
     tags=("python", "cuda", "ldpath", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),
     what="""For each CUDA consumer, compares every CUDA library the loader would pick with the build: a copy from
@@ -218,6 +230,7 @@ def _copy_major(lib: Dict[str, Any]) -> Optional[int]:
 )
 def framework_cuda_major(facts: Facts, matrix) -> Result:
     problems, notes, mixed = [], [], []
+    heads: List[str] = []
     commands: List[str] = []
     for env in _envs(facts):
         consumers = env.get("consumers") or []
@@ -228,6 +241,8 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
                 if isinstance(major, int) and lib_major is not None and lib_major != major:
                     problems.append(f"{c['distribution']} in {_label(env)} (CUDA {major}) loads {lib['soname']} of "
                                     f"CUDA {lib_major} from {lib['path']}")
+                    heads.append(f"{c['distribution']} in {env.get('name') or _label(env)} (a CUDA {major} build) "
+                                 f"loads CUDA {lib_major}'s {lib['soname']}")
                     commands += install_command(matrix, env, c, [lib["soname"]], framework_fix=False)
                     continue
                 mine = lib.get("env_copy")
@@ -241,6 +256,9 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
                     notes.append(text + ": same major, not older, so it serves the build")
                 elif verdict != "same":
                     problems.append(text)
+                    heads.append(f"{c['distribution']} in {env.get('name') or _label(env)} loads "
+                                 f"{lib['soname']} {lib.get('version') or '?'} via {lib.get('via')}, not its own "
+                                 f"{mine.get('version') or '?'}")
         majors = sorted({(c.get("cuda_major"), c["distribution"]) for c in consumers
                          if isinstance(c.get("cuda_major"), int)})
         if len({m for m, _ in majors}) > 1:
@@ -250,7 +268,7 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
               tuple(dict.fromkeys(commands + ["echo $LD_LIBRARY_PATH   # drop CUDA directories that shadow the "
                                               "environment's own libraries"])))
     if problems:
-        return fail("; ".join(problems), evidence, fix)
+        return fail("; ".join(problems), evidence, fix, headline=_first(heads, len(problems)))
     if mixed:
         return warn("frameworks built for different CUDA majors in one environment (each needs its own runtime; "
                     "keep them in separate processes or environments): " + "; ".join(mixed), evidence, fix)
@@ -262,6 +280,7 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
 
 @check(
     id="DLD-PY-013", slug="symbol-versions",
+    problem="A loaded library lacks a symbol version the framework needs",
     title="Every symbol version a framework's libraries need is defined by the copy that loads (GLIBCXX, CUDA)",
     tags=("python", "cuda", "ldpath", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),
     what="""For every object the loader would load for a CUDA consumer, holds the symbol versions it needs (DT_VERNEED:
@@ -302,6 +321,7 @@ def symbol_versions(facts: Facts) -> Result:
 
 @check(
     id="DLD-PY-014", slug="extension-built-for-torch",
+    problem="A compiled torch extension was built for another torch",
     title="Compiled torch extensions (flash-attn, xformers, bitsandbytes, DeepSpeed ops, apex, vLLM) were built for "
           "the installed torch",
     tags=("python", "torch", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),

@@ -35,6 +35,7 @@ HEALTH = dict(requires=("nvml",), applies=(needs_nvidia_gpu, needs_nvml))
 
 @check(
     id="DLD-GPU-005", slug="persistence-mode-off", title="GPU persistence mode is on",
+    problem="GPU persistence mode is off",
     tags=("gpu", "performance"), **HEALTH,
     what="Reads each GPU's persistence mode through NVML.",
     why="""Without persistence (the nvidia-persistenced daemon, or persistence mode) the driver tears the GPUs down
@@ -55,6 +56,7 @@ def persistence_mode(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-006", slug="gpu-ecc-uncorrectable", title="No uncorrectable ECC errors",
+    problem="Uncorrectable ECC errors",
     tags=("gpu", "hardware", "ecc"), **HEALTH,
     what="Reads the uncorrectable (double-bit) ECC error counters of each GPU: since the last reset and lifetime.",
     why="""An uncorrectable memory error kills the process that touched the memory and can corrupt results. Errors
@@ -82,6 +84,7 @@ def ecc_uncorrectable(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-007", slug="gpu-memory-remap-pending", title="No row remapping or page retirement is pending or failed",
+    problem="GPU memory row remapping or page retirement is pending or failed",
     tags=("gpu", "hardware", "ecc"), **HEALTH,
     what="Reads row-remapping state (Ampere and newer) and pending page retirement (older GPUs) through NVML.",
     why="""A pending remap or retirement only takes effect after the GPU is reset; until then the bad memory stays in
@@ -107,6 +110,7 @@ def remap_pending(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-008", slug="xid-errors", title="No Xid errors in the kernel log of this boot",
+    problem="Xid errors in this boot's kernel log",
     tags=("gpu", "hardware", "driver"), requires=("kernel_log",), applies=(needs_nvidia_gpu,),
     what="""Reads NVRM Xid lines of the current boot from the kernel log and explains each code from the matrix's Xid
     table: what it means, whether it points at the application, the driver or the hardware, and what to do.""",
@@ -142,9 +146,16 @@ def xid_errors(facts: Facts, matrix) -> Result:
         "sudo dmesg | grep -i xid | tail -20",)
     evidence = {"xids": rows, "source": facts.get("kernel_log.source")}
     fix = Fix("Act on the most serious Xid first (see the notes per code).", actions)
+    order = {"hardware": 0, "driver": 1, "unknown": 2}
+    worst = min(rows, key=lambda r: (order.get(r["kind"], 3), -r["count"]))
+    gpus = worst["gpus"]
+    where = f"GPU {gpus[0]}" if len(gpus) == 1 else f"{len(gpus)} GPUs" if gpus else "a GPU"
+    headline = f"Xid {worst['code']} on {where}: {worst['meaning']}"
+    if len(rows) > 1:
+        headline += f" (and {len(rows) - 1} other Xid code{'s' if len(rows) > 2 else ''})"
     if serious:
-        return fail(text, evidence, fix)
-    return warn(text, evidence, fix)
+        return fail(text, evidence, fix, headline=headline)
+    return warn(text, evidence, fix, headline=headline)
 
 
 SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
@@ -152,6 +163,7 @@ SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw
 
 @check(
     id="DLD-GPU-009", slug="gpu-throttled", title="GPUs are not throttled by hardware, heat or power brake",
+    problem="GPUs are throttled",
     tags=("gpu", "performance", "hardware"), **HEALTH,
     what="Reads NVML's current clock event (throttle) reasons of each GPU.",
     why="""HW slowdown, thermal slowdown and power-brake throttling cut clocks sharply and make one GPU the straggler
@@ -174,6 +186,7 @@ def throttled(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-010", slug="pcie-link-degraded", title="GPU PCIe links run at their full width",
+    problem="A GPU's PCIe link runs below its full width",
     tags=("gpu", "performance", "hardware"), **HEALTH,
     what="""Compares each GPU's current PCIe link width with its maximum, and the link generation with its maximum
     while the GPU is busy (idle GPUs lower the generation to save power; that is not reported).""",
@@ -201,6 +214,7 @@ def pcie_degraded(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-011", slug="mig-enabled", title="MIG mode is off (or known to be on)",
+    problem="MIG mode is on",
     tags=("gpu", "mig"), **HEALTH,
     what="Reads each GPU's current and pending MIG mode through NVML.",
     why="""With MIG on, a GPU is split into instances and a CUDA process can use only one MIG instance: a training
@@ -231,6 +245,7 @@ _UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+")
 
 @check(
     id="DLD-GPU-012", slug="cuda-visible-devices-invalid", title="CUDA_VISIBLE_DEVICES names GPUs that exist",
+    problem="CUDA_VISIBLE_DEVICES names GPUs that do not exist",
     tags=("gpu", "environment"), requires=("environment",), applies=(needs_nvidia_gpu,),
     what="""Parses CUDA_VISIBLE_DEVICES from the session environment and holds each index or UUID against the GPUs the
     driver sees (NVML, else the PCI bus).""",
@@ -277,6 +292,7 @@ def cuda_visible_devices(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-013", slug="gpu-busy-other-processes", title="No other process holds GPU memory",
+    problem="Another process holds GPU memory",
     tags=("gpu", "memory"), **HEALTH,
     what="Lists compute processes on each GPU and the memory in use through NVML.",
     why="""A leftover process (a crashed job's zombie, a notebook kernel, another user's run) holds GPU memory: the new

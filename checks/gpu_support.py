@@ -15,6 +15,7 @@ def _v(text: str) -> List[int]:
 
 @check(
     id="DLD-GPU-002", slug="gpu-unsupported-by-driver-or-cuda",
+    problem="A GPU is not supported by the driver, its module flavour or a CUDA build here",
     title="The GPUs are supported by the driver branch, its kernel-module flavour and the CUDA builds here",
     tags=("gpu", "driver", "cuda"), requires=("gpu_pci",), applies=(needs_nvidia_gpu,),
     what="""Identifies each GPU by its PCI device ID in the compatibility matrix and holds its architecture against
@@ -106,6 +107,7 @@ def needs_known_instance(facts: Facts):
 
 @check(
     id="DLD-GPU-003", slug="instance-gpu-mismatch",
+    problem="The GPUs differ from what the instance type should have",
     title="The GPUs match what the EC2 instance type should have",
     tags=("gpu", "cloud", "hardware"), requires=("gpu_pci",), applies=(needs_known_instance,),
     what="""Holds the instance type (DMI product_name on Nitro, or IMDS) against the matrix: the expected GPU model and
@@ -159,6 +161,7 @@ def needs_nvswitch(facts: Facts):
 
 @check(
     id="DLD-GPU-004", slug="fabric-manager-not-running",
+    problem="The fabric manager is not running at the driver's version",
     title="NVSwitch systems run nvidia-fabricmanager of the driver's exact version",
     tags=("gpu", "nvswitch", "driver"), requires=("gpu_services",), applies=(needs_nvidia_gpu, needs_nvswitch),
     what="""On a host with NVSwitch devices (HGX A100/H100/H200/B200: p4d, p4de, p5, p5e, p5en, p6-b200) checks that

@@ -9,6 +9,7 @@ from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 @check(
     id="DLD-LOG-001", slug="kernel-log-events",
+    problem="An event since the NVIDIA module loaded left the driver or a job in a bad state",
     title="No event since the NVIDIA module was loaded has left the driver or a job in a bad state",
     tags=("driver", "gpu", "kernel", "logs"), requires=("kernel_log",),
     what="""Matches the kernel log of the current boot (the ring buffer live; from files, the syslog family read
@@ -45,7 +46,8 @@ def kernel_log_events(facts: Facts, matrix) -> Result:
             continue
         cause = causes.get((sig.get("causes") or [None])[0]) or {}
         text = f"{sig['meaning']}: {e.get('line')}"
-        rows.append({"event": sig["id"], "line": e.get("line"), "cause": cause.get("summary")})
+        rows.append({"event": sig["id"], "line": e.get("line"), "cause": cause.get("summary"),
+                     "meaning": sig.get("meaning"), "severity": sig.get("severity")})
         if sig.get("severity") == "fail":
             severity = "fail"
             problems.append(text)
@@ -65,10 +67,15 @@ def kernel_log_events(facts: Facts, matrix) -> Result:
     evidence = {"events": rows[:50], "boot": boot}
     cut = " (the byte cap cut off the start of this boot: judged what was read)" if boot.get("cut_by_cap") else ""
     fix = Fix("Deal with the cause each event names.", tuple(dict.fromkeys(fixes)) or ("dl-doctor why --log /var/log/kern.log",))
+    worst = next((r for r in rows if r.get("severity") == "fail"), None) or next(
+        (r for r in rows if r.get("severity") == "warn"), None)
+    count = len(problems) + len(notes)
+    headline = (worst["meaning"] if worst else "The host suspended after the NVIDIA module loaded, without the "
+                "driver's suspend units") + (f" (and {count - 1} more)" if count > 1 else "")
     if severity == "fail":
-        return fail("; ".join(problems + notes) + cut, evidence, fix)
+        return fail("; ".join(problems + notes) + cut, evidence, fix, headline=headline)
     if severity == "warn":
-        return warn("; ".join(notes) + cut, evidence, fix)
+        return warn("; ".join(notes) + cut, evidence, fix, headline=headline)
     where = boot.get("source") or facts.get("kernel_log.source") or "the kernel log"
     return passed(f"no event in {where} of this boot since the NVIDIA module was loaded{cut}", **evidence)
 
@@ -84,6 +91,7 @@ def _units(facts: Facts) -> Dict[str, Dict[str, Any]]:
 
 @check(
     id="DLD-LOG-002", slug="gpu-service-failed",
+    problem="An enabled NVIDIA service is not running",
     title="The NVIDIA services this host has enabled are running (fabric manager, persistence daemon, suspend units, "
           "DCGM, IMEX)",
     tags=("driver", "gpu", "logs", "services"), requires=("gpu_services",),
@@ -110,7 +118,7 @@ def gpu_service_failed(facts: Facts, matrix) -> Result:
                     "boot; neither is here")
     journal_sigs = [s for s in matrix.signatures() if "journal" in (s.get("where") or [])]
     causes = matrix.causes()
-    problems, fixes, rows = [], [], []
+    problems, fixes, rows, heads = [], [], [], []
     seen = []
     for name, unit in sorted(enabled.items()):
         state = unit.get("active")
@@ -132,9 +140,11 @@ def gpu_service_failed(facts: Facts, matrix) -> Result:
         elif tail:
             reason = f"; its journal ends: {tail[-1]}"
         problems.append(f"{name} is {state}{where}{reason}")
+        heads.append(f"{name} is {state}" + (f": {found[0].signature['meaning']}" if found else ""))
         rows.append({"unit": name, "active": state, "journal_tail": tail[-10:]})
         fixes.append(f"sudo systemctl restart {name}.service && journalctl -b -u {name} -n 50 --no-pager")
     if problems:
         return fail("; ".join(problems), {"units": rows}, Fix("Get the NVIDIA services running again.",
-                                                              tuple(dict.fromkeys(fixes))))
+                                                              tuple(dict.fromkeys(fixes))),
+                    headline=heads[0] + (f" (and {len(heads) - 1} more)" if len(heads) > 1 else ""))
     return passed(f"running: {', '.join(seen)}")

@@ -36,6 +36,7 @@ def _shm_fix(kind: Optional[str], want: int) -> Fix:
 
 @check(
     id="DLD-MEM-001", slug="shm-too-small", title="/dev/shm is large enough for training",
+    problem="/dev/shm is too small for training",
     tags=("memory", "container", "nccl"), requires=("mounts",),
     what="""Reads the size of the /dev/shm tmpfs (statvfs on a live host, the size= mount option
     in a recorded tree) and compares it with what multi-process training needs: at least
@@ -91,6 +92,7 @@ def _gpu_memory_total(facts: Facts, matrix):
 
 @check(
     id="DLD-MEM-002", slug="host-memory-below-gpu-memory",
+    problem="Less host memory than GPU memory",
     title="Host memory (and the container's limit) is at least the GPUs' memory",
     tags=("memory", "gpu", "container"), requires=("memory",),
     what="""Compares host RAM, and the cgroup memory limit in a container, with the total memory of the NVIDIA GPUs

@@ -31,6 +31,7 @@ def _libfabric_version(facts: Facts) -> Optional[str]:
 
 @check(
     id="DLD-NET-001", slug="efa-not-usable-by-nccl", title="EFA is present and NCCL can use it (libfabric, aws-ofi-nccl)",
+    problem="NCCL cannot use EFA",
     tags=("network", "efa", "nccl"), requires=("network",),
     what="""Holds the instance type's EFA interfaces (matrix) against the EFA devices present (/sys/class/infiniband),
     then checks libfabric with its efa provider, the aws-ofi-nccl plugin and whether NCCL's dlopen of libnccl-net.so
@@ -105,6 +106,7 @@ def _memlock(facts: Facts) -> Optional[Any]:
 
 @check(
     id="DLD-NET-002", slug="memlock-limited", title="Locked memory is unlimited where EFA needs it",
+    problem="Locked memory is limited where EFA needs it unlimited",
     tags=("network", "efa", "limits"), requires=("limits",),
     what="""Reads the session's RLIMIT_MEMLOCK (or the memlock entries of /etc/security/limits.conf and limits.d under
     a sysroot) on hosts with EFA devices.""",
@@ -135,6 +137,7 @@ def memlock(facts: Facts) -> Result:
 
 @check(
     id="DLD-NET-003", slug="nccl-env-misconfigured", title="NCCL and libfabric environment variables are sane",
+    problem="Harmful NCCL or libfabric settings",
     tags=("network", "nccl", "environment"), requires=("network.env",),
     what="""Reads NCCL_* and FI_* variables of the session: transports disabled globally (NCCL_P2P_DISABLE,
     NCCL_SHM_DISABLE, NCCL_IB_DISABLE), NCCL_SOCKET_IFNAME naming interfaces that do not exist, FI_PROVIDER other than
@@ -191,6 +194,7 @@ def _kernel_tuple(release: Optional[str]):
 
 @check(
     id="DLD-NET-004", slug="gpudirect-rdma-unavailable",
+    problem="GPUDirect RDMA is off (no nvidia-peermem, no DMA-BUF)",
     title="GPUDirect RDMA has a kernel path on an InfiniBand/RoCE host (nvidia-peermem or DMA-BUF)",
     tags=("network", "nccl", "driver", "rdma"), requires=("network", "nvidia_driver"),
     what="""On a host with InfiniBand or RoCE adapters (not EFA, which carries GPUDirect RDMA through its own

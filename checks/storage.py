@@ -46,6 +46,7 @@ def _volume_problem(vol: dict):
 
 @check(
     id="DLD-DISK-001", slug="disk-space-low", title="Enough free space on /, home, /tmp, caches and data mounts",
+    problem="A filesystem training needs is (nearly) full",
     tags=("storage", "disk"), requires=("disks.volumes",),
     what="""Measures free space and free inodes on the root filesystem, the home volume, /tmp, /var/tmp,
     the volumes holding the model/package caches and the data mounts. Less than 5 GiB free (or under 1% of
@@ -106,6 +107,7 @@ CACHE_BIG = 200 * GIB
 
 @check(
     id="DLD-DISK-002", slug="caches-on-small-volume", title="Model and package caches live where there is room",
+    problem="Model or package caches are on a filesystem without room",
     tags=("storage", "disk"), requires=("disks.volumes",),
     what="""Finds the volumes holding the Hugging Face, torch, pip and conda package caches (HF_HOME, TORCH_HOME,
     PIP_CACHE_DIR, CONDA_PKGS_DIRS, or their defaults under ~/.cache) and compares them with the data mounts.""",

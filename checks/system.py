@@ -10,6 +10,7 @@ from dl_doctor.model import Facts, Fix, Result, check, passed, warn
 
 @check(
     id="DLD-SYS-001", slug="os-unidentified", title="Operating system and kernel identified",
+    problem="The operating system or kernel could not be identified",
     tags=("system", "os"), requires=("os",),
     what="""Reads the distribution from /etc/os-release (falling back to /etc/redhat-release)
     and the running kernel from /proc/sys/kernel/osrelease, and reports both.""",
@@ -59,6 +60,7 @@ def os_identified(facts: Facts, matrix=None) -> Result:
 
 @check(
     id="DLD-SYS-002", slug="kernel-settings-hurt-training",
+    problem="Kernel settings or limits hold back multi-GPU training",
     title="Kernel settings and limits suit multi-GPU training",
     tags=("system", "kernel", "performance"), requires=("limits",),
     what="""Reads the IOMMU flags on the kernel command line, automatic NUMA balancing, the CPU frequency governor and

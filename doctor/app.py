@@ -74,6 +74,16 @@ class OutputOptions:
     prom_path: Optional[str] = None
     status_path: Optional[str] = None
     keep_reports: Optional[int] = None
+    markdown_path: Optional[str] = None
+    markdown_max_chars: int = 65536
+
+    def validate(self) -> None:
+        if self.json_path == "-" and self.markdown_path == "-":
+            raise InputProblem("--json - and --markdown - both want stdout alone: write one of them to a file")
+
+    @property
+    def stdout_kind(self) -> Optional[str]:
+        return "json" if self.json_path == "-" else "markdown" if self.markdown_path == "-" else None
 
 
 @dataclass
@@ -85,6 +95,7 @@ class Outcome:
     json_text: str
     written: List[str] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
+    markdown_text: Optional[str] = None
 
 
 # -- loading --------------------------------------------------------------------------------------------------------
@@ -231,6 +242,70 @@ def snapshot_and_findings(path: str, reg=None) -> Tuple[Dict[str, Any], List[Dic
     return snapshot, [f.to_dict() for f in findings]
 
 
+def _s(value: Any, limit: int = 4000) -> str:
+    return str(value)[:limit] if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
+
+
+def load_report(path: str) -> Dict[str, Any]:
+    """A saved report (a JSON report, or the report in a support bundle), rebuilt from its validated parts so the
+    renderers only ever see the shapes they expect, whatever the file holds."""
+    from dl_doctor.model import Status
+    from dl_doctor.validate import InputError, check_limits
+
+    doc = read_document(path, bundle_member="report.json")
+    if not isinstance(doc, dict) or not isinstance(doc.get("findings"), list):
+        raise InputProblem(f"{path} is not a dl-doctor report (no findings); a facts file is judged with "
+                           f"`dl-doctor check {path}`")
+    try:
+        check_limits(doc, path)
+    except InputError as exc:
+        raise InputProblem(str(exc))
+    snapshot = snapshot_of(path, doc)  # the facts, validated against the facts schema
+    statuses = {s.value for s in Status}
+    findings = []
+    for n, f in enumerate(doc["findings"]):
+        if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("id", "status", "message")) \
+                or f["status"] not in statuses:
+            raise InputProblem(f"{path}: findings[{n}] is not a finding (id, status and message strings, status one "
+                               f"of {', '.join(sorted(statuses))})")
+        fix = f.get("fix") if isinstance(f.get("fix"), dict) else None
+        findings.append({
+            "id": _s(f["id"], 200), "slug": _s(f.get("slug"), 200), "title": _s(f.get("title"), 500) or _s(f["id"]),
+            "status": f["status"], "message": _s(f["message"], 100_000),
+            "evidence": f.get("evidence") if isinstance(f.get("evidence"), dict) else {},
+            "fix": {"summary": _s(fix.get("summary"), 4000) or "See the finding.",
+                    "commands": [_s(c, 4000) for c in fix.get("commands") or [] if isinstance(c, str)][:50]}
+            if fix else None,
+            "tags": [_s(t, 100) for t in f.get("tags") or [] if isinstance(t, str)][:20],
+            **({"headline": _s(f["headline"], 300)} if isinstance(f.get("headline"), str) and f["headline"] else {}),
+        })
+    summary = {k: sum(1 for f in findings if f["status"] == k) for k in sorted(statuses)}
+    run = doc.get("run") if isinstance(doc.get("run"), dict) else {}
+    duration = run.get("duration_s")
+    host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
+    tool = doc.get("tool") if isinstance(doc.get("tool"), dict) else {}
+    privilege = doc.get("privilege") if isinstance(doc.get("privilege"), dict) else {}
+    limited = [{"probe": _s(i.get("probe"), 200), "would_add": _s(i.get("would_add"), 1000)}
+               for i in privilege.get("limited") or [] if isinstance(i, dict)][:50]
+    return {
+        "schema_version": _s(doc.get("schema_version"), 20) or "1",
+        "tool": {"name": "dl-doctor", "version": _s(tool.get("version"), 50)},
+        "run": {"mode": _s(run.get("mode"), 20) or "facts", "started_at": _s(run.get("started_at"), 40),
+                "duration_s": float(duration) if isinstance(duration, (int, float)) and not isinstance(duration, bool)
+                and 0 <= duration < 1e7 else 0.0,
+                "sysroot": _s(run.get("sysroot"), 4000) or None,
+                "facts_collected_at": _s(run.get("facts_collected_at"), 40), "load_errors": []},
+        "host": {k: (v if isinstance(v, (int, bool)) or v is None else _s(v, 500)) for k, v in host.items()
+                 if isinstance(k, str) and k in ("hostname", "os", "kernel", "nvidia_gpus", "driver", "container")},
+        "summary": summary, "findings": findings, "facts": snapshot["facts"],
+        "probe_errors": [{"probe": _s(e.get("probe"), 200), "error": _s(e.get("error"), 2000),
+                          "kind": _s(e.get("kind"), 50)} for e in doc.get("probe_errors") or [] if isinstance(e, dict)],
+        "unavailable": doc.get("unavailable") if isinstance(doc.get("unavailable"), dict) else {},
+        "privilege": {"limited": limited},
+        "redaction": doc.get("redaction") if isinstance(doc.get("redaction"), dict) else {},
+    }
+
+
 # -- collecting and judging -------------------------------------------------------------------------------------------
 
 def prewarm(out: Optional[OutputOptions] = None) -> Any:
@@ -329,6 +404,10 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
         targets.append((out.prom_path, lambda: _render("prometheus", report), False))
     if out.status_path:
         targets.append((out.status_path, lambda: _render("status", report), False))
+    if out.markdown_path:
+        outcome.markdown_text = markdown_summary(report, snapshot, judge_opts.redact, out.markdown_max_chars)
+        if out.markdown_path != "-":
+            targets.append((out.markdown_path, lambda: outcome.markdown_text, True))
     for path, render, private in targets:
         try:
             write_file(path, render(), private=private)
@@ -340,6 +419,18 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
     if out.keep_reports is not None and defaults:
         prune_reports(out.output_dir, out.keep_reports, protect=outcome.written)
     return outcome
+
+
+def markdown_summary(report: Dict[str, Any], snapshot: Optional[Dict[str, Any]], extended_already: bool,
+                     max_chars: int) -> str:
+    """The Markdown summary of a report, with the extended redaction (host names, addresses, users) always on: it is
+    written to be pasted in public."""
+    from dl_doctor.redact import redact
+    from dl_doctor.reports import markdown
+
+    if not extended_already and not (report.get("redaction") or {}).get("extended"):
+        report = redact(report, extended=True, snapshot=dict(snapshot) if snapshot else None)
+    return markdown.render(report, max_chars)
 
 
 def _render(kind: str, report: Dict[str, Any]) -> str:

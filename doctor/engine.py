@@ -201,9 +201,17 @@ def run_check(spec: CheckSpec, facts: Facts, matrix: Any = None,
 
 def run_check_all(spec: CheckSpec, facts: Facts, matrix: Any = None,
                   context: Optional[Mapping[str, Any]] = None) -> List[Finding]:
-    def finding(status: Status, message: str, evidence=None, fix=None, key: Optional[str] = None) -> Finding:
+    def finding(status: Status, message: str, evidence=None, fix=None, key: Optional[str] = None,
+                headline: Optional[str] = None) -> Finding:
         fid = f"{spec.id}:{key}" if key else spec.id
-        return Finding(fid, spec.slug, spec.title, status, message, dict(evidence or {}), fix, spec.tags)
+        if status in (Status.PASS, Status.SKIP):
+            headline = None
+        elif status is Status.ERROR:
+            headline = headline or f"{spec.id} could not judge"
+        else:
+            # a plugin's check without a `problem` heading falls back to its title
+            headline = (headline or spec.problem or spec.title).strip()[:200] or None
+        return Finding(fid, spec.slug, spec.title, status, message, dict(evidence or {}), fix, spec.tags, headline)
 
     # Preconditions first: "no NVIDIA GPU on this host" explains a skip better than the
     # missing facts that follow from it. A precondition answers None when it cannot tell.
@@ -238,7 +246,8 @@ def run_check_all(spec: CheckSpec, facts: Facts, matrix: Any = None,
         except (TypeError, ValueError) as exc:
             out.append(finding(Status.ERROR, f"the check returned evidence that is not JSON-serialisable: {exc}"))
             continue
-        out.append(finding(r.status, r.message, evidence, r.fix, r.key))
+        out.append(finding(r.status, r.message, evidence, r.fix, r.key,
+                           r.headline if isinstance(r.headline, str) else None))
     return out
 
 

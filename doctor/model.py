@@ -77,13 +77,16 @@ class Result:
     # A check that judges several items (one per golden-stack expectation) returns a list of
     # Results, each with a key; the findings' IDs are then "ID:key".
     key: Optional[str] = None
+    # The problem in a few words, for the heading of a problem card ("Xid 79 on GPU 0000:10:1c"); without it the
+    # check's `problem` heading is used.
+    headline: Optional[str] = None
 
 
 def _result(status: "Status", message: str, evidence: Optional[Mapping[str, Any]], fix: Optional[Fix],
-            key: Optional[str], more: Mapping[str, Any]) -> Result:
+            key: Optional[str], more: Mapping[str, Any], headline: Optional[str] = None) -> Result:
     merged = dict(evidence or {})
     merged.update(more)
-    return Result(status, message, merged, fix, key)
+    return Result(status, message, merged, fix, key, headline)
 
 
 # One calling convention for every helper: ``helper(message, evidence=None, fix=None, *, key=None, **more)``.
@@ -91,29 +94,29 @@ def _result(status: "Status", message: str, evidence: Optional[Mapping[str, Any]
 # names the item when a check judges several (the finding's ID becomes ``ID:key``).
 
 def passed(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
-           key: Optional[str] = None, **more: Any) -> Result:
-    return _result(Status.PASS, message, evidence, fix, key, more)
+           key: Optional[str] = None, headline: Optional[str] = None, **more: Any) -> Result:
+    return _result(Status.PASS, message, evidence, fix, key, more, headline)
 
 
 def warn(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
-         key: Optional[str] = None, **more: Any) -> Result:
-    return _result(Status.WARN, message, evidence, fix, key, more)
+         key: Optional[str] = None, headline: Optional[str] = None, **more: Any) -> Result:
+    return _result(Status.WARN, message, evidence, fix, key, more, headline)
 
 
 def fail(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
-         key: Optional[str] = None, **more: Any) -> Result:
-    return _result(Status.FAIL, message, evidence, fix, key, more)
+         key: Optional[str] = None, headline: Optional[str] = None, **more: Any) -> Result:
+    return _result(Status.FAIL, message, evidence, fix, key, more, headline)
 
 
 def skip(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
-         key: Optional[str] = None, **more: Any) -> Result:
-    return _result(Status.SKIP, message, evidence, fix, key, more)
+         key: Optional[str] = None, headline: Optional[str] = None, **more: Any) -> Result:
+    return _result(Status.SKIP, message, evidence, fix, key, more, headline)
 
 
 def error(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
-          key: Optional[str] = None, **more: Any) -> Result:
+          key: Optional[str] = None, headline: Optional[str] = None, **more: Any) -> Result:
     """Something that stops dl-doctor itself from judging (a plugin that did not load)."""
-    return _result(Status.ERROR, message, evidence, fix, key, more)
+    return _result(Status.ERROR, message, evidence, fix, key, more, headline)
 
 
 @dataclass
@@ -126,9 +129,10 @@ class Finding:
     evidence: Dict[str, Any]
     fix: Optional[Fix]
     tags: Tuple[str, ...]
+    headline: Optional[str] = None  # the problem in a few words (warn, fail, error)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
+        out = {
             "id": self.id,
             "slug": self.slug,
             "title": self.title,
@@ -138,6 +142,9 @@ class Finding:
             "fix": self.fix.to_dict() if self.fix else None,
             "tags": list(self.tags),
         }
+        if self.headline:
+            out["headline"] = self.headline
+        return out
 
 
 # A precondition returns None when the check applies, or the reason it does not.
@@ -155,6 +162,7 @@ class CheckSpec:
     func: Callable[..., Result]
     applies: Tuple[Precondition, ...] = ()
     module: str = ""
+    problem: str = ""  # the title's problem form, the heading of a warn/fail card ("Xid errors in this boot")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Result:
         return self.func(*args, **kwargs)
@@ -185,7 +193,8 @@ class CheckSpec:
 
 
 def check(*, id: str, slug: str, title: str, tags: Sequence[str], what: str, why: str, fix: str,
-          requires: Sequence[str] = (), applies: Sequence[Precondition] = ()) -> Callable[[Callable[..., Result]], CheckSpec]:
+          requires: Sequence[str] = (), applies: Sequence[Precondition] = (),
+          problem: str = "") -> Callable[[Callable[..., Result]], CheckSpec]:
     """Declare a check.  The decorated function becomes a :class:`CheckSpec`.
 
     The function may take any of the keyword arguments ``facts`` and ``matrix``;
@@ -196,7 +205,7 @@ def check(*, id: str, slug: str, title: str, tags: Sequence[str], what: str, why
         return CheckSpec(
             id=id, slug=slug, title=title, tags=tuple(tags), requires=tuple(requires),
             explanation=Explanation(_dedent(what), _dedent(why), _dedent(fix)), func=func,
-            applies=tuple(applies), module=getattr(func, "__module__", ""),
+            applies=tuple(applies), module=getattr(func, "__module__", ""), problem=problem,
         )
 
     return wrap

@@ -187,8 +187,11 @@ _SYSTEM_USERS = {"root", "nobody", "daemon", "bin", "sys", "admin", "user", "ubu
 
 class Redactor:
     def __init__(self, extended: bool = False, hostnames: Iterable[str] = (), usernames: Iterable[str] = (),
-                 secret_values: Iterable[str] = ()):
+                 secret_values: Iterable[str] = (), versions: Iterable[str] = ()):
         self.extended = extended
+        # Four-part versions the facts name as versions (cuDNN 9.1.0.70, cuBLAS 12.4.5.8) look like IPv4 addresses:
+        # those exact strings are left as they are wherever they appear.
+        self._versions = {v for v in versions if isinstance(v, str) and _IPV4.fullmatch(v)}
         # Values of secret-named variables, masked wherever they turn up verbatim (a command that prints a
         # token without its name, a config file that repeats it); short or trivial ones would mask noise.
         self._secret_values = sorted({v for v in secret_values
@@ -262,6 +265,8 @@ class Redactor:
 
     def _ipv4(self, m: "re.Match[str]") -> str:
         text = m.group(0)
+        if text in self._versions:
+            return text
         try:
             addr = ipaddress.IPv4Address(text)
         except ValueError:
@@ -314,7 +319,25 @@ def redactor_for(snapshot: Dict[str, Any], extended: bool) -> Redactor:
     if m:
         users.append(m.group(2))
     secrets = [v for k, v in env.items() if looks_secret_name(k)]
-    return Redactor(extended=extended, hostnames=hostnames, usernames=[u for u in users if u], secret_values=secrets)
+    versions: List[str] = []
+    if extended:
+        _version_values(facts, versions)
+    return Redactor(extended=extended, hostnames=hostnames, usernames=[u for u in users if u], secret_values=secrets,
+                    versions=versions)
+
+
+def _version_values(obj: Any, out: List[str], key: str = "", depth: int = 0) -> None:
+    """The dotted four-part strings the facts hold under a key that names a version ('version', 'driver_version')."""
+    if depth > 12 or len(out) > 10000:
+        return
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _version_values(v, out, str(k), depth + 1)
+    elif isinstance(obj, list):
+        for v in obj:
+            _version_values(v, out, key, depth + 1)
+    elif isinstance(obj, str) and "version" in key.lower() and _IPV4.fullmatch(obj):
+        out.append(obj)
 
 
 def redact(document: Dict[str, Any], extended: bool = False, snapshot: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:

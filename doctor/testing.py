@@ -127,6 +127,9 @@ def assert_case(spec: CheckSpec, case: Dict[str, Any], matrix: Any = None) -> Fi
         assert finding.fix is not None and finding.fix.summary and finding.fix.commands, f"{name}: no fix"
         if "fix_contains" in case:
             assert any(case["fix_contains"] in c for c in finding.fix.commands), finding.fix.commands
+        assert finding.headline, f"{name}: a problem finding without a heading"
+        if "headline" in case:
+            assert case["headline"] in finding.headline, f"{name}: {finding.headline!r} lacks {case['headline']!r}"
     json.dumps(finding.to_dict())
     return finding
 

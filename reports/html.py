@@ -7,9 +7,16 @@ import json
 from typing import Any, Dict
 
 import jinja2
+from markupsafe import Markup, escape
 
+from dl_doctor.reports import present, stack
 from dl_doctor.reports.inventory import inventory
 from dl_doctor.reports.terminal import ORDER, headline
+
+
+def wrap_path(value: Any) -> Markup:
+    """The value escaped, with a break opportunity after each '/': a long path wraps at its separators."""
+    return Markup(str(escape("" if value is None else str(value))).replace("/", "/<wbr>"))
 
 
 def _environment() -> jinja2.Environment:
@@ -20,6 +27,9 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True, lstrip_blocks=True,
     )
     env.filters["pretty_json"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True)
+    env.filters["wrap_path"] = wrap_path
+    env.filters["heading"] = present.heading
+    env.filters["items"] = present.items
     return env
 
 
@@ -38,5 +48,6 @@ def render(report: Dict[str, Any]) -> str:
         problems=[f for f in findings if f["status"] in ("error", "fail", "warn")],
         others=[f for f in findings if f["status"] in ("pass", "skip")],
         inventory=inventory(report),
+        stack=stack.build(report),
         summary=report.get("summary", {}),
     )

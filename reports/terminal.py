@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+import shutil
 import textwrap
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
+
+from dl_doctor.reports.present import heading, items
 
 COLORS = {"fail": "31;1", "error": "35;1", "warn": "33;1", "pass": "32", "skip": "2", "dim": "2", "bold": "1"}
 LABELS = {"fail": "FAIL", "error": "ERROR", "warn": "WARN", "pass": "PASS", "skip": "SKIP"}
@@ -48,9 +51,45 @@ def _paint(text: str, style: str, color: bool) -> str:
     return f"\033[{COLORS[style]}m{text}\033[0m" if color else text
 
 
-def _wrap(text: str, indent: str) -> List[str]:
-    return textwrap.wrap(text, width=WIDTH, initial_indent=indent, subsequent_indent=indent,
-                         break_long_words=False, break_on_hyphens=False) or [indent]
+def terminal_width(stream: Any = None) -> int:
+    """The terminal's width (60 to 160 columns) where the output is one; WIDTH otherwise (a pipe, a file)."""
+    try:
+        if stream is not None and stream.isatty():
+            return max(60, min(160, shutil.get_terminal_size((WIDTH, 24)).columns))
+    except (AttributeError, ValueError, OSError):
+        pass
+    return WIDTH
+
+
+_width = WIDTH
+
+
+def _wrap(text: str, indent: str, hanging: Optional[str] = None) -> List[str]:
+    """``text`` wrapped to the width (the first line after ``indent``, the others after ``hanging``); a path longer
+    than the line breaks after a '/' instead of overflowing it."""
+    width = max(40, _width)
+    rest = indent if hanging is None else hanging
+    room = max(20, width - len(rest))
+    pieces = []  # (text, whether a space goes before it)
+    for word in text.split(" "):
+        spaced = True
+        while len(word) > room and "/" in word[1:room]:
+            cut = word.rfind("/", 1, room) + 1
+            pieces.append((word[:cut], spaced))
+            spaced, word = False, word[cut:]
+        pieces.append((word, spaced))
+    out: List[str] = []
+    line, empty = indent, True
+    for piece, spaced in pieces:
+        add = (" " if spaced and not empty else "") + piece
+        if not empty and len(line) + len(add) > width:
+            out.append(line)
+            line = rest + piece
+        else:
+            line += add
+        empty = False
+    out.append(line)
+    return out
 
 
 def headline(report: Dict[str, Any]) -> str:
@@ -79,7 +118,9 @@ def summary_line(report: Dict[str, Any]) -> str:
 
 
 def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
-           paths: Sequence[str] = ()) -> str:
+           paths: Sequence[str] = (), width: int = WIDTH) -> str:
+    global _width
+    _width = width
     # only what the summary shows is escaped (and walked): not the facts, which are most of a report
     report = safe_value({k: report.get(k) for k in ("tool", "host", "run", "summary", "findings", "probe_errors",
                                                      "privilege") if k in report})
@@ -114,21 +155,27 @@ def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
         if status in ("pass", "skip"):
             lines.append(f"{label} {f['id']:<{idw}} {f['message']}")
             continue
-        if len(f["id"]) > idw:  # a keyed finding (DLD-EXP-001:driver): the title goes under its ID
-            lines.append(f"{label} {f['id']}")
-            lines.append(pad + _paint(f["title"], "bold", color))
+        # the problem first, then the check that found it; several items as a list
+        ind = " " * 6
+        head = _wrap(heading(f), ind)
+        lines.append(label + " " + _paint(head[0][6:], "bold", color))
+        lines.extend(ind + _paint(h[6:], "bold", color) for h in head[1:])
+        lines.extend(_paint(l, "dim", color) for l in _wrap(f"{f['id']} · {f['title']}", ind))
+        parts = items(f)
+        if len(parts) == 1:
+            lines.extend(_wrap(parts[0], ind))
         else:
-            lines.append(f"{label} {f['id']:<{idw}} {_paint(f['title'], 'bold', color)}")
-        lines.extend(_wrap(f["message"], pad))
+            for part in parts:
+                lines.extend(_wrap(part, ind + "- ", ind + "  "))
         fix = f.get("fix")
         if fix:
-            lines.extend(_wrap("fix: " + fix["summary"], pad))
+            lines.extend(_wrap("fix: " + fix["summary"], ind))
             for cmd in fix.get("commands", []):
                 for i, cmd_line in enumerate(cmd.splitlines()):
                     if cmd_line.lstrip().startswith("#"):
-                        lines.append(pad + "  " + _paint(cmd_line, "dim", color))
+                        lines.append(ind + "  " + _paint(cmd_line, "dim", color))
                     else:
-                        lines.append(pad + ("$ " if i == 0 else "  ") + cmd_line)
+                        lines.append(ind + ("$ " if i == 0 else "  ") + cmd_line)
         lines.append("")
     if findings and lines and lines[-1] != "":
         lines.append("")

@@ -98,7 +98,8 @@ def test_sysroot_docker_container_with_64m_shm_fails(run_cli, tree):
     assert report["host"]["container"] == "docker" and report["host"]["driver"] == "535.104.05"
     # failures come first in the terminal, with their fix
     out = r.stdout
-    assert out.index("FAIL  DLD-MEM-001") < out.index("PASS")
+    # the problem first ("FAIL  /dev/shm is too small for training"), then the check that found it, then the fix
+    assert out.index("FAIL  /dev/shm is too small for training") < out.index("      DLD-MEM-001 · ") < out.index("PASS")
     assert "$ docker run --gpus all --shm-size=" in out
 
 

@@ -64,6 +64,7 @@ def test_chromium_renders_the_report_as_a_person_sees_it(docker_report, tmp_path
     html, _ = docker_report
     common = [_chromium(), *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run(common + ["--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=90).stdout
+    dom = dom.replace("<wbr>", "")  # the break opportunities long paths get after each '/'
     # the planted script did not run, and the failure with its fix is on the page
     assert "<title>dl-doctor report" in dom and "pwned" not in dom.split("</title>")[0]
     assert "/dev/shm is only 64.0 MiB" in dom and "--shm-size=" in dom

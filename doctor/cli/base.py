@@ -46,6 +46,12 @@ def report_options(func):
     return _apply(func, [
         click.option("--json", "json_path", metavar="PATH", help="Write the JSON report here ('-' = alone on stdout)."),
         click.option("--html", "html_path", metavar="PATH", help="Write the HTML report here."),
+        click.option("--markdown", "markdown_path", metavar="PATH",
+                     help="Also write a Markdown summary to paste into a ticket ('-' = alone on stdout); host names, "
+                          "addresses and user names are always redacted there."),
+        click.option("--max-chars", "markdown_max_chars", type=click.IntRange(2000, 10_000_000), default=65536,
+                     show_default=True, metavar="N", help="The Markdown summary's size limit (GitHub's comment limit "
+                                                          "by default)."),
         click.option("--output-dir", default="dl-doctor-reports", show_default=True, metavar="DIR",
                      help="Where reports without an explicit path go."),
         click.option("--fail-on", type=click.Choice(["fail", "warn", "never"]), default="fail", show_default=True,
@@ -121,7 +127,8 @@ def output_opts(kw: Dict[str, Any]) -> OutputOptions:
     return OutputOptions(json_path=kw.get("json_path"), html_path=kw.get("html_path"),
                          output_dir=kw.get("output_dir", "dl-doctor-reports"), junit_path=kw.get("junit_path"),
                          prom_path=kw.get("prom_path"), status_path=kw.get("status_path"),
-                         keep_reports=kw.get("keep_reports"))
+                         keep_reports=kw.get("keep_reports"), markdown_path=kw.get("markdown_path"),
+                         markdown_max_chars=kw.get("markdown_max_chars") or 65536)
 
 
 def use_color(no_color: bool, stream=None) -> bool:

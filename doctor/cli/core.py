@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Optional
 
 import click
 
@@ -13,19 +14,20 @@ from dl_doctor.cli.base import (cli, collect_options, collect_opts, judge_opts, 
                                 use_color)
 
 
-def emit(outcome: app.Outcome, *, json_to_stdout: bool, quiet: bool, no_color: bool, fail_on: str) -> int:
+def emit(outcome: app.Outcome, *, stdout_kind: Optional[str], quiet: bool, no_color: bool, fail_on: str) -> int:
     """Print the terminal summary (or the JSON on stdout) and the problems; the exit code."""
     from dl_doctor.engine import exit_code
     from dl_doctor.reports import terminal
 
-    if json_to_stdout:
-        sys.stdout.write(outcome.json_text)
+    if stdout_kind:
+        sys.stdout.write(outcome.json_text if stdout_kind == "json" else outcome.markdown_text or "")
         sys.stdout.flush()
         if not quiet:
             for path in outcome.written:
                 click.echo(f"Report: {path}", err=True)
     else:
         click.echo(terminal.render(outcome.report, color=use_color(no_color), quiet=quiet,
+                                   width=terminal.terminal_width(sys.stdout),
                                    paths=[] if quiet else outcome.written), nl=False)
     for problem in outcome.problems:
         click.echo(f"dl-doctor: error: {problem}", err=True)
@@ -41,13 +43,14 @@ def run_cmd(**kw) -> int:
 
     started, t0 = utc_now(), time.monotonic()
     collect, judge, out = collect_opts(kw), judge_opts(kw), output_opts(kw)
+    out.validate()
     reg = app.registry()
     app.validate_inputs(reg, judge)
     app.prewarm(out)
     snapshot = app.collect_facts(reg, collect)
     outcome = app.write_outputs(snapshot, reg, judge, out, mode=snapshot["mode"], started=started, t0=t0,
                                 extra_options=collect.report_options())
-    return emit(outcome, json_to_stdout=out.json_path == "-", quiet=kw["quiet"], no_color=kw["no_color"],
+    return emit(outcome, stdout_kind=out.stdout_kind, quiet=kw["quiet"], no_color=kw["no_color"],
                 fail_on=judge.fail_on)
 
 
@@ -79,11 +82,12 @@ def check_cmd(facts_file, **kw) -> int:
 
     started, t0 = utc_now(), time.monotonic()
     judge, out = judge_opts(kw), output_opts(kw)
+    out.validate()
     reg = app.registry()
     snapshot = app.load_snapshot(facts_file)
     outcome = app.write_outputs(snapshot, reg, judge, out, mode="facts", started=started, t0=t0,
                                 extra_options={"facts_file": facts_file})
-    return emit(outcome, json_to_stdout=out.json_path == "-", quiet=kw["quiet"], no_color=kw["no_color"],
+    return emit(outcome, stdout_kind=out.stdout_kind, quiet=kw["quiet"], no_color=kw["no_color"],
                 fail_on=judge.fail_on)
 
 
@@ -125,4 +129,56 @@ def explain_cmd(key) -> int:
         click.echo(heading)
         click.echo(textwrap.fill(getattr(spec.explanation, attr), width=88, initial_indent="  ",
                                  subsequent_indent="  "))
+    return 0
+
+
+@cli.command("report")
+@click.argument("source", metavar="REPORT.json|BUNDLE")
+@click.option("--html", "html_path", metavar="PATH", help="Write the HTML report here.")
+@click.option("--markdown", "markdown_path", metavar="PATH",
+              help="Write the Markdown summary here ('-' = stdout); host names, addresses and users are redacted.")
+@click.option("--max-chars", "max_chars", type=click.IntRange(2000, 10_000_000), default=65536, show_default=True,
+              metavar="N", help="The Markdown summary's size limit.")
+@click.option("--redact", is_flag=True, help="Also redact host names, addresses and users in the HTML report.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> int:
+    """Render a saved report or a support bundle again: as HTML, as a Markdown summary for a ticket, or both.
+
+    Exit codes: 0 written, 2 bad input or a file that could not be written."""
+    from dl_doctor.output import OutputRefused, write_file
+
+    if not html_path and not markdown_path:
+        raise app.InputProblem("say what to write: --html PATH and/or --markdown PATH ('-' for stdout)")
+    report = app.load_report(source)
+    written = []
+    stdout_text = None
+    if markdown_path:
+        text = app.markdown_summary(report, report, False, max_chars)
+        if markdown_path == "-":
+            stdout_text = text
+        else:
+            written.append((markdown_path, text))
+    if html_path:
+        from dl_doctor.redact import redact as do_redact
+        from dl_doctor.reports import html
+
+        rendered = html.render(do_redact(report, extended=True, snapshot=report) if redact else report)
+        written.append((html_path, rendered))
+    done = []
+    for path, text in written:
+        try:
+            write_file(path, text, private=True)
+        except OutputRefused as exc:
+            raise app.InputProblem(f"not writing {exc.filename}: it {exc.why}")
+        except OSError as exc:
+            raise app.InputProblem(f"cannot write {path}: {exc.strerror or exc}")
+        done.append(path)
+    if stdout_text is not None:
+        sys.stdout.write(stdout_text)
+    if as_json:
+        click.echo(json.dumps({"source": source, "written": done,
+                               "markdown_chars": len(stdout_text) if stdout_text is not None else None}), err=stdout_text is not None)
+    elif stdout_text is None:
+        for path in done:
+            click.echo(f"Report: {path}")
     return 0

@@ -93,7 +93,8 @@ def bundle_cmd(output, redact, quiet, no_color, **kw) -> int:
     data, manifest = build(capture, snapshot, report, html_report.render, red, top)
     app.write_or_refuse(output, data, private=True)  # for the ticket, not for every user on the host
     rep = json.loads(json.dumps(red.value(report)))
-    click.echo(terminal.render(rep, color=use_color(no_color), quiet=quiet, paths=[]), nl=False)
+    click.echo(terminal.render(rep, color=use_color(no_color), quiet=quiet, paths=[],
+                               width=terminal.terminal_width(sys.stdout)), nl=False)
     archived = sum(1 for f in manifest["files"] if f.get("archived_as"))
     click.echo(f"Bundle: {output} ({archived} files, {len(manifest['commands'])} commands, "
                f"{len(data) / 1024:.0f} KiB; {manifest['redaction']['redactions']} redactions"

@@ -1,0 +1,170 @@
+"""The stack as a person pictures it, from a report: the GPUs, the kernel module, the user-space driver and the CUDA
+toolkits; then, for each Python environment, each framework with every CUDA library it needs and the file that
+library resolves to (from which search-path entry), with the broken or suspicious links marked and tied to the
+findings that explain them. The HTML report draws it; the Markdown summary tabulates its versions."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Dict, List, Optional
+
+MAX_ENVIRONMENTS = 32
+MAX_LIBRARIES = 64
+
+# a link's state -> the checks whose finding explains it (the first one that found a problem is linked)
+EXPLAINED_BY = {"missing": ("DLD-PY-011",), "wrong": ("DLD-PY-012", "DLD-PY-004"), "newer": ("DLD-PY-012", "DLD-PY-004"),
+                "unmet": ("DLD-PY-013",), "foreign": ("DLD-PY-011",)}
+
+
+def _problems(report: Dict[str, Any]) -> Dict[str, str]:
+    """check ID -> status, for the findings that found a problem."""
+    return {f["id"].split(":")[0]: f["status"] for f in report.get("findings") or []
+            if isinstance(f, dict) and f.get("status") in ("warn", "fail", "error")}
+
+
+def _finding(state: str, problems: Dict[str, str]) -> Optional[str]:
+    return next((c for c in EXPLAINED_BY.get(state, ()) if c in problems), None)
+
+
+def _version_key(text: Optional[str]):
+    out = []
+    for part in str(text or "").replace("-", ".").split("."):
+        out.append(int(part) if part.isdigit() else -1)
+    return out
+
+
+def _copy_verdict(loaded: Optional[str], own: Optional[str]) -> str:
+    """'same', 'newer' (the same major, not older: it serves the build) or 'other' (older, or another major)."""
+    if not loaded or not own:
+        return "other"
+    a, b = _version_key(loaded), _version_key(own)
+    if a[:3] == b[:3]:
+        return "same"
+    return "newer" if a[:1] == b[:1] and a >= b else "other"
+
+
+def _system(facts: Dict[str, Any], problems: Dict[str, str]) -> List[Dict[str, Any]]:
+    nodes: List[Dict[str, Any]] = []
+    devices = (facts.get("nvml") or {}).get("devices") or []
+    names = Counter(str(d.get("name") or "GPU") for d in devices if isinstance(d, dict))
+    pci = (facts.get("gpu_pci") or {}).get("devices") or []
+    pci_gpus = [d for d in pci if isinstance(d, dict) and d.get("kind", "gpu") == "gpu"]
+    if names:
+        label = ", ".join(f"{n} × {name}" for name, n in names.most_common())
+    elif pci_gpus:
+        label = f"{len(pci_gpus)} NVIDIA GPU{'s' if len(pci_gpus) != 1 else ''} on the PCI bus"
+    elif facts.get("gpu_pci") is None and facts.get("nvml") is None:
+        label = "not visible here"
+    else:
+        label = "none"
+    nodes.append({"layer": "GPUs", "label": label, "detail": "NVML" if names else "PCI" if pci_gpus else "",
+                  "state": "ok" if names or pci_gpus else "unknown",
+                  "finding": next((c for c in ("DLD-GPU-001", "DLD-GPU-002", "DLD-GPU-008") if c in problems), None)})
+    driver = facts.get("nvidia_driver") or {}
+    module = driver.get("kernel_module") or {}
+    if module.get("loaded"):
+        label, state = f"nvidia {module.get('version') or '?'}", "ok"
+        detail = module.get("flavor") or ""
+    elif module.get("loaded") is False:
+        label, state, detail = "not loaded", "bad", ""
+    else:
+        label, state, detail = "unknown here", "unknown", "a tree, or /proc not readable"
+    found = next((c for c in ("DLD-DRV-001", "DLD-DRV-003", "DLD-DRV-005", "DLD-DRV-004", "DLD-GPU-001")
+                  if c in problems), None)
+    nodes.append({"layer": "Kernel module", "label": label, "detail": detail,
+                  "state": "bad" if found and state != "unknown" else state, "finding": found})
+    versions = sorted({str(v) for v in (driver.get("userspace") or {}).get("versions") or []})
+    compat = [c for c in driver.get("forward_compat_libs") or [] if isinstance(c, dict) and c.get("active")]
+    label = ", ".join(f"libcuda {v}" for v in versions) or "no libcuda found"
+    detail = f"forward compatibility {compat[0].get('version')} active" if compat else ""
+    found = next((c for c in ("DLD-DRV-003", "DLD-CUDA-002", "DLD-CTR-001", "DLD-CTR-005") if c in problems), None)
+    mismatch = len(versions) > 1 or (module.get("version") and versions and module.get("version") not in versions)
+    nodes.append({"layer": "User-space driver", "label": label, "detail": detail,
+                  "state": "bad" if found or mismatch else "ok" if versions else "unknown", "finding": found})
+    toolkits = (facts.get("cuda_toolkits") or {}).get("toolkits") or []
+    tk = [f"{t['version']} ({t.get('path')})" if t.get("version") else f"{t.get('path')} (version unknown)"
+          for t in toolkits if isinstance(t, dict)][:6]
+    nodes.append({"layer": "CUDA toolkits", "label": ", ".join(tk) or "none", "detail": "",
+                  "state": "ok", "finding": next((c for c in ("DLD-CUDA-001", "DLD-PY-008") if c in problems), None)})
+    for node in nodes:
+        status = problems.get(node["finding"] or "")
+        if status in ("fail", "error"):
+            node["state"] = "bad"
+        elif status == "warn" and node["state"] != "bad":
+            node["state"] = "warn"
+    return nodes
+
+
+def _libraries(consumer: Dict[str, Any], problems: Dict[str, str]) -> List[Dict[str, Any]]:
+    rows: List[Dict[str, Any]] = []
+    major = consumer.get("cuda_major")
+    for lib in (consumer.get("libraries") or [])[:MAX_LIBRARIES]:
+        if not isinstance(lib, dict):
+            continue
+        row = {"soname": lib.get("soname"), "path": lib.get("path"), "version": lib.get("version"),
+               "via": lib.get("via"), "state": "ok", "note": ""}
+        own = lib.get("env_copy") or {}
+        lib_major = lib.get("cuda_major")
+        if isinstance(major, int) and isinstance(lib_major, int) and lib_major != major:
+            row["state"], row["note"] = "wrong", f"a CUDA {lib_major} copy for a CUDA {major} build"
+        elif own.get("path") and own.get("path") != lib.get("path") and not lib.get("wheel"):
+            verdict = _copy_verdict(lib.get("version"), own.get("version"))
+            if verdict == "newer":
+                row["state"] = "newer"
+                row["note"] = (f"shadows the environment's own {own.get('version') or '?'} (newer, same major: it "
+                               f"works)")
+            elif verdict == "other":
+                row["state"] = "wrong"
+                row["note"] = f"shadows the environment's own {own.get('version') or '?'} at {own.get('path')}"
+        rows.append(row)
+    missing: Dict[str, Dict[str, Any]] = {}
+    for m in consumer.get("missing") or []:
+        if isinstance(m, dict):
+            entry = missing.setdefault(str(m.get("soname")), {"optional": True, "by": []})
+            entry["optional"] = entry["optional"] and bool(m.get("optional"))
+            if m.get("needed_by"):
+                entry["by"].append(str(m["needed_by"]))
+    for soname, m in missing.items():
+        by = m["by"]
+        needed = (f" (needed by {by[0]}" + (f" and {len(by) - 1} more" if len(by) > 1 else "") + ")") if by else ""
+        rows.append({"soname": soname, "path": None, "version": None, "via": None,
+                     "state": "missing" if not m["optional"] else "newer",
+                     "note": ("not found" if not m["optional"] else "optional, not found") + needed})
+    unmet = [u for u in consumer.get("unmet_versions") or [] if isinstance(u, dict)]
+    for u in unmet[:8]:
+        rows.append({"soname": u.get("file") or "?", "path": u.get("provider"), "version": None, "via": None,
+                     "state": "unmet", "note": f"{u.get('object')} needs {u.get('version')}, which this copy does "
+                                               f"not define"})
+    for row in rows:
+        row["finding"] = _finding(row["state"], problems) if row["state"] != "ok" else None
+    order = {"missing": 0, "unmet": 1, "wrong": 2, "newer": 3, "ok": 4}
+    return sorted(rows, key=lambda r: (order.get(r["state"], 5), str(r["soname"])))
+
+
+def build(report: Dict[str, Any]) -> Dict[str, Any]:
+    """The picture's model: ``{"system": [node...], "environments": [env...], "counts": {...}}``."""
+    facts = report.get("facts") or {}
+    problems = _problems(report)
+    environments: List[Dict[str, Any]] = []
+    for env in ((facts.get("python_envs") or {}).get("environments") or [])[:MAX_ENVIRONMENTS]:
+        if not isinstance(env, dict):
+            continue
+        frameworks = []
+        for c in env.get("consumers") or []:
+            if not isinstance(c, dict):
+                continue
+            build_info = c.get("build") or {}
+            cuda = build_info.get("cuda") or (f"{c['cuda_major']}.x" if isinstance(c.get("cuda_major"), int) else None)
+            libs = _libraries(c, problems)
+            frameworks.append({"name": c.get("distribution"), "version": c.get("version"), "cuda": cuda,
+                               "libraries": libs, "bad": sum(r["state"] in ("missing", "wrong", "unmet") for r in libs),
+                               "odd": sum(r["state"] == "newer" for r in libs)})
+        environments.append({"name": env.get("name") or env.get("prefix"), "prefix": env.get("prefix"),
+                             "python": env.get("python_version"), "kind": env.get("kind"),
+                             "frameworks": frameworks, "bad": sum(f["bad"] for f in frameworks),
+                             "odd": sum(f["odd"] for f in frameworks)})
+    environments.sort(key=lambda e: (-e["bad"], -e["odd"], str(e["name"])))
+    return {"system": _system(facts, problems), "environments": environments,
+            "counts": {"environments": len(environments),
+                       "frameworks": sum(len(e["frameworks"]) for e in environments),
+                       "broken": sum(e["bad"] for e in environments)}}
