@@ -56,7 +56,7 @@ def test_sysroot_bundle_has_reports_facts_raw_files_and_a_manifest_and_no_secret
     assert f"Bundle: {out} (" in result.stdout
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
     files = members(out)
-    assert {"manifest.json", "report.json", "report.html", "facts.json"} <= set(files)
+    assert {"manifest.json", "report.json", "report.html", "summary.md", "facts.json"} <= set(files)
     assert_no_secret(files)
 
     manifest = json.loads(files["manifest.json"])
