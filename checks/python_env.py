@@ -245,6 +245,7 @@ def _really_loaded(env: Dict[str, Any], soname: str) -> Optional[str]:
 )
 def library_shadowed(facts: Facts) -> Result:
     problems, checked, mixed, notes = [], [], [], []
+    heads: List[str] = []
     stray: List[Tuple[Dict[str, Any], str]] = []
     for env, t in _torch_envs(facts):
         res = env.get("resolution") or {}
@@ -259,6 +260,7 @@ def library_shadowed(facts: Facts) -> Result:
             if not path:
                 if any(m[0].startswith(f"lib{key}") for m in res.get("missing") or []):
                     problems.append(f"{_label(env)}: {key} is not found by the loader")
+                    heads.append(f"torch in {env.get('name') or _label(env)} finds no {key}")
                 continue
             checked.append(key)
             if path not in own_paths:
@@ -274,6 +276,9 @@ def library_shadowed(facts: Facts) -> Result:
                     notes.append(text + ": same major, not older, so it serves the build")
                 else:
                     problems.append(text)
+                    where = "(seen loaded)" if truth else f"via {got.get('via')}"
+                    heads.append(f"torch in {env.get('name') or _label(env)} loads {key} {found_v or '?'} {where}, "
+                                 f"not its own {own_v or '?'}")
         dists = env.get("distributions") or {}
         major = (t.get("cuda") or "").split(".")[0]
         for lib in ("nccl", "cudnn", "cublas", "cuda-runtime"):
@@ -291,7 +296,8 @@ def library_shadowed(facts: Facts) -> Result:
                *uninstall))
     evidence["newer_copies_win"] = notes
     if problems:
-        return fail("; ".join(problems), evidence, fix)
+        return fail("; ".join(problems), evidence, fix,
+                    headline=heads[0] + (f" (and {len(heads) - 1} more)" if len(heads) > 1 else "") if heads else None)
     if notes:
         return warn("a newer copy of the same CUDA major wins over the environment's own (it works; the versions "
                     "differ): " + "; ".join(notes), evidence, fix)

@@ -405,6 +405,8 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
     if out.status_path:
         targets.append((out.status_path, lambda: _render("status", report), False))
     if out.markdown_path:
+        from dl_doctor.reports.markdown import summary as markdown_summary
+
         outcome.markdown_text = markdown_summary(report, snapshot, judge_opts.redact, out.markdown_max_chars)
         if out.markdown_path != "-":
             targets.append((out.markdown_path, lambda: outcome.markdown_text, True))
@@ -419,18 +421,6 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
     if out.keep_reports is not None and defaults:
         prune_reports(out.output_dir, out.keep_reports, protect=outcome.written)
     return outcome
-
-
-def markdown_summary(report: Dict[str, Any], snapshot: Optional[Dict[str, Any]], extended_already: bool,
-                     max_chars: int) -> str:
-    """The Markdown summary of a report, with the extended redaction (host names, addresses, users) always on: it is
-    written to be pasted in public."""
-    from dl_doctor.redact import redact
-    from dl_doctor.reports import markdown
-
-    if not extended_already and not (report.get("redaction") or {}).get("extended"):
-        report = redact(report, extended=True, snapshot=dict(snapshot) if snapshot else None)
-    return markdown.render(report, max_chars)
 
 
 def _render(kind: str, report: Dict[str, Any]) -> str:

@@ -148,7 +148,7 @@ def build(capture: Capture, snapshot: Dict[str, Any], report: Dict[str, Any], ht
     summary = red.summary()
     for doc in (facts, rep, manifest):
         doc["redaction"] = summary
-    from dl_doctor.app import markdown_summary
+    from dl_doctor.reports.markdown import summary as markdown_summary
 
     manifest["contents"] = ["manifest.json", "report.json", "report.html", "summary.md", "facts.json"] + \
         [m for m, _ in members]

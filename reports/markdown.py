@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from dl_doctor.reports import present, stack
 from dl_doctor.reports.terminal import ORDER, headline, safe_text
@@ -18,7 +18,7 @@ from dl_doctor.reports.terminal import ORDER, headline, safe_text
 GITHUB_LIMIT = 65536  # characters in an issue or comment body
 MIN_CHARS = 2000
 STATUS_MARK = {"fail": "❌", "error": "⛔", "warn": "⚠️", "pass": "✅", "skip": "➖"}
-STATE_MARK = {"ok": "", "newer": " ⚠️", "wrong": " ❌", "missing": " ❌", "unmet": " ❌"}
+STATE_MARK = {"ok": "", "newer": " ⚠️", "optional": " ⚠️", "wrong": " ❌", "missing": " ❌", "unmet": " ❌"}
 
 # Markdown's punctuation that can start or end a construct anywhere in a line: emphasis, code, links, images, raw HTML,
 # entities, tables, math, headings, strike-through. '\' first (it escapes the others).
@@ -178,3 +178,14 @@ def render(report: Dict[str, Any], max_chars: int = GITHUB_LIMIT) -> str:
     if len(fences) % 2:
         cut = cut[:fences[-1]]
     return cut.rstrip() + note
+
+
+def summary(report: Dict[str, Any], snapshot: Optional[Dict[str, Any]] = None, extended_already: bool = False,
+            max_chars: int = GITHUB_LIMIT) -> str:
+    """The Markdown summary of a report, with the extended redaction (host names, addresses, users) always on: it is
+    written to be pasted in public."""
+    from dl_doctor.redact import redact
+
+    if not extended_already and not (report.get("redaction") or {}).get("extended"):
+        report = redact(report, extended=True, snapshot=dict(snapshot) if snapshot else None)
+    return render(report, max_chars)

@@ -19,9 +19,29 @@ def items(finding: Dict[str, Any]) -> List[str]:
     """The finding's message as the items it is about: checks join several problems with '; ' (each a sentence of
     its own), so a message of two or more such parts is a list; anything else is one item."""
     message = str(finding.get("message") or "")
-    parts = [p.strip() for p in message.split("; ") if p.strip()]
+    parts = [p.strip() for p in _top_level_split(message) if p.strip()]
     if len(parts) >= 2 and all(len(p) >= 24 for p in parts):
         if len(parts) > MAX_ITEMS:
             parts = parts[:MAX_ITEMS] + [f"… and {len(parts) - MAX_ITEMS} more (the JSON report has them all)"]
         return parts
     return [message]
+
+
+def _top_level_split(text: str, sep: str = "; ") -> List[str]:
+    """``text`` split at ``sep`` outside parentheses and brackets ('(each needs its own runtime; keep them apart)'
+    stays whole)."""
+    out, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "([":
+            depth += 1
+        elif ch in ")]" and depth:
+            depth -= 1
+        elif depth == 0 and text.startswith(sep, i):
+            out.append(text[start:i])
+            start = i + len(sep)
+            i = start
+            continue
+        i += 1
+    out.append(text[start:])
+    return out

@@ -12,7 +12,7 @@ MAX_ENVIRONMENTS = 32
 MAX_LIBRARIES = 64
 
 # a link's state -> the checks whose finding explains it (the first one that found a problem is linked)
-EXPLAINED_BY = {"missing": ("DLD-PY-011",), "wrong": ("DLD-PY-012", "DLD-PY-004"), "newer": ("DLD-PY-012", "DLD-PY-004"),
+EXPLAINED_BY = {"missing": ("DLD-PY-011",), "optional": ("DLD-PY-011",), "wrong": ("DLD-PY-012", "DLD-PY-004"), "newer": ("DLD-PY-012", "DLD-PY-004"),
                 "unmet": ("DLD-PY-013",), "foreign": ("DLD-PY-011",)}
 
 
@@ -66,7 +66,7 @@ def _system(facts: Dict[str, Any], problems: Dict[str, str]) -> List[Dict[str, A
         label, state = f"nvidia {module.get('version') or '?'}", "ok"
         detail = module.get("flavor") or ""
     elif module.get("loaded") is False:
-        label, state, detail = "not loaded", "bad", ""
+        label, state, detail = "not loaded", "unknown", ""  # a fault only where GPUs need it (a finding says so)
     else:
         label, state, detail = "unknown here", "unknown", "a tree, or /proc not readable"
     found = next((c for c in ("DLD-DRV-001", "DLD-DRV-003", "DLD-DRV-005", "DLD-DRV-004", "DLD-GPU-001")
@@ -128,7 +128,7 @@ def _libraries(consumer: Dict[str, Any], problems: Dict[str, str]) -> List[Dict[
         by = m["by"]
         needed = (f" (needed by {by[0]}" + (f" and {len(by) - 1} more" if len(by) > 1 else "") + ")") if by else ""
         rows.append({"soname": soname, "path": None, "version": None, "via": None,
-                     "state": "missing" if not m["optional"] else "newer",
+                     "state": "missing" if not m["optional"] else "optional",
                      "note": ("not found" if not m["optional"] else "optional, not found") + needed})
     unmet = [u for u in consumer.get("unmet_versions") or [] if isinstance(u, dict)]
     for u in unmet[:8]:
@@ -137,7 +137,7 @@ def _libraries(consumer: Dict[str, Any], problems: Dict[str, str]) -> List[Dict[
                                                f"not define"})
     for row in rows:
         row["finding"] = _finding(row["state"], problems) if row["state"] != "ok" else None
-    order = {"missing": 0, "unmet": 1, "wrong": 2, "newer": 3, "ok": 4}
+    order = {"missing": 0, "unmet": 1, "wrong": 2, "newer": 3, "optional": 4, "ok": 5}
     return sorted(rows, key=lambda r: (order.get(r["state"], 5), str(r["soname"])))
 
 
@@ -158,7 +158,7 @@ def build(report: Dict[str, Any]) -> Dict[str, Any]:
             libs = _libraries(c, problems)
             frameworks.append({"name": c.get("distribution"), "version": c.get("version"), "cuda": cuda,
                                "libraries": libs, "bad": sum(r["state"] in ("missing", "wrong", "unmet") for r in libs),
-                               "odd": sum(r["state"] == "newer" for r in libs)})
+                               "odd": sum(r["state"] in ("newer", "optional") for r in libs)})
         environments.append({"name": env.get("name") or env.get("prefix"), "prefix": env.get("prefix"),
                              "python": env.get("python_version"), "kind": env.get("kind"),
                              "frameworks": frameworks, "bad": sum(f["bad"] for f in frameworks),

@@ -81,6 +81,9 @@ def test_a_finding_about_several_items_is_a_list():
     assert present.items(f) == ["torch in a (/a): libcudnn.so.9 resolves to /x (9.0)",
                                 "torch in b (/b): libcudnn.so.9 resolves to /y (9.0)"]
     assert present.items({"message": "one thing; short"}) == ["one thing; short"]
+    whole = ("frameworks built for different CUDA majors in one environment (each needs its own runtime; keep them "
+             "in separate processes or environments): env (/e): onnxruntime-gpu (CUDA 12), torch (CUDA 13)")
+    assert present.items({"message": whole}) == [whole]  # a '; ' inside parentheses does not split
     assert present.heading({"status": "pass", "title": "T", "headline": "H"}) == "T"
     assert present.heading({"status": "warn", "title": "T", "headline": "H"}) == "H"
 
@@ -90,7 +93,7 @@ def test_the_terminal_leads_with_the_problem_and_wraps_paths_at_the_width(dlami_
 
     report, _ = dlami_report
     text = terminal.render(report, width=72)
-    block = text[text.index("FAIL  torch in pytorch"):]
+    block = text[text.index("FAIL  torch in pytorch loads libcudnn"):]
     block = block[:block.index("\n\n")]
     lines = block.splitlines()
     assert lines[0] == "FAIL  torch in pytorch loads libcudnn.so.9 9.0.0 via LD_LIBRARY_PATH,"

@@ -153,7 +153,9 @@ def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> 
     written = []
     stdout_text = None
     if markdown_path:
-        text = app.markdown_summary(report, report, False, max_chars)
+        from dl_doctor.reports.markdown import summary as markdown_summary
+
+        text = markdown_summary(report, report, False, max_chars)
         if markdown_path == "-":
             stdout_text = text
         else:
