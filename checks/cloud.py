@@ -13,6 +13,7 @@ def needs_imds(facts: Facts):
 
 @check(
     id="DLD-CLOUD-001", slug="ec2-interruption-or-maintenance",
+    remedy="replace-hardware", drain=True,
     problem="A spot interruption or scheduled maintenance is pending",
     title="No spot interruption or scheduled maintenance is pending for this instance",
     tags=("cloud", "ec2"), requires=("imds",), applies=(needs_imds,),

@@ -16,6 +16,7 @@ def on_host(facts: Facts):
 
 @check(
     id="DLD-CTR-001", slug="container-without-gpu-access", title="The container was given the GPUs",
+    remedy="fix-configuration", drain=False,
     problem="The container has no GPU access",
     tags=("container", "gpu"), requires=("system.container", "nvidia_driver"), applies=(in_container,),
     what="""Inside a container, checks for the GPU device nodes (/dev/nvidia*) and the driver libraries
@@ -71,6 +72,7 @@ def container_gpu_access(facts: Facts) -> Result:
 
 @check(
     id="DLD-CTR-002", slug="container-toolkit-missing",
+    remedy="repair-software", drain=True,
     problem="Docker on this GPU host cannot start GPU containers",
     title="Docker on a GPU host can start GPU containers (NVIDIA container toolkit)",
     tags=("container", "gpu"), requires=("gpu_services",), applies=(on_host,),
@@ -110,6 +112,7 @@ def container_toolkit(facts: Facts) -> Result:
 
 @check(
     id="DLD-CTR-003", slug="container-cpu-limit-low", title="The container has CPUs to feed its GPUs",
+    remedy="fix-configuration", drain=False,
     problem="The container has too few CPUs to feed its GPUs",
     tags=("container", "gpu", "performance"), requires=("system.cgroup",), applies=(in_container,),
     what="Reads the container's CPU quota (cgroup cpu.max / cfs_quota_us) and holds it against the GPUs it can see.",
@@ -133,6 +136,7 @@ def container_cpu(facts: Facts) -> Result:
 
 @check(
     id="DLD-CTR-004", slug="containers-lose-gpus-on-daemon-reload",
+    remedy="fix-configuration", drain=False,
     problem="GPU containers lose their GPUs at the next systemd daemon-reload",
     title="GPU containers keep their GPUs across a systemd daemon-reload (/dev/char links for the NVIDIA devices)",
     tags=("container", "gpu"), requires=("gpu_services", "nvidia_driver"), applies=(on_host,),
@@ -182,6 +186,7 @@ _CAPABILITIES = ("compute", "utility", "graphics", "video", "display", "compat32
 
 @check(
     id="DLD-CTR-005", slug="driver-capabilities-without-compute",
+    remedy="fix-configuration", drain=False,
     problem="The container gets no libcuda (NVIDIA_DRIVER_CAPABILITIES without compute)",
     title="The container asks the NVIDIA runtime for the compute capability (libcuda)",
     tags=("container", "cuda"), requires=("cuda_toolkits",), applies=(in_container,),

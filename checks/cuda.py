@@ -24,6 +24,7 @@ def _gpu_classes(facts: Facts, matrix) -> List[Dict[str, Any]]:
 
 @check(
     id="DLD-CUDA-001", slug="driver-too-old-for-cuda",
+    remedy="repair-software", drain=False,
     problem="The driver is too old for the CUDA version in use",
     title="The driver supports the CUDA versions installed here",
     tags=("cuda", "driver", "gpu"), requires=("cuda_toolkits",), applies=(needs_nvidia_gpu,),
@@ -86,6 +87,7 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
 
 @check(
     id="DLD-CUDA-002", slug="cuda-compat-on-unsupported-gpu",
+    remedy="fix-configuration", drain=False,
     problem="CUDA forward-compatibility libraries on a GPU that does not support them",
     title="CUDA forward-compatibility libraries are only used on GPUs that support them",
     tags=("cuda", "driver", "container"), requires=("nvidia_driver", "gpu_pci"), applies=(needs_nvidia_gpu,),

@@ -70,6 +70,7 @@ def _build_fix(facts: Facts, kernel: str, method: str, other_kernels: List[str])
 
 @check(
     id="DLD-DRV-001", slug="kernel-module-missing-for-running-kernel",
+    remedy="repair-software", drain=True,
     problem="No NVIDIA kernel module for the running kernel",
     title="An NVIDIA kernel module exists for the running kernel",
     tags=("driver", "kernel", "gpu"), requires=("kmod",), applies=(needs_nvidia_gpu,),
@@ -118,6 +119,7 @@ def module_for_running_kernel(facts: Facts) -> Result:
 
 @check(
     id="DLD-DRV-002", slug="next-boot-kernel-without-module",
+    remedy="repair-software", drain=False,
     problem="The kernel that boots next has no NVIDIA kernel module",
     title="The kernel that boots next has an NVIDIA kernel module",
     tags=("driver", "kernel", "gpu", "ami"), requires=("kmod",), applies=(needs_nvidia_gpu,),
@@ -164,6 +166,7 @@ def next_boot_kernel(facts: Facts) -> Result:
 
 @check(
     id="DLD-DRV-003", slug="driver-library-mismatch",
+    remedy="reload-driver", drain=True,
     problem="Kernel module and user-space driver are different versions",
     title="The loaded kernel module and the user-space driver are the same version",
     tags=("driver", "gpu"), requires=("nvidia_driver",), applies=(needs_nvidia_gpu,),
@@ -220,6 +223,7 @@ def driver_library_mismatch(facts: Facts) -> Result:
 
 @check(
     id="DLD-DRV-004", slug="nouveau-active",
+    remedy="repair-software", drain=True,
     problem="nouveau holds the NVIDIA GPUs",
     title="nouveau does not hold the NVIDIA GPUs",
     tags=("driver", "gpu", "kernel"), requires=("gpu_pci",), applies=(needs_nvidia_gpu,),
@@ -254,6 +258,7 @@ def nouveau_active(facts: Facts) -> Result:
 
 @check(
     id="DLD-DRV-005", slug="secure-boot-blocks-module",
+    remedy="repair-software", drain=True,
     problem="Secure Boot blocks the NVIDIA module",
     title="Secure Boot does not block the NVIDIA module",
     tags=("driver", "kernel", "security"), requires=("kmod.secure_boot",), applies=(needs_nvidia_gpu,),
@@ -294,6 +299,7 @@ def secure_boot_blocks_module(facts: Facts) -> Result:
 
 @check(
     id="DLD-DRV-006", slug="gsp-firmware-missing",
+    remedy="repair-software", drain=True,
     problem="The open kernel modules' GSP firmware is missing",
     title="The GSP firmware of the driver's version is installed where the open kernel modules need it",
     tags=("driver", "gpu", "kernel", "ami"), requires=("nvidia_driver",), applies=(needs_nvidia_gpu,),

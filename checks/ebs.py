@@ -15,6 +15,7 @@ def _seconds(us: int) -> str:
 
 @check(
     id="DLD-EBS-001", slug="ebs-volume-at-limit", title="EBS volumes have IOPS and throughput headroom",
+    remedy="fix-configuration", drain=False,
     problem="An EBS volume is at its IOPS or throughput limit",
     tags=("storage", "ebs", "performance"), requires=("ebs",),
     what="""Identifies EBS volumes (NVMe model 'Amazon Elastic Block Store', serial = volume ID), measures IOPS,
@@ -90,6 +91,7 @@ def ebs_at_limit(facts: Facts, matrix) -> Result:
 
 @check(
     id="DLD-DISK-003", slug="instance-store-unmounted", title="Instance-store NVMe volumes are in use",
+    remedy="fix-configuration", drain=False,
     problem="Instance-store NVMe volumes are not in use",
     tags=("storage", "ec2"), requires=("ebs",),
     what="Finds instance-store NVMe devices (model 'Amazon EC2 NVMe Instance Storage') that are not mounted.",

@@ -40,6 +40,7 @@ def _fix(key: str, expected: Any, env_name: Optional[str], package: Optional[str
 
 @check(
     id="DLD-EXP-001", slug="golden-stack-mismatch", title="The machine matches its golden-stack expectations",
+    remedy="repair-software", drain=False,
     problem="The machine differs from its golden-stack expectations",
     tags=("ami", "expectations"),
     what="""Holds the stack read from the facts (OS, kernel, driver, CUDA toolkit, GPU model and count, NVSwitches,

@@ -116,6 +116,7 @@ def install_command(matrix, env: Dict[str, Any], consumer: Dict[str, Any], sonam
 
 @check(
     id="DLD-PY-011", slug="framework-libraries-missing",
+    remedy="repair-software", drain=False,
     problem="A framework cannot find CUDA libraries it needs",
     title="Every framework finds the CUDA libraries it needs (torch, TensorFlow, JAX, ONNX Runtime, CuPy, "
           "CTranslate2, compiled extensions)",
@@ -214,6 +215,7 @@ def _copy_major(lib: Dict[str, Any]) -> Optional[int]:
 
 @check(
     id="DLD-PY-012", slug="framework-cuda-major",
+    remedy="fix-configuration", drain=False,
     problem="A CUDA library that loads does not match the framework's build",
     title="The CUDA libraries that load match each framework's build (CUDA major, not an older minor)",
     tags=("python", "cuda", "ldpath", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),
@@ -280,6 +282,7 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
 
 @check(
     id="DLD-PY-013", slug="symbol-versions",
+    remedy="repair-software", drain=False,
     problem="A loaded library lacks a symbol version the framework needs",
     title="Every symbol version a framework's libraries need is defined by the copy that loads (GLIBCXX, CUDA)",
     tags=("python", "cuda", "ldpath", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),
@@ -321,6 +324,7 @@ def symbol_versions(facts: Facts) -> Result:
 
 @check(
     id="DLD-PY-014", slug="extension-built-for-torch",
+    remedy="repair-software", drain=False,
     problem="A compiled torch extension was built for another torch",
     title="Compiled torch extensions (flash-attn, xformers, bitsandbytes, DeepSpeed ops, apex, vLLM) were built for "
           "the installed torch",

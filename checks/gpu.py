@@ -22,6 +22,7 @@ def _driver_fix(facts: Facts) -> Fix:
 
 @check(
     id="DLD-GPU-001", slug="nvidia-driver-not-loaded", title="NVIDIA GPUs present and the NVIDIA driver loaded",
+    remedy="repair-software", drain=True,
     problem="NVIDIA GPUs without a loaded NVIDIA driver",
     tags=("gpu", "driver"), requires=("gpu_pci", "nvidia_driver"), applies=(needs_nvidia_gpu,),
     what="""Lists NVIDIA GPUs on the PCI bus (/sys/bus/pci, vendor 0x10de) and checks that the nvidia

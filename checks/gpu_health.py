@@ -35,6 +35,7 @@ HEALTH = dict(requires=("nvml",), applies=(needs_nvidia_gpu, needs_nvml))
 
 @check(
     id="DLD-GPU-005", slug="persistence-mode-off", title="GPU persistence mode is on",
+    remedy="fix-configuration", drain=False,
     problem="GPU persistence mode is off",
     tags=("gpu", "performance"), **HEALTH,
     what="Reads each GPU's persistence mode through NVML.",
@@ -56,6 +57,7 @@ def persistence_mode(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-006", slug="gpu-ecc-uncorrectable", title="No uncorrectable ECC errors",
+    remedy="reset-gpu", drain=True,
     problem="Uncorrectable ECC errors",
     tags=("gpu", "hardware", "ecc"), **HEALTH,
     what="Reads the uncorrectable (double-bit) ECC error counters of each GPU: since the last reset and lifetime.",
@@ -84,6 +86,7 @@ def ecc_uncorrectable(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-007", slug="gpu-memory-remap-pending", title="No row remapping or page retirement is pending or failed",
+    remedy="reset-gpu", drain=True,
     problem="GPU memory row remapping or page retirement is pending or failed",
     tags=("gpu", "hardware", "ecc"), **HEALTH,
     what="Reads row-remapping state (Ampere and newer) and pending page retirement (older GPUs) through NVML.",
@@ -110,6 +113,7 @@ def remap_pending(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-008", slug="xid-errors", title="No Xid errors in the kernel log of this boot",
+    remedy="reset-gpu", drain=True,
     problem="Xid errors in this boot's kernel log",
     tags=("gpu", "hardware", "driver"), requires=("kernel_log",), applies=(needs_nvidia_gpu,),
     what="""Reads NVRM Xid lines of the current boot from the kernel log and explains each code from the matrix's Xid
@@ -153,9 +157,15 @@ def xid_errors(facts: Facts, matrix) -> Result:
     headline = f"Xid {worst['code']} on {where}: {worst['meaning']}"
     if len(rows) > 1:
         headline += f" (and {len(rows) - 1} other Xid code{'s' if len(rows) > 2 else ''})"
+    # what to do: the most disruptive remedy the matrix gives the codes seen (an application Xid: restart it)
+    from dl_doctor.model import REMEDIES
+
+    remedies = [(matrix.xid(r["code"]) or {}) for r in rows]
+    remedy = max((m.get("remedy") or "reset-gpu" for m in remedies), key=REMEDIES.index, default="reset-gpu")
+    drain = any(m.get("drain", True) for m in remedies)
     if serious:
-        return fail(text, evidence, fix, headline=headline)
-    return warn(text, evidence, fix, headline=headline)
+        return fail(text, evidence, fix, headline=headline, remedy=remedy, drain=drain)
+    return warn(text, evidence, fix, headline=headline, remedy=remedy, drain=False)
 
 
 SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
@@ -163,6 +173,7 @@ SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw
 
 @check(
     id="DLD-GPU-009", slug="gpu-throttled", title="GPUs are not throttled by hardware, heat or power brake",
+    remedy="replace-hardware", drain=False,
     problem="GPUs are throttled",
     tags=("gpu", "performance", "hardware"), **HEALTH,
     what="Reads NVML's current clock event (throttle) reasons of each GPU.",
@@ -186,6 +197,7 @@ def throttled(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-010", slug="pcie-link-degraded", title="GPU PCIe links run at their full width",
+    remedy="replace-hardware", drain=False,
     problem="A GPU's PCIe link runs below its full width",
     tags=("gpu", "performance", "hardware"), **HEALTH,
     what="""Compares each GPU's current PCIe link width with its maximum, and the link generation with its maximum
@@ -214,6 +226,7 @@ def pcie_degraded(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-011", slug="mig-enabled", title="MIG mode is off (or known to be on)",
+    remedy="fix-configuration", drain=False,
     problem="MIG mode is on",
     tags=("gpu", "mig"), **HEALTH,
     what="Reads each GPU's current and pending MIG mode through NVML.",
@@ -245,6 +258,7 @@ _UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+")
 
 @check(
     id="DLD-GPU-012", slug="cuda-visible-devices-invalid", title="CUDA_VISIBLE_DEVICES names GPUs that exist",
+    remedy="fix-configuration", drain=False,
     problem="CUDA_VISIBLE_DEVICES names GPUs that do not exist",
     tags=("gpu", "environment"), requires=("environment",), applies=(needs_nvidia_gpu,),
     what="""Parses CUDA_VISIBLE_DEVICES from the session environment and holds each index or UUID against the GPUs the
@@ -292,6 +306,7 @@ def cuda_visible_devices(facts: Facts) -> Result:
 
 @check(
     id="DLD-GPU-013", slug="gpu-busy-other-processes", title="No other process holds GPU memory",
+    remedy="restart-application", drain=False,
     problem="Another process holds GPU memory",
     tags=("gpu", "memory"), **HEALTH,
     what="Lists compute processes on each GPU and the memory in use through NVML.",

@@ -15,6 +15,7 @@ def _v(text: str) -> List[int]:
 
 @check(
     id="DLD-GPU-002", slug="gpu-unsupported-by-driver-or-cuda",
+    remedy="repair-software", drain=True,
     problem="A GPU is not supported by the driver, its module flavour or a CUDA build here",
     title="The GPUs are supported by the driver branch, its kernel-module flavour and the CUDA builds here",
     tags=("gpu", "driver", "cuda"), requires=("gpu_pci",), applies=(needs_nvidia_gpu,),
@@ -107,6 +108,7 @@ def needs_known_instance(facts: Facts):
 
 @check(
     id="DLD-GPU-003", slug="instance-gpu-mismatch",
+    remedy="replace-hardware", drain=True,
     problem="The GPUs differ from what the instance type should have",
     title="The GPUs match what the EC2 instance type should have",
     tags=("gpu", "cloud", "hardware"), requires=("gpu_pci",), applies=(needs_known_instance,),
@@ -161,6 +163,7 @@ def needs_nvswitch(facts: Facts):
 
 @check(
     id="DLD-GPU-004", slug="fabric-manager-not-running",
+    remedy="repair-software", drain=True,
     problem="The fabric manager is not running at the driver's version",
     title="NVSwitch systems run nvidia-fabricmanager of the driver's exact version",
     tags=("gpu", "nvswitch", "driver"), requires=("gpu_services",), applies=(needs_nvidia_gpu, needs_nvswitch),

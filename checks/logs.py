@@ -9,6 +9,7 @@ from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 @check(
     id="DLD-LOG-001", slug="kernel-log-events",
+    remedy="reboot", drain=False,
     problem="An event since the NVIDIA module loaded left the driver or a job in a bad state",
     title="No event since the NVIDIA module was loaded has left the driver or a job in a bad state",
     tags=("driver", "gpu", "kernel", "logs"), requires=("kernel_log",),
@@ -91,6 +92,7 @@ def _units(facts: Facts) -> Dict[str, Dict[str, Any]]:
 
 @check(
     id="DLD-LOG-002", slug="gpu-service-failed",
+    remedy="repair-software", drain=True,
     problem="An enabled NVIDIA service is not running",
     title="The NVIDIA services this host has enabled are running (fabric manager, persistence daemon, suspend units, "
           "DCGM, IMEX)",

@@ -36,6 +36,7 @@ def _shm_fix(kind: Optional[str], want: int) -> Fix:
 
 @check(
     id="DLD-MEM-001", slug="shm-too-small", title="/dev/shm is large enough for training",
+    remedy="fix-configuration", drain=False,
     problem="/dev/shm is too small for training",
     tags=("memory", "container", "nccl"), requires=("mounts",),
     what="""Reads the size of the /dev/shm tmpfs (statvfs on a live host, the size= mount option
@@ -92,6 +93,7 @@ def _gpu_memory_total(facts: Facts, matrix):
 
 @check(
     id="DLD-MEM-002", slug="host-memory-below-gpu-memory",
+    remedy="fix-configuration", drain=False,
     problem="Less host memory than GPU memory",
     title="Host memory (and the container's limit) is at least the GPUs' memory",
     tags=("memory", "gpu", "container"), requires=("memory",),

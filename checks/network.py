@@ -31,6 +31,7 @@ def _libfabric_version(facts: Facts) -> Optional[str]:
 
 @check(
     id="DLD-NET-001", slug="efa-not-usable-by-nccl", title="EFA is present and NCCL can use it (libfabric, aws-ofi-nccl)",
+    remedy="repair-software", drain=True,
     problem="NCCL cannot use EFA",
     tags=("network", "efa", "nccl"), requires=("network",),
     what="""Holds the instance type's EFA interfaces (matrix) against the EFA devices present (/sys/class/infiniband),
@@ -106,6 +107,7 @@ def _memlock(facts: Facts) -> Optional[Any]:
 
 @check(
     id="DLD-NET-002", slug="memlock-limited", title="Locked memory is unlimited where EFA needs it",
+    remedy="fix-configuration", drain=False,
     problem="Locked memory is limited where EFA needs it unlimited",
     tags=("network", "efa", "limits"), requires=("limits",),
     what="""Reads the session's RLIMIT_MEMLOCK (or the memlock entries of /etc/security/limits.conf and limits.d under
@@ -137,6 +139,7 @@ def memlock(facts: Facts) -> Result:
 
 @check(
     id="DLD-NET-003", slug="nccl-env-misconfigured", title="NCCL and libfabric environment variables are sane",
+    remedy="fix-configuration", drain=False,
     problem="Harmful NCCL or libfabric settings",
     tags=("network", "nccl", "environment"), requires=("network.env",),
     what="""Reads NCCL_* and FI_* variables of the session: transports disabled globally (NCCL_P2P_DISABLE,
@@ -194,6 +197,7 @@ def _kernel_tuple(release: Optional[str]):
 
 @check(
     id="DLD-NET-004", slug="gpudirect-rdma-unavailable",
+    remedy="repair-software", drain=False,
     problem="GPUDirect RDMA is off (no nvidia-peermem, no DMA-BUF)",
     title="GPUDirect RDMA has a kernel path on an InfiniBand/RoCE host (nvidia-peermem or DMA-BUF)",
     tags=("network", "nccl", "driver", "rdma"), requires=("network", "nvidia_driver"),

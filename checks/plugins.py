@@ -9,6 +9,7 @@ from dl_doctor.model import Fix, Result, check, error, passed, skip
 
 @check(
     id="DLD-PLUGIN-001",
+    remedy="repair-software", drain=False,
     problem="A probe or check plugin did not load",
     slug="plugin-failed-to-load",
     title="Every installed probe and check plugin loaded",

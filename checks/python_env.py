@@ -53,6 +53,7 @@ def _best_variant(matrix, torch_version: str, driver: Optional[str]) -> Optional
 
 @check(
     id="DLD-PY-001", slug="cpu-only-framework-on-gpu-host", title="The framework build can use the GPUs",
+    remedy="repair-software", drain=False,
     problem="A framework build cannot use the GPUs (CPU-only build)",
     tags=("python", "torch", "gpu"), requires=("python_envs",), applies=(needs_nvidia_gpu, needs_torch),
     what="""Reads each environment's torch build (torch/version.py: cuda = None, a +cpu version, conda's cpuonly or
@@ -89,6 +90,7 @@ def cpu_only(facts: Facts, matrix) -> Result:
 
 @check(
     id="DLD-PY-002", slug="framework-cuda-unusable", title="CUDA builds of the framework can reach a GPU",
+    remedy="repair-software", drain=False,
     problem="A CUDA build of the framework cannot reach a GPU",
     tags=("python", "torch", "gpu"), requires=("python_envs",), applies=(needs_torch,),
     what="""For each CUDA build of torch, says whether it can use a GPU here and, if not, why: no NVIDIA GPU, no
@@ -169,6 +171,7 @@ def runs_on(cc: str, entries: List[str]) -> bool:
 
 @check(
     id="DLD-PY-003", slug="gpu-arch-missing-from-build", title="The framework build has code for these GPUs",
+    remedy="repair-software", drain=False,
     problem="A framework build has no code for these GPUs",
     tags=("python", "torch", "gpu", "cuda"), requires=("python_envs", "gpu_pci"), applies=(needs_nvidia_gpu, needs_torch),
     what="""Holds each GPU's compute capability (PCI ID -> matrix) against the architectures compiled into each torch
@@ -227,6 +230,7 @@ def _really_loaded(env: Dict[str, Any], soname: str) -> Optional[str]:
 
 @check(
     id="DLD-PY-004", slug="cuda-library-shadowed",
+    remedy="fix-configuration", drain=False,
     problem="A framework loads another copy of a CUDA library than its own",
     title="The framework loads its own CUDA libraries (cuDNN, NCCL, cuBLAS, cudart, nvJitLink, cuSPARSE)",
     tags=("python", "torch", "cuda", "ldpath"), requires=("python_envs",), applies=(needs_torch,),
@@ -318,6 +322,7 @@ def library_shadowed(facts: Facts) -> Result:
 
 @check(
     id="DLD-PY-005", slug="torchvision-mismatch", title="torchvision and torchaudio match the installed torch",
+    remedy="repair-software", drain=False,
     problem="torchvision or torchaudio does not match torch",
     tags=("python", "torch"), requires=("python_envs",), applies=(needs_torch,),
     what="""Holds torchvision's and torchaudio's versions against the companions the matrix lists for the installed
@@ -361,6 +366,7 @@ def torchvision_mismatch(facts: Facts, matrix) -> Result:
 
 @check(
     id="DLD-PY-006", slug="numpy2-with-old-torch", title="NumPy is a version the installed torch was built for",
+    remedy="repair-software", drain=False,
     problem="NumPy is a version torch was not built for",
     tags=("python", "torch", "numpy"), requires=("python_envs",), applies=(needs_torch,),
     what="Holds NumPy's major version against the matrix's NumPy 2 boundary for the installed torch release.",
@@ -391,6 +397,7 @@ def numpy2(facts: Facts, matrix) -> Result:
 
 @check(
     id="DLD-PY-007", slug="user-site-shadows-env", title="The user site does not shadow an environment's packages",
+    remedy="fix-configuration", drain=False,
     problem="The user site shadows an environment's packages",
     tags=("python", "environment"), requires=("python_envs",),
     what="""For each environment whose interpreter enables the user site (~/.local/lib/pythonX.Y/site-packages) and
@@ -433,6 +440,7 @@ def user_site(facts: Facts) -> Result:
 
 @check(
     id="DLD-PY-008", slug="cuda-home-mismatch",
+    remedy="fix-configuration", drain=False,
     problem="CUDA_HOME, nvcc and /usr/local/cuda disagree",
     title="CUDA_HOME, nvcc and /usr/local/cuda agree with each other and with the framework's CUDA",
     tags=("cuda", "python", "build"), requires=("cuda_toolkits",),
@@ -487,6 +495,7 @@ def cuda_home(facts: Facts) -> Result:
 
 @check(
     id="DLD-PY-010", slug="rhel8-system-python-polluted", title="RHEL 8's system Python is left to RPM",
+    remedy="repair-software", drain=False,
     problem="pip changed RHEL 8's system Python",
     tags=("python", "rhel"), requires=("python_envs", "os"),
     what="""On RHEL 8 (and rebuilds), looks for distributions pip installed into the platform Python's directories:

@@ -46,6 +46,7 @@ def _volume_problem(vol: dict):
 
 @check(
     id="DLD-DISK-001", slug="disk-space-low", title="Enough free space on /, home, /tmp, caches and data mounts",
+    remedy="fix-configuration", drain=True,
     problem="A filesystem training needs is (nearly) full",
     tags=("storage", "disk"), requires=("disks.volumes",),
     what="""Measures free space and free inodes on the root filesystem, the home volume, /tmp, /var/tmp,
@@ -107,6 +108,7 @@ CACHE_BIG = 200 * GIB
 
 @check(
     id="DLD-DISK-002", slug="caches-on-small-volume", title="Model and package caches live where there is room",
+    remedy="fix-configuration", drain=False,
     problem="Model or package caches are on a filesystem without room",
     tags=("storage", "disk"), requires=("disks.volumes",),
     what="""Finds the volumes holding the Hugging Face, torch, pip and conda package caches (HF_HOME, TORCH_HOME,

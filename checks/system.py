@@ -10,6 +10,7 @@ from dl_doctor.model import Facts, Fix, Result, check, passed, warn
 
 @check(
     id="DLD-SYS-001", slug="os-unidentified", title="Operating system and kernel identified",
+    remedy="none", drain=False,
     problem="The operating system or kernel could not be identified",
     tags=("system", "os"), requires=("os",),
     what="""Reads the distribution from /etc/os-release (falling back to /etc/redhat-release)
@@ -60,6 +61,7 @@ def os_identified(facts: Facts, matrix=None) -> Result:
 
 @check(
     id="DLD-SYS-002", slug="kernel-settings-hurt-training",
+    remedy="fix-configuration", drain=False,
     problem="Kernel settings or limits hold back multi-GPU training",
     title="Kernel settings and limits suit multi-GPU training",
     tags=("system", "kernel", "performance"), requires=("limits",),

@@ -94,7 +94,10 @@ TABLES: Dict[str, Table] = {
                            ("os", "version")),
     "xid": Table(("code",), {"code": "int", "name": "str", "kind": ("enum", ("application", "hardware", "driver",
                                                                            "informational")),
-                             "action": "str"}, ("code", "name", "kind", "action")),
+                             "action": "str",
+                             "remedy": ("enum", ("none", "restart-application", "fix-configuration", "repair-software",
+                                                 "reload-driver", "reset-gpu", "reboot", "replace-hardware")),
+                             "drain": "bool"}, ("code", "name", "kind", "action")),
     "consumer": Table(("name",), {
         "name": "str", "distributions": ("list", "str"), "package": "str", "build_info": "str",
         "build_keys": ("map", "str"), "preload": ("enum", ("wheels", "on-failure", "opt-in", "none")),

@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from dl_doctor import __version__
 from dl_doctor.host import Host
-from dl_doctor.model import (DISPLAY_ORDER, FACTS_SCHEMA_VERSION, KEY_RE, REPORT_SCHEMA_VERSION, CheckSpec, Facts,
+from dl_doctor.model import (DISPLAY_ORDER, FACTS_SCHEMA_VERSION, KEY_RE, REMEDIES, REPORT_SCHEMA_VERSION, CheckSpec, Facts,
                           Finding, Result, Status, iter_statuses)
 from dl_doctor.probes import ProbeContext, ProbeSpec, Unavailable
 
@@ -202,8 +202,17 @@ def run_check(spec: CheckSpec, facts: Facts, matrix: Any = None,
 def run_check_all(spec: CheckSpec, facts: Facts, matrix: Any = None,
                   context: Optional[Mapping[str, Any]] = None) -> List[Finding]:
     def finding(status: Status, message: str, evidence=None, fix=None, key: Optional[str] = None,
-                headline: Optional[str] = None) -> Finding:
+                headline: Optional[str] = None, remedy: Optional[str] = None,
+                drain: Optional[bool] = None) -> Finding:
         fid = f"{spec.id}:{key}" if key else spec.id
+        remediation = None
+        if status in (Status.WARN, Status.FAIL):
+            action = remedy if remedy in REMEDIES else spec.remedy
+            # only a failure takes a node out of service; a warning is for the people who read it
+            remediation = {"action": action,
+                           "drain": bool(spec.drain if drain is None else drain) and status is Status.FAIL}
+        elif status is Status.ERROR:
+            remediation = {"action": "none", "drain": False}  # dl-doctor could not judge: nothing to act on
         if status in (Status.PASS, Status.SKIP):
             headline = None
         elif status is Status.ERROR:
@@ -211,7 +220,8 @@ def run_check_all(spec: CheckSpec, facts: Facts, matrix: Any = None,
         else:
             # a plugin's check without a `problem` heading falls back to its title
             headline = (headline or spec.problem or spec.title).strip()[:200] or None
-        return Finding(fid, spec.slug, spec.title, status, message, dict(evidence or {}), fix, spec.tags, headline)
+        return Finding(fid, spec.slug, spec.title, status, message, dict(evidence or {}), fix, spec.tags, headline,
+                       remediation)
 
     # Preconditions first: "no NVIDIA GPU on this host" explains a skip better than the
     # missing facts that follow from it. A precondition answers None when it cannot tell.
@@ -247,7 +257,9 @@ def run_check_all(spec: CheckSpec, facts: Facts, matrix: Any = None,
             out.append(finding(Status.ERROR, f"the check returned evidence that is not JSON-serialisable: {exc}"))
             continue
         out.append(finding(r.status, r.message, evidence, r.fix, r.key,
-                           r.headline if isinstance(r.headline, str) else None))
+                           r.headline if isinstance(r.headline, str) else None,
+                           r.remedy if isinstance(r.remedy, str) else None,
+                           r.drain if isinstance(r.drain, bool) else None))
     return out
 
 

@@ -80,13 +80,17 @@ class Result:
     # The problem in a few words, for the heading of a problem card ("Xid 79 on GPU 0000:10:1c"); without it the
     # check's `problem` heading is used.
     headline: Optional[str] = None
+    # What to do, when it differs from the check's default (an application Xid against a hardware one)
+    remedy: Optional[str] = None
+    drain: Optional[bool] = None
 
 
 def _result(status: "Status", message: str, evidence: Optional[Mapping[str, Any]], fix: Optional[Fix],
-            key: Optional[str], more: Mapping[str, Any], headline: Optional[str] = None) -> Result:
+            key: Optional[str], more: Mapping[str, Any], headline: Optional[str] = None,
+            remedy: Optional[str] = None, drain: Optional[bool] = None) -> Result:
     merged = dict(evidence or {})
     merged.update(more)
-    return Result(status, message, merged, fix, key, headline)
+    return Result(status, message, merged, fix, key, headline, remedy, drain)
 
 
 # One calling convention for every helper: ``helper(message, evidence=None, fix=None, *, key=None, **more)``.
@@ -94,23 +98,27 @@ def _result(status: "Status", message: str, evidence: Optional[Mapping[str, Any]
 # names the item when a check judges several (the finding's ID becomes ``ID:key``).
 
 def passed(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
-           key: Optional[str] = None, headline: Optional[str] = None, **more: Any) -> Result:
-    return _result(Status.PASS, message, evidence, fix, key, more, headline)
+           key: Optional[str] = None, headline: Optional[str] = None, remedy: Optional[str] = None,
+         drain: Optional[bool] = None, **more: Any) -> Result:
+    return _result(Status.PASS, message, evidence, fix, key, more, headline, remedy, drain)
 
 
 def warn(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
-         key: Optional[str] = None, headline: Optional[str] = None, **more: Any) -> Result:
-    return _result(Status.WARN, message, evidence, fix, key, more, headline)
+         key: Optional[str] = None, headline: Optional[str] = None, remedy: Optional[str] = None,
+         drain: Optional[bool] = None, **more: Any) -> Result:
+    return _result(Status.WARN, message, evidence, fix, key, more, headline, remedy, drain)
 
 
 def fail(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
-         key: Optional[str] = None, headline: Optional[str] = None, **more: Any) -> Result:
-    return _result(Status.FAIL, message, evidence, fix, key, more, headline)
+         key: Optional[str] = None, headline: Optional[str] = None, remedy: Optional[str] = None,
+         drain: Optional[bool] = None, **more: Any) -> Result:
+    return _result(Status.FAIL, message, evidence, fix, key, more, headline, remedy, drain)
 
 
 def skip(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
-         key: Optional[str] = None, headline: Optional[str] = None, **more: Any) -> Result:
-    return _result(Status.SKIP, message, evidence, fix, key, more, headline)
+         key: Optional[str] = None, headline: Optional[str] = None, remedy: Optional[str] = None,
+         drain: Optional[bool] = None, **more: Any) -> Result:
+    return _result(Status.SKIP, message, evidence, fix, key, more, headline, remedy, drain)
 
 
 def error(message: str, evidence: Optional[Mapping[str, Any]] = None, fix: Optional[Fix] = None, *,
@@ -130,6 +138,7 @@ class Finding:
     fix: Optional[Fix]
     tags: Tuple[str, ...]
     headline: Optional[str] = None  # the problem in a few words (warn, fail, error)
+    remediation: Optional[Dict[str, Any]] = None  # {"action": one of REMEDIES, "drain": bool} (warn, fail, error)
 
     def to_dict(self) -> Dict[str, Any]:
         out = {
@@ -144,8 +153,16 @@ class Finding:
         }
         if self.headline:
             out["headline"] = self.headline
+        if self.remediation:
+            out["remediation"] = dict(self.remediation)
         return out
 
+
+# What to do about a failing or warning finding, for machines as well as people (docs/remediation.md). Ordered from the
+# least to the most disruptive; the engine modes (Slurm, NHC, node-problem-detector) act on it.
+REMEDIES = ("none", "restart-application", "fix-configuration", "repair-software", "reload-driver", "reset-gpu",
+            "reboot", "replace-hardware")
+REMEDIATION_VERSION = "1"
 
 # A precondition returns None when the check applies, or the reason it does not.
 Precondition = Callable[["Facts"], Optional[str]]
@@ -163,6 +180,8 @@ class CheckSpec:
     applies: Tuple[Precondition, ...] = ()
     module: str = ""
     problem: str = ""  # the title's problem form, the heading of a warn/fail card ("Xid errors in this boot")
+    remedy: str = "none"  # what to do about a problem it finds (REMEDIES)
+    drain: bool = False   # whether a failing finding takes the node out of service
 
     def __call__(self, *args: Any, **kwargs: Any) -> Result:
         return self.func(*args, **kwargs)
@@ -194,18 +213,22 @@ class CheckSpec:
 
 def check(*, id: str, slug: str, title: str, tags: Sequence[str], what: str, why: str, fix: str,
           requires: Sequence[str] = (), applies: Sequence[Precondition] = (),
-          problem: str = "") -> Callable[[Callable[..., Result]], CheckSpec]:
+          problem: str = "", remedy: str = "none", drain: bool = False) -> Callable[[Callable[..., Result]], CheckSpec]:
     """Declare a check.  The decorated function becomes a :class:`CheckSpec`.
 
     The function may take any of the keyword arguments ``facts`` and ``matrix``;
     the engine passes only those it names, so new arguments break nobody.
     """
 
+    if remedy not in REMEDIES:
+        raise ValueError(f"check {id}: remedy {remedy!r} is not one of {', '.join(REMEDIES)}")
+
     def wrap(func: Callable[..., Result]) -> CheckSpec:
         return CheckSpec(
             id=id, slug=slug, title=title, tags=tuple(tags), requires=tuple(requires),
             explanation=Explanation(_dedent(what), _dedent(why), _dedent(fix)), func=func,
             applies=tuple(applies), module=getattr(func, "__module__", ""), problem=problem,
+            remedy=remedy, drain=bool(drain),
         )
 
     return wrap

@@ -130,6 +130,11 @@ def assert_case(spec: CheckSpec, case: Dict[str, Any], matrix: Any = None) -> Fi
         assert finding.headline, f"{name}: a problem finding without a heading"
         if "headline" in case:
             assert case["headline"] in finding.headline, f"{name}: {finding.headline!r} lacks {case['headline']!r}"
+        assert finding.remediation is not None, f"{name}: a problem finding without a remediation"
+        if "remedy" in case:
+            assert finding.remediation["action"] == case["remedy"], f"{name}: {finding.remediation}"
+        if "drain" in case:
+            assert finding.remediation["drain"] is case["drain"], f"{name}: {finding.remediation}"
     json.dumps(finding.to_dict())
     return finding
 

@@ -98,7 +98,8 @@ def list_cmd(as_json) -> int:
     reg = app.registry()
     checks = sorted(reg.checks, key=lambda s: s.id)
     if as_json:
-        click.echo(json.dumps([{"id": s.id, "slug": s.slug, "title": s.title, "tags": list(s.tags),
+        click.echo(json.dumps([{"id": s.id, "slug": s.slug, "title": s.title, "problem": s.problem or s.title,
+                                "remedy": s.remedy, "drain": s.drain, "tags": list(s.tags),
                                 "requires": list(s.requires), "module": s.module} for s in checks], indent=2))
     else:
         for s in checks:
@@ -124,6 +125,8 @@ def explain_cmd(key) -> int:
                                + "; see 'dl-doctor list'")
     click.echo(f"{spec.id} ({spec.slug}): {spec.title}")
     click.echo(f"tags: {', '.join(spec.tags)}" + (f"; needs facts: {', '.join(spec.requires)}" if spec.requires else ""))
+    click.echo(f"when it finds a problem: {spec.problem or spec.title}; remedy {spec.remedy}"
+               + ("; a failure drains the node" if spec.drain else ""))
     for attr, heading in Explanation.SECTIONS:
         click.echo("")
         click.echo(heading)
