@@ -42,7 +42,8 @@ MAX_STARTUP_PATHS = 512
 # Variables a child needs to behave as it does for the user (where libraries and modules come from); everything else,
 # and anything with a secret-looking name, stays behind.
 _KEEP_EXACT = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "LD_PRELOAD",
-               "VIRTUAL_ENV", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING"}
+               "VIRTUAL_ENV", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING",
+               "SLURM_CONF"}  # scontrol (--engine slurm --drain) finds its cluster through it
 _KEEP_PREFIXES = ("LC_", "PYTHON", "CUDA_", "NVIDIA_", "CONDA_", "TORCH_", "XLA_", "TF_", "JAX_", "NCCL_", "FI_",
                   "OMP_", "MKL_", "OPENBLAS_", "CUDNN_", "ORT_", "TRITON_")
 

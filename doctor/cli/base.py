@@ -69,6 +69,14 @@ def report_options(func):
                      help="Also write metrics in Prometheus text format (node_exporter textfile collector)."),
         click.option("--status-line", "status_path", metavar="PATH",
                      help="Also write a one-line status (what the login hook prints)."),
+        click.option("--engine", type=click.Choice(["slurm", "nhc", "npd"]), metavar="slurm|nhc|npd",
+                     help="Answer a cluster engine in its own contract instead of the summary (docs/clusters.md): "
+                          "slurm (HealthCheckProgram, Prolog, Epilog), nhc (the .nhc function), npd "
+                          "(node-problem-detector's custom plugin). Reports are written only where asked for."),
+        click.option("--drain", is_flag=True, help="With --engine slurm: drain this node through scontrol for a "
+                     "failing finding that drains, and resume it when healthy, if dl-doctor drained it."),
+        click.option("--node", "node_name", metavar="NAME", help="With --engine slurm: the node's Slurm name "
+                     "(default: $SLURMD_NODENAME, else the short host name)."),
         click.option("--keep-reports", type=click.IntRange(1, 100000), metavar="N",
                      help="Keep only the newest N runs' reports in --output-dir (the login hook's timer keeps 30)."),
     ])
@@ -104,12 +112,20 @@ def collect_options(func):
                      metavar="SECONDS", help="How long to sample disk I/O (while the other probes run)."),
         click.option("--ebs-volume-type", "ebs_types", multiple=True, metavar="VOL=TYPE[:IOPS[:MBPS]]",
                      callback=_check_ebs_types, help="An EBS volume's type (and provisioned IOPS/throughput)."),
+        click.option("--profile", type=click.Choice(["full", "fast"]), default="full", show_default=True,
+                     help="fast: the checks that finish in seconds (no environment scan, no --deep, a 0.2 s disk "
+                          "sample, 3 s per probe), for Slurm Prologs and health checks."),
     ])
 
 
 # click hands each option over as a keyword; these turn the keywords into the application's option objects.
 
 def collect_opts(kw: Dict[str, Any]) -> CollectOptions:
+    if kw.get("profile") == "fast":
+        if kw.get("deep"):
+            raise click.UsageError("--profile fast and --deep exclude each other")
+        kw = dict(kw, no_env_scan=True, sample_seconds=min(0.2, kw.get("sample_seconds", 1.0)),
+                  timeout=min(3.0, kw.get("timeout", DEFAULT_TIMEOUT)))
     return CollectOptions(sysroot=kw.get("sysroot"), timeout=kw.get("timeout", DEFAULT_TIMEOUT),
                           pythons=tuple(kw.get("pythons") or ()), deep=bool(kw.get("deep")),
                           run_as_owner=bool(kw.get("run_as_owner")), no_env_scan=bool(kw.get("no_env_scan")),

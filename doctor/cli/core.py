@@ -14,6 +14,58 @@ from dl_doctor.cli.base import (cli, collect_options, collect_opts, judge_opts, 
                                 use_color)
 
 
+def _engine_setup(kw, out) -> None:
+    """An engine mode writes reports only where the user asked for them (a health check runs every few minutes)."""
+    if not kw.get("engine"):
+        if kw.get("drain") or kw.get("node_name"):
+            raise click.UsageError("--drain and --node go with --engine slurm")
+        return
+    if out.json_path == "-" or out.markdown_path == "-":
+        raise app.InputProblem(f"--engine {kw['engine']} owns stdout: write --json/--markdown to a file")
+    if (kw.get("drain") or kw.get("node_name")) and kw["engine"] != "slurm":
+        raise click.UsageError("--drain and --node go with --engine slurm")
+    if out.json_path is None:
+        out.json_path = "/dev/null"
+    if out.html_path is None:
+        out.html_path = "/dev/null"
+
+
+def emit_engine(outcome: app.Outcome, kw) -> int:
+    """The engine's contract: npd (<= 80 characters, 0 OK / 1 problem / 2 unknown), nhc (FAIL/WARN lines), slurm (one
+    line; --drain acts through scontrol)."""
+    import os
+
+    from dl_doctor import cluster
+    from dl_doctor.engine import exit_code
+    from dl_doctor.host import Host
+
+    engine, fail_on = kw["engine"], kw.get("fail_on", "fail")
+    for problem in outcome.problems:
+        click.echo(f"dl-doctor: error: {problem}", err=True)
+    if outcome.problems:
+        if engine == "npd":
+            click.echo("dl-doctor: could not run (see its stderr)")
+        return 2
+    code = exit_code(outcome.findings, fail_on)
+    if engine == "npd":
+        click.echo(cluster.npd_line(outcome.report, failing=code == 1))
+        return code
+    if engine == "nhc":
+        for line in cluster.nhc_lines(outcome.report):
+            click.echo(line)
+        return code
+    node = kw.get("node_name") or os.environ.get("SLURMD_NODENAME") or (os.uname().nodename.split(".")[0])
+    try:
+        result = cluster.slurm(Host(), outcome.report, node, act=bool(kw.get("drain")))
+    except (RuntimeError, OSError) as exc:
+        raise app.InputProblem(f"slurm: {exc}")
+    s = outcome.report.get("summary") or {}
+    line = (f"dl-doctor: {s.get('fail', 0)} fail, {s.get('warn', 0)} warn on {result['node']}; "
+            f"slurm: {result['action']}" + (f" ({result['reason']})" if result.get("reason") else ""))
+    click.echo(line)
+    return code
+
+
 def emit(outcome: app.Outcome, *, stdout_kind: Optional[str], quiet: bool, no_color: bool, fail_on: str) -> int:
     """Print the terminal summary (or the JSON on stdout) and the problems; the exit code."""
     from dl_doctor.engine import exit_code
@@ -44,12 +96,15 @@ def run_cmd(**kw) -> int:
     started, t0 = utc_now(), time.monotonic()
     collect, judge, out = collect_opts(kw), judge_opts(kw), output_opts(kw)
     out.validate()
+    _engine_setup(kw, out)
     reg = app.registry()
     app.validate_inputs(reg, judge)
     app.prewarm(out)
     snapshot = app.collect_facts(reg, collect)
     outcome = app.write_outputs(snapshot, reg, judge, out, mode=snapshot["mode"], started=started, t0=t0,
                                 extra_options=collect.report_options())
+    if kw.get("engine"):
+        return emit_engine(outcome, kw)
     return emit(outcome, stdout_kind=out.stdout_kind, quiet=kw["quiet"], no_color=kw["no_color"],
                 fail_on=judge.fail_on)
 
@@ -83,10 +138,13 @@ def check_cmd(facts_file, **kw) -> int:
     started, t0 = utc_now(), time.monotonic()
     judge, out = judge_opts(kw), output_opts(kw)
     out.validate()
+    _engine_setup(kw, out)
     reg = app.registry()
     snapshot = app.load_snapshot(facts_file)
     outcome = app.write_outputs(snapshot, reg, judge, out, mode="facts", started=started, t0=t0,
                                 extra_options={"facts_file": facts_file})
+    if kw.get("engine"):
+        return emit_engine(outcome, kw)
     return emit(outcome, stdout_kind=out.stdout_kind, quiet=kw["quiet"], no_color=kw["no_color"],
                 fail_on=judge.fail_on)
 

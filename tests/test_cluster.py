@@ -1,0 +1,151 @@
+"""dl-doctor in the engines clusters run: Slurm (a real slurmctld + slurmd + munge from the Debian packages, started
+by tests/slurm/cluster.sh), LBNL NHC (its check-function contract: die/log, with NHC's functions stood in by bash),
+and node-problem-detector's custom plugin contract (exit 0/1/2, at most 80 characters starting with the check ID)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trees
+from dl_doctor import cluster
+
+DOCTOR = Path(sys.executable).parent / "dl-doctor"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bad_and_good(tmp_path_factory):
+    from conftest import build_tree
+
+    bad = build_tree(tmp_path_factory.mktemp("bad"), trees.rhel8_gpu_no_driver())
+    good = build_tree(tmp_path_factory.mktemp("good"), trees.healthy_host())
+    return bad, good
+
+
+def _run(*args, env=None):
+    return subprocess.run([str(DOCTOR), *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_drain_reason_starts_with_the_prefix_and_the_check_id():
+    f = {"id": "DLD-GPU-006", "status": "fail", "headline": 'Uncorrectable ECC "errors"\n$(reboot)',
+         "remediation": {"action": "reset-gpu", "drain": True}}
+    reason = cluster.drain_reason(f)
+    assert reason.startswith("dld:DLD-GPU-006 ") and reason.index("DLD-GPU-006") + 11 <= 20
+    assert '"' not in reason and "$" not in reason and "\n" not in reason
+    assert cluster.parse_node("NodeName=n1 Arch=x86_64 State=IDLE+DRAIN Weight=1 Reason=dld:DLD-GPU-006 ECC "
+                              "[root@2026-12-01T00:31:17]") == ("IDLE+DRAIN", "dld:DLD-GPU-006 ECC")
+    assert cluster.parse_node("NodeName=n1 State=IDLE Weight=1") == ("IDLE", None)
+
+
+def test_npd_contract_exit_codes_and_an_80_character_line(bad_and_good):
+    bad, good = bad_and_good
+    r = _run("run", "--sysroot", str(bad), "--engine", "npd", "--profile", "fast")
+    assert r.returncode == 1, r.stderr
+    [line] = r.stdout.splitlines()
+    assert len(line) <= 80 and line.startswith("DLD-") and line.split()[0] in ("DLD-DRV-001", "DLD-GPU-001")
+    r = _run("run", "--sysroot", str(good), "--engine", "npd")
+    assert r.returncode == 0 and len(r.stdout.strip()) <= 80 and r.stdout.startswith("dl-doctor: OK")
+    r = _run("check", str(good / "nonexistent.json"), "--engine", "npd")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    r = _run("run", "--sysroot", str(good), "--engine", "npd", "--json", "-")
+    assert r.returncode == 2 and "owns stdout" in r.stderr
+
+
+def test_an_engine_mode_writes_no_report_unless_asked(bad_and_good, tmp_path):
+    bad, _ = bad_and_good
+    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(bad), "--engine", "nhc"], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 1 and r.stdout.startswith("FAIL DLD-")
+    assert not (tmp_path / "dl-doctor-reports").exists()  # a health check runs every few minutes: no pile of files
+    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(bad), "--engine", "nhc", "--json", "r.json"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert json.loads((tmp_path / "r.json").read_text())["findings"]
+
+
+def test_the_shipped_npd_monitor_config_matches_the_contract():
+    doc = json.loads((ROOT / "contrib/npd/dl-doctor-monitor.json").read_text())
+    assert doc["plugin"] == "custom" and doc["pluginConfig"]["max_output_length"] == 80
+    [rule] = doc["rules"]
+    assert rule["type"] == "permanent" and rule["condition"] == doc["conditions"][0]["type"]
+    assert rule["args"][:3] == ["run", "--engine", "npd"]
+
+
+def _nhc(tmp_path, tree):
+    """NHC's contract: the check function calls die (fail) or log (warn); NHC's own functions stood in."""
+    script = f"""
+        die() {{ echo "DIE $1 $2" >> {tmp_path}/nhc.out; return 1; }}
+        log() {{ echo "LOG $*" >> {tmp_path}/nhc.out; }}
+        source {ROOT}/contrib/nhc/dl_doctor.nhc
+        DL_DOCTOR={DOCTOR} check_dl_doctor --sysroot {tree}
+        echo "RC $?" >> {tmp_path}/nhc.out
+    """
+    out = tmp_path / "nhc.out"
+    out.unlink(missing_ok=True)
+    subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
+    return out.read_text().splitlines()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_nhc_check_dies_on_the_first_failure_and_logs_warnings(bad_and_good, tmp_path):
+    bad, good = bad_and_good
+    lines = _nhc(tmp_path, bad)
+    dies = [l for l in lines if l.startswith("DIE ")]
+    assert len(dies) == 1 and dies[0].startswith("DIE 1 check_dl_doctor: DLD-")
+    assert any(l.startswith("LOG check_dl_doctor: DLD-DRV-004") for l in lines)  # nouveau: a warning, logged
+    assert lines[-1] == "RC 1"
+    lines = _nhc(tmp_path, good)
+    assert not any(l.startswith("DIE") for l in lines) and lines[-1] == "RC 0"
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    if os.geteuid() != 0 or not all(shutil.which(b) for b in ("slurmctld", "slurmd", "munged", "scontrol", "sinfo")):
+        pytest.skip("needs root and the Debian packages slurmctld slurmd slurm-client munge")
+    d = tmp_path_factory.mktemp("slurm")
+    script = ROOT / "tests/slurm/cluster.sh"
+    r = subprocess.run(["bash", str(script), "start", str(d)], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        subprocess.run(["bash", str(script), "stop", str(d)], capture_output=True, timeout=60)
+        pytest.skip(f"the test cluster did not start: {r.stderr.strip()[-300:]}")
+    values = dict(line.split("=", 1) for line in r.stdout.split() if "=" in line)
+    yield values
+    subprocess.run(["bash", str(script), "stop", str(d)], capture_output=True, timeout=60)
+
+
+def _sinfo_reason(env):
+    r = subprocess.run(["sinfo", "-R", "-h", "-o", "%E"], capture_output=True, text=True, timeout=30, env=env)
+    return r.stdout.strip()
+
+
+def test_slurm_drains_with_its_reason_and_resumes_only_its_own_drain(slurm_cluster, bad_and_good):
+    bad, good = bad_and_good
+    env = {**os.environ, "SLURM_CONF": slurm_cluster["SLURM_CONF"], "SLURMD_NODENAME": slurm_cluster["NODE"]}
+    r = _run("run", "--sysroot", str(bad), "--engine", "slurm", "--drain", "--profile", "fast", env=env)
+    assert r.returncode == 1 and "slurm: drained (dld:DLD-" in r.stdout, r.stdout + r.stderr
+    reason = _sinfo_reason(env)
+    assert reason.startswith("dld:DLD-") and reason[4:15] in ("DLD-DRV-001", "DLD-GPU-001")  # sinfo -R shows it
+    r = _run("run", "--sysroot", str(good), "--engine", "slurm", "--drain", env=env)
+    assert r.returncode == 0 and "slurm: resumed" in r.stdout, r.stdout + r.stderr
+    assert _sinfo_reason(env) == ""
+    # a node an operator drained is left alone, whatever dl-doctor finds
+    subprocess.run(["scontrol", "update", f"NodeName={slurm_cluster['NODE']}", "State=DRAIN",
+                    "Reason=disk swap on Tuesday"], check=True, env=env, timeout=30)
+    try:
+        r = _run("run", "--sysroot", str(good), "--engine", "slurm", "--drain", env=env)
+        assert "slurm: left-alone" in r.stdout and _sinfo_reason(env) == "disk swap on Tuesday"
+        r = _run("run", "--sysroot", str(bad), "--engine", "slurm", "--drain", env=env)
+        assert "slurm: left-alone" in r.stdout and _sinfo_reason(env) == "disk swap on Tuesday"
+    finally:
+        subprocess.run(["scontrol", "update", f"NodeName={slurm_cluster['NODE']}", "State=RESUME"], env=env,
+                       timeout=30)
+    # without --drain it only says what it would do
+    r = _run("run", "--sysroot", str(bad), "--engine", "slurm", env=env)
+    assert "slurm: would-drain (dld:DLD-" in r.stdout and _sinfo_reason(env) == ""
