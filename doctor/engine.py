@@ -302,6 +302,12 @@ def host_summary(snapshot: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
+def fleet_section(snapshot: Mapping[str, Any], findings: Sequence[Finding]) -> Dict[str, Any]:
+    from dl_doctor.fleet import node_section
+
+    return node_section(snapshot.get("facts") or {}, [f.to_dict() for f in findings])
+
+
 def build_report(snapshot: Mapping[str, Any], findings: Sequence[Finding], *, mode: str,
                  started_at: _dt.datetime, duration_s: float, options: Optional[Mapping[str, Any]] = None,
                  load_errors: Sequence[str] = ()) -> Dict[str, Any]:
@@ -320,6 +326,8 @@ def build_report(snapshot: Mapping[str, Any], findings: Sequence[Finding], *, mo
         },
         "host": host_summary(snapshot),
         "summary": summarize(findings),
+        # what `dl-doctor fleet` compares across nodes, near the top so the merge reads only the head of the file
+        "fleet_node": fleet_section(snapshot, findings),
         "findings": [f.to_dict() for f in findings],
         "facts": snapshot.get("facts", {}),
         "probe_errors": list(snapshot.get("probe_errors", [])),

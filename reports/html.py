@@ -51,3 +51,15 @@ def render(report: Dict[str, Any]) -> str:
         stack=stack.build(report),
         summary=report.get("summary", {}),
     )
+
+
+def render_fleet(result: Dict[str, Any]) -> str:
+    """The fleet comparison as one self-contained page: the differing facts by group, the failing checks, and the
+    node × check grid for the nodes that matter (those that fail or are odd out), at most 200 of them."""
+    odd = {o["node"] for g in result.get("groups", []) for d in g["differences"] for o in d["odd"]}
+    failing = {f["node"] for f in result.get("failing", [])}
+    grid = {check: set(nodes) for check, nodes in (result.get("failing_by_check") or {}).items()}
+    nodes = sorted(failing | odd)[:200]
+    return _environment().get_template("fleet.html.j2").render(
+        r=result, grid=grid, grid_checks=sorted(grid)[:60], grid_nodes=nodes,
+        diff_count=sum(len(g["differences"]) for g in result.get("groups", [])))

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import click
 
 from dl_doctor.app import InputProblem
-from dl_doctor.cli import core, image, login, matrix, why  # noqa: F401 - each registers its commands on the group
+from dl_doctor.cli import core, fleet, image, login, matrix, why  # noqa: F401 - each registers its commands on the group
 from dl_doctor.cli.base import cli
 
 __all__ = ["cli", "main"]

@@ -1,0 +1,53 @@
+"""`dl-doctor fleet`: many nodes' reports compared."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from dl_doctor import app
+from dl_doctor.cli.base import cli
+
+
+@cli.command("fleet")
+@click.argument("paths", nargs=-1, required=True, metavar="REPORT|DIR|GLOB|TARBALL...")
+@click.option("--json", "json_path", metavar="PATH", help="Write the comparison as JSON ('-' = alone on stdout).")
+@click.option("--html", "html_path", metavar="PATH", help="Write the comparison as a self-contained HTML page.")
+def fleet_cmd(paths, json_path, html_path) -> int:
+    """Compare many nodes' reports: each node's failing checks, and every fact that differs between nodes of a group
+    (driver, CUDA, torch and its CUDA, NCCL, cuDNN, aws-ofi-nccl, libfabric, GPU model and count, kernel, NCCL_*/FI_*/
+    CUDA_* settings, instance type), naming the odd nodes out against the majority.
+
+    Exit codes: 0 the nodes agree and none fails; 1 they differ or one fails; 2 no report could be read."""
+    from dl_doctor import fleet
+    from dl_doctor.output import OutputRefused, write_file
+
+    gathered = fleet.gather(paths)
+    if not gathered.nodes:
+        why = "; ".join(f"{u['source']}: {u['error']}" for u in gathered.unreadable[:3])
+        raise app.InputProblem("no dl-doctor report found in " + ", ".join(paths[:3]) + (f" ({why})" if why else ""))
+    result = fleet.compare(gathered)
+    text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
+    for path, render in ((json_path, lambda: text), (html_path, lambda: _html(result))):
+        if path and path != "-":
+            try:
+                write_file(path, render(), private=True)
+            except OutputRefused as exc:
+                raise app.InputProblem(f"not writing {exc.filename}: it {exc.why}")
+            except OSError as exc:
+                raise app.InputProblem(f"cannot write {path}: {exc.strerror or exc}")
+    if json_path == "-":
+        sys.stdout.write(text)
+    else:
+        from dl_doctor.reports.terminal import terminal_width
+
+        click.echo(fleet.render_text(result, terminal_width(sys.stdout)), nl=False)
+    return 0 if result["ok"] else 1
+
+
+def _html(result) -> str:
+    from dl_doctor.reports import html
+
+    return html.render_fleet(result)

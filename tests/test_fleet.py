@@ -1,0 +1,137 @@
+"""`dl-doctor fleet`: recorded node reports with planted differences (one node on another driver, one with another
+NCCL setting, one failing), merged through the installed CLI; the fast path (the fleet section at the head of each
+report) against the slow one (a whole report or a facts file)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+import machines
+from dl_doctor import fleet
+
+DOCTOR = Path(sys.executable).parent / "dl-doctor"
+
+
+def _env_block(env):
+    return b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
+
+
+@pytest.fixture(scope="module")
+def node_reports(tmp_path_factory):
+    """Five p5 nodes: node-3 runs another driver, node-4 another NCCL_SOCKET_IFNAME, node-5 lost its fabric manager
+    unit and so fails; the others agree."""
+    from conftest import build_tree
+
+    out = tmp_path_factory.mktemp("reports")
+    for n in range(1, 6):
+        driver = "550.127.05" if n == 3 else "550.54.15"
+        spec = machines.p5_48xlarge() if n != 3 else _p5_with_driver(driver)
+        host = f"node-{n}.cluster.internal"
+        spec["proc/sys/kernel/hostname"] = spec["etc/hostname"] = host + "\n"
+        env = {"PATH": "/usr/bin", "NCCL_SOCKET_IFNAME": "ens" if n != 4 else "eth0", "FI_PROVIDER": "efa"}
+        spec["proc/self/environ"] = _env_block(env)
+        if n == 5:
+            for key in [k for k in spec if "fabricmanager" in k]:
+                del spec[key]
+        root = build_tree(tmp_path_factory.mktemp(f"node{n}"), spec)
+        r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--json", str(out / f"node-{n}.json"),
+                            "--html", "/dev/null", "--fail-on", "never"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+    return out
+
+
+def _p5_with_driver(driver):
+    spec = machines.p5_48xlarge()
+    text = json.dumps({k: (v if isinstance(v, (str, dict)) else None) for k, v in spec.items()})
+    assert "550.54.15" in text
+    new = {}
+    for k, v in spec.items():
+        k2 = k.replace("550.54.15", driver)
+        if isinstance(v, str):
+            v = v.replace("550.54.15", driver)
+        elif isinstance(v, dict) and "symlink" in v:
+            v = {"symlink": v["symlink"].replace("550.54.15", driver)}
+        elif isinstance(v, bytes) and k.endswith(".ko.xz"):
+            v = machines.lzma.compress(machines.module_blob(driver, k.split("/")[2]))
+        new[k2] = v
+    return new
+
+
+def _fleet(*args):
+    return subprocess.run([str(DOCTOR), "fleet", *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def test_the_odd_nodes_are_named_against_the_majority_in_text_json_and_html(node_reports, tmp_path):
+    r = _fleet(node_reports, "--json", tmp_path / "f.json", "--html", tmp_path / "f.html")
+    assert r.returncode == 1, r.stderr
+    text = r.stdout
+    assert "5 nodes in 1 group" in text
+    assert "DIFFERS driver: 4 nodes have 550.54.15; node-3.cluster.internal = 550.127.05" in text
+    assert "DIFFERS env.NCCL_SOCKET_IFNAME: 4 nodes have ens; node-4.cluster.internal = eth0" in text
+    assert "FAIL DLD-GPU-004 on 1 node: node-5.cluster.internal" in text
+    result = json.loads((tmp_path / "f.json").read_text())
+    [group] = result["groups"]
+    diffs = {d["fact"]: d for d in group["differences"]}
+    assert diffs["driver"]["majority"] == "550.54.15" and diffs["driver"]["odd"] == [
+        {"node": "node-3.cluster.internal", "value": "550.127.05"}]
+    assert diffs["env.NCCL_SOCKET_IFNAME"]["odd"] == [{"node": "node-4.cluster.internal", "value": "eth0"}]
+    assert "env.FI_PROVIDER" not in diffs and "instance_type" not in diffs  # the same everywhere
+    assert result["failing_by_check"]["DLD-GPU-004"] == ["node-5.cluster.internal"] and result["ok"] is False
+    html = (tmp_path / "f.html").read_text()
+    assert "<script" not in html and "node-3.cluster.internal" in html and "550.127.05" in html
+    assert 'title="DLD-GPU-004 fails on node-5.cluster.internal"' in html
+
+
+def test_agreeing_healthy_nodes_exit_0_and_bad_input_exits_2(node_reports, tmp_path):
+    for n in (1, 2):
+        (tmp_path / f"node-{n}.json").write_bytes((node_reports / f"node-{n}.json").read_bytes())
+    r = _fleet(tmp_path)
+    assert r.returncode == 0 and "OK: the nodes agree and none fails" in r.stdout, r.stdout
+    (tmp_path / "empty").mkdir()
+    r = _fleet(tmp_path / "empty")
+    assert r.returncode == 2 and "no dl-doctor report found" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_tarball_and_a_glob_and_slow_path_documents_merge_the_same(node_reports, tmp_path):
+    tar = tmp_path / "reports.tar.gz"
+    with tarfile.open(tar, "w:gz") as t:
+        for p in sorted(node_reports.glob("*.json")):
+            t.add(p, arcname=f"run/{p.name}")
+    a = json.loads(_fleet(node_reports, "--json", "-").stdout)
+    b = json.loads(_fleet(tar, "--json", "-").stdout)
+    c = json.loads(_fleet(str(node_reports / "node-*.json"), "--json", "-").stdout)
+    assert a["groups"] == b["groups"] == c["groups"]
+    # a report without the fleet section (an older dl-doctor) is read whole and summarised the same way
+    old = tmp_path / "old"
+    old.mkdir()
+    for p in node_reports.glob("*.json"):
+        doc = json.loads(p.read_text())
+        del doc["fleet_node"]
+        (old / p.name).write_text(json.dumps(doc))
+    d = json.loads(_fleet(old, "--json", "-").stdout)
+    assert d["groups"] == a["groups"] and d["failing_by_check"] == a["failing_by_check"]
+
+
+def test_the_head_read_finds_the_section_and_a_cut_one_falls_back(node_reports):
+    data = (node_reports / "node-3.json").read_bytes()
+    assert data.find(b'\n  "fleet_node": ') < fleet.HEAD_BYTES
+    section = fleet.read_section(data[:fleet.HEAD_BYTES])
+    assert section["compare"]["driver"] == "550.127.05"
+    cut = data[:data.find(b'\n  "fleet_node": ') + 40]  # the section cut mid-way: the whole file is read instead
+    assert fleet.read_section(cut, lambda: data)["compare"]["driver"] == "550.127.05"
+    assert fleet.read_section(b"not json", lambda: b"not json") is None
+
+
+def test_two_reports_with_one_host_name_stay_two_nodes(node_reports, tmp_path):
+    for n in (1, 2):
+        doc = json.loads((node_reports / f"node-{n}.json").read_text())
+        doc["fleet_node"]["identity"]["hostname"] = "[HOST-1]"  # --redact gives every host the same placeholder
+        (tmp_path / f"r{n}.json").write_text(json.dumps(doc, indent=2))
+    result = json.loads(_fleet(tmp_path, "--json", "-").stdout)
+    assert sorted(result["groups"][0]["nodes"]) == ["r1", "r2"]
