@@ -253,8 +253,9 @@ def compare(fleet: Fleet) -> Dict[str, Any]:
             if len(counts) <= 1:
                 continue
             majority, majority_count = max(counts.items(), key=lambda kv: (kv[1], kv[0] is not None, str(kv[0])))
+            tie = sum(1 for c in counts.values() if c == majority_count) > 1
             odd = [{"node": name, "value": v} for name, v in sorted(values.items()) if v != majority]
-            differences.append({"fact": k, "majority": majority, "majority_count": majority_count,
+            differences.append({"fact": k, "majority": majority, "majority_count": majority_count, "tie": tie,
                                 "odd": odd, "values": len(counts)})
         differences.sort(key=lambda d: (len(d["odd"]), d["fact"]))
         out_groups.append({"group": key, "nodes": [name for name, _ in members], "differences": differences})
@@ -285,8 +286,10 @@ def render_text(result: Dict[str, Any], width: int = 100) -> str:
         for d in g["differences"]:
             odd = ", ".join(f"{safe_text(o['node'])} = {safe_text(str(o['value']))}" for o in d["odd"][:8])
             more = f" and {len(d['odd']) - 8} more" if len(d["odd"]) > 8 else ""
-            lines.append(f"  DIFFERS {safe_text(d['fact'])}: {d['majority_count']} nodes have "
-                         f"{safe_text(str(d['majority']))}; {odd}{more}")
+            have = "node has" if d["majority_count"] == 1 else "nodes have"
+            tie = " (no majority)" if d.get("tie") else ""
+            lines.append(f"  DIFFERS {safe_text(d['fact'])}: {d['majority_count']} {have} "
+                         f"{safe_text(str(d['majority']))}{tie}; {odd}{more}")
     if result["failing"]:
         lines.append("")
         lines.append("Failing checks:")

@@ -1,0 +1,185 @@
+"""A torchrun preflight: before training starts, each node's local rank 0 runs dl-doctor on its node, the summaries
+are gathered to rank 0 over a gloo group and compared (the odd nodes out, the failing checks), and a tiny all-reduce
+over the job's own backend proves the path between the nodes; rank 0 prints the verdict and every rank exits with it.
+
+    torchrun --nnodes=N --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT -m dl_doctor.preflight
+
+or, in a training script, once per node on local rank 0 (with the default process group initialised, or not):
+
+    from dl_doctor.preflight import preflight
+    ok = preflight()
+
+The traffic is the job's own: its process group, between its own nodes (docs/clusters.md). Nodes are keyed by host
+name, and where two ranks share one (two agents on one host) by the torchrun agent's process too: ranks are not
+stable across restarts, so they never name a node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from typing import Any, Dict, List, Optional
+
+MAX_PAIR_TESTS = 16  # nodes up to which a failed all-reduce is narrowed down to the pairs that cannot talk
+
+
+def _doctor_command(doctor: Optional[str]) -> List[str]:
+    if doctor:
+        return [doctor]
+    found = shutil.which("dl-doctor")
+    return [found] if found else [sys.executable, "-m", "dl_doctor"]
+
+
+def node_section(doctor: Optional[str] = None, timeout: float = 120.0, extra: Optional[List[str]] = None) -> Dict[str, Any]:
+    """This node's fleet section, from a fast dl-doctor run that also inspects this interpreter's environment."""
+    argv = _doctor_command(doctor) + ["run", "--profile", "fast", "--python", sys.executable, "--json", "-",
+                                      "--html", os.devnull, "--fail-on", "never", *(extra or [])]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        doc = json.loads(r.stdout)
+        return doc["fleet_node"]
+    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
+        return {"version": "1", "identity": {}, "compare": {},
+                "failing": [{"id": "DLD-PREFLIGHT", "status": "error",
+                             "headline": f"dl-doctor could not run on this node: {type(exc).__name__}: {exc}"[:200]}],
+                "warnings": 0}
+
+
+def _gather_json(dist, torch, value: Any) -> List[Any]:
+    """Every rank's JSON-able ``value``, gathered on every rank as bytes tensors (no pickling, no NumPy)."""
+    data = json.dumps(value).encode()
+    world = dist.get_world_size()
+    size = torch.tensor([len(data)], dtype=torch.int64)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(sizes, size)
+    longest = max(int(s.item()) for s in sizes)
+    mine = torch.zeros(longest, dtype=torch.uint8)
+    if data:
+        mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    parts = [torch.zeros(longest, dtype=torch.uint8) for _ in range(world)]
+    dist.all_gather(parts, mine)
+    return [json.loads(bytes(p[:int(n.item())].tolist())) for p, n in zip(parts, sizes)]
+
+
+def _allreduce(dist, torch, backend: str, world: int, timeout: float) -> Dict[str, Any]:
+    """A one-element all-reduce over ``backend`` (the job's: NCCL where CUDA is, else gloo), bounded by ``timeout``;
+    when it fails, the pairs of ranks that cannot reduce together (up to MAX_PAIR_TESTS ranks)."""
+    out: Dict[str, Any] = {"backend": backend, "ok": False}
+    start = time.monotonic()
+    device = "cpu"
+    try:
+        if backend == "nccl":
+            device = f"cuda:{torch.cuda.current_device()}"
+        group = dist.new_group(backend=backend, timeout=timedelta(seconds=timeout))
+        t = torch.ones(1, device=device)
+        dist.all_reduce(t, group=group)
+        out["ok"] = int(t.item()) == world
+        out["seconds"] = round(time.monotonic() - start, 3)
+        if not out["ok"]:
+            out["error"] = f"the sum was {t.item()}, not {world}"
+        return out
+    except Exception as exc:  # noqa: BLE001 - a transport error is the finding
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    if world > MAX_PAIR_TESTS:
+        return out
+    bad = []
+    for i in range(world):
+        for j in range(i + 1, world):
+            try:
+                if backend == "nccl":
+                    device = f"cuda:{torch.cuda.current_device()}"
+                pair = dist.new_group([i, j], backend=backend, timeout=timedelta(seconds=max(5.0, timeout / 4)))
+                if dist.get_rank() in (i, j):
+                    t = torch.ones(1, device=device)
+                    dist.all_reduce(t, group=pair)
+            except Exception:  # noqa: BLE001
+                bad.append([i, j])
+    out["failed_pairs"] = bad
+    return out
+
+
+def preflight(doctor: Optional[str] = None, timeout: float = 120.0, backend: str = "auto", allreduce: bool = True,
+              json_path: Optional[str] = None, stream=None) -> bool:
+    """Run on every node's local rank 0 (or every rank of a --nproc-per-node=1 job); True when the nodes agree, none
+    fails and the all-reduce went through. Rank 0 prints the comparison."""
+    import torch
+    import torch.distributed as dist
+
+    from dl_doctor import fleet
+
+    stream = stream or sys.stdout
+    own = not dist.is_initialized()
+    if own:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    section = node_section(doctor, timeout)
+    identity = {"hostname": socket.gethostname(), "agent": os.getppid(), "rank": rank}
+    gathered = _gather_json(dist, torch, {"identity": identity, "section": section})
+    chosen = backend if backend != "auto" else ("nccl" if torch.cuda.is_available() and dist.is_nccl_available()
+                                                else "gloo")
+    path = _allreduce(dist, torch, chosen, world, min(timeout, 60.0)) if allreduce and world > 1 else None
+    verdict = torch.zeros(1, dtype=torch.int64)
+    if rank == 0:
+        hosts = [g["identity"]["hostname"] for g in gathered]
+        nodes = []
+        for g in gathered:
+            name = g["identity"]["hostname"]
+            if hosts.count(name) > 1:  # two agents on one host: the agent's process tells them apart
+                name = f"{name}:agent-{g['identity']['agent']}"
+            nodes.append(fleet.Node(name, f"rank {g['identity']['rank']}", g["section"]))
+        result = fleet.compare(fleet.Fleet(nodes=nodes))
+        if path is not None:
+            names = {i: n.name for i, n in enumerate(nodes)}
+            path["failed_pairs_named"] = [[names.get(a), names.get(b)] for a, b in path.get("failed_pairs", [])]
+            result["path"] = path
+            result["ok"] = result["ok"] and path["ok"]
+        text = fleet.render_text(result)
+        if path is not None:
+            line = (f"all-reduce over {path['backend']}: " + (f"ok in {path.get('seconds')} s" if path["ok"] else
+                    f"FAILED ({path.get('error')})"))
+            if path.get("failed_pairs_named"):
+                line += "; pairs that cannot reduce: " + ", ".join(f"{a} <-> {b}" for a, b in path["failed_pairs_named"])
+            text = text.rstrip("\n") + "\n" + line + "\n"
+        stream.write("dl-doctor preflight\n" + text)
+        stream.flush()
+        if json_path:
+            with open(json_path, "w") as fh:
+                json.dump(result, fh, indent=2)
+        verdict[0] = 1 if result["ok"] else 0
+    dist.broadcast(verdict, src=0)
+    if own:
+        dist.destroy_process_group()
+    return bool(int(verdict.item()))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dl_doctor.preflight",
+                                description="Run under torchrun (--nproc-per-node=1): compare the nodes before "
+                                            "training and prove the path between them. Exit 0 ready, 1 not, 2 error.")
+    p.add_argument("--doctor", help="the dl-doctor program (default: dl-doctor on PATH)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds for the node's run and the collectives")
+    p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
+                   help="the all-reduce's backend (auto: NCCL where CUDA is, else gloo)")
+    p.add_argument("--no-allreduce", action="store_true", help="only compare the nodes")
+    p.add_argument("--json", dest="json_path", help="rank 0 also writes the comparison here")
+    args = p.parse_args(argv)
+    try:
+        ok = preflight(args.doctor, args.timeout, args.backend, not args.no_allreduce, args.json_path)
+    except ImportError as exc:
+        print(f"dl-doctor preflight: error: needs torch ({exc})", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        print(f"dl-doctor preflight: error: {str(exc)[:500]}", file=sys.stderr)
+        return 2
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
