@@ -29,6 +29,7 @@ class CollectOptions:
     """What `run`, `collect` and `bundle` collect, and how."""
 
     sysroot: Optional[str] = None
+    host_root: Optional[str] = None  # the host's root mounted into a container; its kernel is this one
     timeout: float = DEFAULT_TIMEOUT
     pythons: Sequence[str] = ()
     deep: bool = False
@@ -37,12 +38,13 @@ class CollectOptions:
     env_limit: int = 32
     sample_seconds: float = 1.0
     ebs_types: Sequence[str] = ()
+    fast: bool = False  # --profile fast: every probe within seconds (a Slurm health check is killed after 60 s)
 
     def probe_options(self) -> Dict[str, Any]:
         return {"timeout": self.timeout, "python": list(self.pythons), "deep": self.deep,
                 "no_env_scan": self.no_env_scan, "env_limit": self.env_limit,
                 "env_timeout": max(self.timeout, 10.0),
-                "python_envs_timeout": 600.0 if self.deep else max(self.timeout, 60.0),
+                "python_envs_timeout": 600.0 if self.deep else 20.0 if self.fast else max(self.timeout, 60.0),
                 "sample_seconds": self.sample_seconds, "ebs_timeout": self.timeout + self.sample_seconds,
                 "ebs_volume_types": list(self.ebs_types)}
 
@@ -339,7 +341,8 @@ def collect_facts(reg, opts: CollectOptions, capture: Any = None) -> Dict[str, A
     from dl_doctor.host import Host
 
     try:
-        host = Host(sysroot=opts.sysroot, command_timeout=opts.timeout, capture=capture,
+        host = Host(sysroot=opts.host_root or opts.sysroot, live_kernel=bool(opts.host_root),
+                    command_timeout=opts.timeout, capture=capture,
                     run_as_owner=opts.run_as_owner)
     except NotADirectoryError as exc:
         raise InputProblem(str(exc))
@@ -540,7 +543,8 @@ def why(text: str, *, report: Optional[str] = None, collect: Optional[CollectOpt
         from dl_doctor.host import Host
 
         try:
-            host = Host(sysroot=collect.sysroot, command_timeout=collect.timeout, run_as_owner=collect.run_as_owner)
+            host = Host(sysroot=collect.host_root or collect.sysroot, live_kernel=bool(collect.host_root),
+                        command_timeout=collect.timeout, run_as_owner=collect.run_as_owner)
         except NotADirectoryError as exc:
             raise InputProblem(str(exc))
         snapshot = run_probes(reg_probes, host, collect.probe_options(), timeout=collect.timeout)

@@ -18,7 +18,7 @@ def read_kmsg(host: Host, max_records: int = 20000, first_seq: Optional[List[int
 
     Raises ``PermissionError`` where ``dmesg_restrict`` keeps it from this user.
     """
-    if not host.live:
+    if not host.kernel_live:
         raise CommandUnavailable("/dev/kmsg belongs to the running kernel, not a sysroot")
     lines: List[str] = []
     fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)

@@ -101,6 +101,9 @@ class CommandRecord:
     error: Optional[str] = None
 
 
+_KERNEL_DIRS = ("proc", "sys", "dev")
+
+
 @dataclass
 class Host:
     """File, command and environment access rooted at ``sysroot`` (``None`` = live)."""
@@ -113,6 +116,9 @@ class Host:
     capture: Optional[Any] = None
     # --run-as-owner: run another user's interpreter as that user instead of leaving it unrun (doctor.trust)
     run_as_owner: bool = False
+    # --host-root: the files come from ``sysroot`` (the host's root mounted into a container) while the running
+    # kernel's interfaces (/proc, /sys, /dev) are this machine's own; nothing under the root is executed
+    live_kernel: bool = False
 
     def cached(self, key: Any, compute: Callable[[], Any]) -> Any:
         """A value computed once per Host (one run), however many probes or threads ask: parses that several
@@ -143,8 +149,13 @@ class Host:
         return self.sysroot is None
 
     @property
+    def kernel_live(self) -> bool:
+        """The running kernel's interfaces (/proc, /sys, /dev, NVML) are there to read: live, or --host-root."""
+        return self.live or self.live_kernel
+
+    @property
     def mode(self) -> str:
-        return "live" if self.live else "sysroot"
+        return "live" if self.live else "host-root" if self.live_kernel else "sysroot"
 
     # -- paths ------------------------------------------------------------
 
@@ -158,6 +169,8 @@ class Host:
             raise ValueError(f"host paths are absolute: {path!r}")
         if self.live:
             return path
+        if self.live_kernel and path.split("/", 2)[1] in _KERNEL_DIRS:
+            return os.path.normpath(path)  # the running kernel's /proc, /sys and /dev: this machine's own
         root = self.sysroot
         pending = [c for c in path.split("/") if c]
         pending.reverse()  # a stack: next component at the end
@@ -187,7 +200,7 @@ class Host:
 
     def tree_path(self, path: str) -> str:
         """The in-host path (``/etc/x``) that ``resolve`` lands on, for evidence."""
-        if self.live:
+        if self.live or (self.live_kernel and path.split("/", 2)[1] in _KERNEL_DIRS):
             return os.path.realpath(path)
         real = self.resolve(path)
         rel = os.path.relpath(real, self.sysroot)
@@ -351,8 +364,8 @@ class Host:
         return sorted(out)
 
     def uname(self) -> Optional[os.uname_result]:
-        """The running kernel's uname (live only; a sysroot's kernel is not running)."""
-        return os.uname() if self.live and hasattr(os, "uname") else None
+        """The running kernel's uname (live or --host-root; a sysroot's kernel is not running)."""
+        return os.uname() if self.kernel_live and hasattr(os, "uname") else None
 
     def hostname(self) -> Optional[str]:
         """The running system's host name (live only)."""

@@ -254,7 +254,8 @@ class Facts:
 
     @property
     def live(self) -> bool:
-        return self.mode == "live"
+        """Facts of a running machine: live, or through its root mounted into a container (--host-root)."""
+        return self.mode in ("live", "host-root")
 
     def get(self, path: str, default: Any = None) -> Any:
         value = self._lookup(path)

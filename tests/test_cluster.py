@@ -149,3 +149,23 @@ def test_slurm_drains_with_its_reason_and_resumes_only_its_own_drain(slurm_clust
     # without --drain it only says what it would do
     r = _run("run", "--sysroot", str(bad), "--engine", "slurm", env=env)
     assert "slurm: would-drain (dld:DLD-" in r.stdout and _sinfo_reason(env) == ""
+
+
+def test_host_root_reads_the_mounted_root_and_the_running_kernel(bad_and_good):
+    """A DaemonSet's view: the host's files through a mount, the running kernel's /proc, /sys and /dev as they are.
+    The tree's own /proc and /sys (a GPU on its PCI bus, its kernel) are not read; this machine's are."""
+    bad, _ = bad_and_good
+    r = _run("run", "--host-root", str(bad), "--json", "-", "--fail-on", "never", "--no-env-scan")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    facts = report["facts"]
+    assert report["run"]["mode"] == "host-root" and report["run"]["sysroot"] == os.path.realpath(bad)
+    assert facts["os"]["id"] == "rhel"                                  # from the mounted root
+    assert facts["kernel"]["release"] == os.uname().release             # the running kernel
+    assert facts["gpu_pci"]["gpu_count"] == sum(                        # this machine's PCI bus, not the tree's
+        1 for d in os.listdir("/sys/bus/pci/devices")
+        if open(f"/sys/bus/pci/devices/{d}/vendor").read().strip() == "0x10de"
+        and open(f"/sys/bus/pci/devices/{d}/class").read().startswith("0x03"))
+    assert "python_processes" in facts                                  # /proc is the running system's
+    r = _run("run", "--host-root", str(bad), "--sysroot", str(bad))
+    assert r.returncode == 2 and "exclude each other" in r.stderr

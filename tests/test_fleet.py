@@ -135,3 +135,17 @@ def test_two_reports_with_one_host_name_stay_two_nodes(node_reports, tmp_path):
         (tmp_path / f"r{n}.json").write_text(json.dumps(doc, indent=2))
     result = json.loads(_fleet(tmp_path, "--json", "-").stdout)
     assert sorted(result["groups"][0]["nodes"]) == ["r1", "r2"]
+
+
+def test_a_planted_nccl_library_version_is_named_against_the_majority(node_reports, tmp_path):
+    """One node's torch loads another NCCL than the other four (planted in the recorded reports' fleet sections)."""
+    for p in sorted(node_reports.glob("node-[1234].json")):
+        doc = json.loads(p.read_text())
+        nccl = "2.18.1" if p.name == "node-2.json" else "2.21.5"
+        doc["fleet_node"]["compare"]["python.pytorch.torch.libnccl"] = nccl
+        (tmp_path / p.name).write_text(json.dumps(doc, indent=2))
+    r = _fleet(tmp_path, "--json", tmp_path / "f.json")
+    assert "DIFFERS python.pytorch.torch.libnccl: 3 nodes have 2.21.5; node-2.cluster.internal = 2.18.1" in r.stdout
+    diff = next(d for d in json.loads((tmp_path / "f.json").read_text())["groups"][0]["differences"]
+                if d["fact"] == "python.pytorch.torch.libnccl")
+    assert diff["majority"] == "2.21.5" and diff["odd"] == [{"node": "node-2.cluster.internal", "value": "2.18.1"}]

@@ -187,6 +187,7 @@ def test_where_dmesg_is_restricted_the_kernel_journal_is_read(monkeypatch):
 
     class FakeHost:
         live = True
+        kernel_live = True
         sysroot = None
 
         def which(self, name):

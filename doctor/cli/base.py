@@ -97,6 +97,9 @@ def collect_options(func):
     return _apply(func, [
         click.option("--sysroot", type=click.Path(exists=True, file_okay=False, resolve_path=False), metavar="DIR",
                      help="Inspect a mounted image or a captured tree instead of the live host."),
+        click.option("--host-root", type=click.Path(exists=True, file_okay=False, resolve_path=False), metavar="DIR",
+                     help="Inside a container (a DaemonSet, an NHC container): the host's root filesystem mounted at "
+                          "DIR, while /proc, /sys, /dev and NVML are the running kernel's own."),
         click.option("--timeout", type=click.FloatRange(0.1, 600.0), default=DEFAULT_TIMEOUT, show_default=True,
                      metavar="SECONDS", help="Time limit of each probe (the Python-environment probe gets at least "
                      "60 s, 600 s with --deep; the EBS probe adds --sample-seconds)."),
@@ -126,11 +129,14 @@ def collect_opts(kw: Dict[str, Any]) -> CollectOptions:
             raise click.UsageError("--profile fast and --deep exclude each other")
         kw = dict(kw, no_env_scan=True, sample_seconds=min(0.2, kw.get("sample_seconds", 1.0)),
                   timeout=min(3.0, kw.get("timeout", DEFAULT_TIMEOUT)))
-    return CollectOptions(sysroot=kw.get("sysroot"), timeout=kw.get("timeout", DEFAULT_TIMEOUT),
+    if kw.get("host_root") and kw.get("sysroot"):
+        raise click.UsageError("--host-root and --sysroot exclude each other (a running host's root, or an image)")
+    return CollectOptions(sysroot=kw.get("sysroot"), host_root=kw.get("host_root"),
+                          timeout=kw.get("timeout", DEFAULT_TIMEOUT),
                           pythons=tuple(kw.get("pythons") or ()), deep=bool(kw.get("deep")),
                           run_as_owner=bool(kw.get("run_as_owner")), no_env_scan=bool(kw.get("no_env_scan")),
                           env_limit=kw.get("env_limit", 32), sample_seconds=kw.get("sample_seconds", 1.0),
-                          ebs_types=tuple(kw.get("ebs_types") or ()))
+                          ebs_types=tuple(kw.get("ebs_types") or ()), fast=kw.get("profile") == "fast")
 
 
 def judge_opts(kw: Dict[str, Any]) -> JudgeOptions:

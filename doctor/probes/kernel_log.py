@@ -107,7 +107,7 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
     lines: Optional[List[str]] = None
     source = None
     boot: Dict[str, Any] = {}
-    if host.live:
+    if host.kernel_live:
         try:
             first: List[int] = []
             records, source = read_kmsg(host, first_seq=first), "/dev/kmsg"

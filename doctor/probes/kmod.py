@@ -247,7 +247,7 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
 
     # NVIDIA modules per kernel; read module metadata for the kernels that matter most.
     running = (host.try_read("/proc/sys/kernel/osrelease", 256) or "").strip() or None
-    if host.live and not running:
+    if host.kernel_live and not running:
         running = host.uname().release
     modules: List[Dict[str, Any]] = []
     for kernel in module_dirs:

@@ -51,7 +51,7 @@ def network_probe(ctx: ProbeContext) -> Dict[str, Any]:
         driver = host.readlink(f"/sys/class/infiniband/{name}/device/driver")
         devices.append({"name": name, "driver": driver.rsplit("/", 1)[-1] if driver else None})
     efa = [d for d in devices if d["driver"] == "efa" or d["name"].startswith(("efa", "rdmap"))]
-    uverbs = sorted(n for n in host.listdir("/dev/infiniband") if n.startswith("uverbs")) if host.live else None
+    uverbs = sorted(n for n in host.listdir("/dev/infiniband") if n.startswith("uverbs")) if host.kernel_live else None
 
     installed_text = host.try_read("/opt/amazon/efa_installed_packages", 1 << 20)
     installed = parse_installed_packages(installed_text) if installed_text else {}

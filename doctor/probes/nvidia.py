@@ -145,7 +145,7 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
                 autoload.append({"module": name, "file": conf})
 
     device_access = None
-    if host.live and loaded and host.exists("/dev/nvidiactl"):
+    if host.kernel_live and loaded and host.exists("/dev/nvidiactl"):
         device_access = host.access("/dev/nvidiactl", 6)  # R_OK | W_OK
         if not device_access:
             ctx.denied("NVML facts (GPU health, ECC errors, clocks, processes): /dev/nvidiactl is not "
@@ -181,7 +181,7 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
 
     device_nodes = None
     char_links = None
-    if host.live:
+    if host.kernel_live:
         device_nodes = sorted(n for n in host.listdir("/dev") if n.startswith("nvidia"))
         # /dev/char/MAJOR:MINOR links to the NVIDIA nodes: runc needs them to keep a container's device access
         # across a systemd daemon-reload (NVIDIA/nvidia-docker#1730)

@@ -136,7 +136,7 @@ def _device(nv: Any, error_type: type, index: int) -> Dict[str, Any]:
 @probe("nvml", "GPU health through NVML: memory, ECC, row remapping, throttling, PCIe link, MIG, processes",
        root_adds="NVML queries that need access to /dev/nvidiactl (ECC counters, processes of other users)")
 def nvml_probe(ctx: ProbeContext) -> Dict[str, Any]:
-    if not ctx.host.live:
+    if not ctx.host.kernel_live:
         raise Unavailable("NVML talks to the running driver; not under a sysroot")
     if not ctx.host.exists("/proc/driver/nvidia"):
         # nvmlInit could only answer "Driver Not Loaded": spare the import of pynvml and ctypes (~25 ms of every run on

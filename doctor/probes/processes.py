@@ -36,7 +36,7 @@ def mapped_cuda_libraries(maps: str) -> List[str]:
        root_adds="the maps of other users' processes")
 def python_processes_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
-    if not host.live:
+    if not host.kernel_live:
         raise Unavailable("processes belong to a running system, not a sysroot")
     out: List[Dict[str, Any]] = []
     unreadable = 0

@@ -120,7 +120,7 @@ def kernel_probe(ctx: ProbeContext) -> Dict[str, Any]:
     version = host.try_read("/proc/version", 4096)
     cmdline = host.try_read("/proc/cmdline", 65536)
     arch = None
-    if host.live:
+    if host.kernel_live:
         uname = host.uname()
         release = release or uname.release
         arch = uname.machine
