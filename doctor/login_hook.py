@@ -42,9 +42,18 @@ def status_line(report: Dict[str, Any], width: int = 240) -> str:
     order = {"fail": 0, "error": 1, "warn": 2}
     problems.sort(key=lambda f: (order[f["status"]], f["id"]))
     where = "Details: run dl-doctor"
+    # every user reads this line: security findings name weaknesses, so they are only counted, with the command
+    security = [f for f in problems if str(f.get("id", "")).startswith("DLD-SEC-")]
+    problems = [f for f in problems if not str(f.get("id", "")).startswith("DLD-SEC-")]
+    if security:
+        where = (f"{len(security)} security finding{'s' if len(security) != 1 else ''}: sudo dl-doctor run --only "
+                 f"security. " + where)
     if not problems:
+        if security:
+            return f"dl-doctor {when}: {where}"
         return f"dl-doctor {when}: OK ({s.get('pass', 0)} pass, {s.get('skip', 0)} skipped). {where}"
-    counts = ", ".join(f"{s.get(k, 0)} {k}" for k in ("fail", "error", "warn") if s.get(k))
+    counts = ", ".join(f"{n} {k}" for k in ("fail", "error", "warn")
+                       if (n := sum(1 for f in problems if f.get("status") == k)))
     worst = problems[0]
     head = f"dl-doctor {safe_text(when)}: {counts}. {safe_text(str(worst['id']))}: "
     tail = f" {where}"

@@ -85,8 +85,10 @@ def test_token_first_then_metadata(fake_imds):
     assert out["spot_instance_action"] == {"action": "terminate", "time": "2026-11-29T16:02:00Z"}
     assert out["scheduled_events"] is None and out["errors"] == {}
     assert srv.requests[0][0] == "PUT" and srv.requests[0][1] == "/latest/api/token"
+    # every request carries the token but the one that asks whether IMDSv1 is still allowed (the last)
     assert all({k.lower(): v for k, v in r[2].items()}.get("x-aws-ec2-metadata-token") == "TOKEN123"
-               for r in srv.requests[1:])
+               for r in srv.requests[1:-1])
+    assert srv.requests[-1][1] == "/latest/meta-data/instance-id" and out["imdsv1_allowed"] is False
 
 
 def test_slow_imds_costs_only_a_short_timeout(fake_imds):
@@ -148,3 +150,17 @@ def test_no_traffic_off_ec2(fake_imds, run_cli):
     report = json.loads(r.stdout)
     assert "imds" in report["unavailable"] and srv.requests == []
     assert report["findings"][0]["status"] == "skip"
+
+
+def test_imdsv1_and_the_role_name_never_its_credentials(fake_imds):
+    answers = dict(ANSWERS, **{"meta-data/iam/security-credentials/": "gpu-training-role",
+                               "meta-data/iam/security-credentials/gpu-training-role": '{"SecretAccessKey": "x"}'})
+    srv = fake_imds(answers, require_token=False)  # v1 allowed: token-less requests are answered
+    out = imds_collect(Host(), srv.url, timeout=1.0)
+    assert out["imdsv1_allowed"] is True and out["instance_role"] == "gpu-training-role"
+    assert not any(r[1].endswith("/gpu-training-role") for r in srv.requests)  # the credentials were never asked for
+    tokenless = [r for r in srv.requests if r[0] == "GET" and "x-aws-ec2-metadata-token" not in
+                 {k.lower() for k in r[2]}]
+    assert [r[1] for r in tokenless] == ["/latest/meta-data/instance-id"]
+    srv2 = fake_imds(answers)  # v2 only: the token-less request gets 401
+    assert imds_collect(Host(), srv2.url, timeout=1.0)["imdsv1_allowed"] is False

@@ -83,6 +83,20 @@ def test_status_line_names_the_worst_finding_and_stays_one_line():
     assert ok == "dl-doctor 2026-11-29 16:15 UTC: OK (30 pass, 5 skipped). Details: run dl-doctor"
 
 
+def test_status_line_only_counts_security_findings_for_everyone_who_logs_in():
+    findings = [{"id": "DLD-SEC-002", "status": "fail", "message": "/home/alice/.jupyter: listens on 0.0.0.0 with an "
+                                                                     "empty token"},
+                {"id": "DLD-SEC-001", "status": "warn", "message": "PasswordAuthentication yes"},
+                {"id": "DLD-MEM-001", "status": "warn", "message": "/dev/shm is only 64 MiB"}]
+    line = status_line(_report({"fail": 1, "warn": 2, "pass": 30}, findings))
+    assert "jupyter" not in line and "0.0.0.0" not in line and "Password" not in line
+    assert "1 warn. DLD-MEM-001: /dev/shm is only 64 MiB" in line
+    assert "2 security findings: sudo dl-doctor run --only security." in line
+    only = status_line(_report({"fail": 1}, findings[:1]))
+    assert only == ("dl-doctor 2026-11-29 16:15 UTC: 1 security finding: sudo dl-doctor run --only security. "
+                    "Details: run dl-doctor")
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)

@@ -1,7 +1,9 @@
 """The EC2 instance metadata service (IMDSv2), asked only when the DMI files say this host is EC2.
 
 No request is sent anywhere else, and none at all on other hosts or under a sysroot: the DMI
-check comes first. Token first (PUT), then a handful of GETs, each with a short timeout.
+check comes first. Token first (PUT), then a handful of GETs, each with a short timeout: the metadata, the instance
+role's name (the listing only: credentials are never requested), and one token-less GET of the instance id that says
+whether IMDSv1 is still allowed.
 """
 
 from __future__ import annotations
@@ -57,6 +59,20 @@ def imds_collect(host, endpoint: str, timeout: float) -> Dict[str, Any]:
                 out[key] = None
         else:
             out[key] = body.strip() or None
+    # the instance role's name, never its credentials: the listing names the role, only a GET of that name would
+    # return keys, and that request is never made
+    try:
+        status, body = http(host, "GET", f"{endpoint}/latest/meta-data/iam/security-credentials/",
+                            {"X-aws-ec2-metadata-token": token}, timeout=timeout)
+        out["instance_role"] = body.strip().splitlines()[0][:128] if status == 200 and body.strip() else None
+    except OSError:
+        out["instance_role"] = None
+    # IMDSv1 still allowed: a token-less request to a harmless path is answered (v2-only answers 401)
+    try:
+        status, _ = http(host, "GET", f"{endpoint}/latest/meta-data/instance-id", {}, timeout=timeout)
+        out["imdsv1_allowed"] = status == 200
+    except OSError:
+        out["imdsv1_allowed"] = None
     return out
 
 

@@ -16,7 +16,8 @@ from dl_doctor.reports import facts_schema
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "facts.md"
 SINCE = "0.1.0"  # every fact below was there in the first release; a fact added later names its own version here
-SINCE_OVERRIDES: Dict[str, str] = {"python_processes": "0.2.0", "python_envs.environments[].consumers": "0.2.0",
+SINCE_OVERRIDES: Dict[str, str] = {"security": "0.2.0", "imds.imdsv1_allowed": "0.2.0", "imds.instance_role": "0.2.0",
+                                   "python_processes": "0.2.0", "python_envs.environments[].consumers": "0.2.0",
                                    "python_envs.environments[].consumers_error": "0.2.0", "python_envs.environments[].active": "0.2.0",
                                    "python_envs.environments[].found_by": "0.2.0",
                                    "nvidia_driver.module_autoload": "0.2.0",
@@ -27,6 +28,13 @@ SINCE_OVERRIDES: Dict[str, str] = {"python_processes": "0.2.0", "python_envs.env
 
 # What the facts that checks rely on mean (the paths in the built-in checks' requires=, and what the checks read).
 MEANINGS = {
+    "security.sshd": "sshd's effective settings from its files (first value wins; Include read where it stands; Match "
+                     "blocks reported apart): settings, sources (file:line), match_blocks, files",
+    "security.listening": "TCP listeners and bound UDP sockets from /proc/net (live), with the owner of each one "
+                          "beyond loopback where readable",
+    "security.suspicious_processes": "processes with a miner's name or running from /tmp, /var/tmp or /dev/shm (live)",
+    "imds.imdsv1_allowed": "a token-less request for the instance id was answered",
+    "imds.instance_role": "the instance role's name from the credentials listing (credentials are never requested)",
     "gpu_services.other_units": "nvidia-dcgm and nvidia-imex: installed, enabled, active (live), and in a tree "
                                 "journal_state/journal_tail from its journal",
     "nvidia_driver.module_autoload": "NVIDIA modules the root filesystem loads at boot (/etc/modules-load.d/*.conf, "
