@@ -35,8 +35,12 @@ def ssh_posture(facts: Facts) -> Result:
     sshd = facts.get("security.sshd") or {}
     if not sshd.get("files"):
         return skip("no sshd configuration here (/etc/ssh/sshd_config)")
-    s = sshd.get("settings") or {}
-    sources = sshd.get("sources") or {}
+    s = dict(sshd.get("settings") or {})
+    sources = dict(sshd.get("sources") or {})
+    for k, v in (sshd.get("effective_live") or {}).items():  # sshd -T's own answer, where it could be asked
+        if s.get(k) != v:
+            s[k] = v
+            sources[k] = "sshd -T"
     root = (s.get("permitrootlogin") or "prohibit-password").lower()
     password = _yes(s.get("passwordauthentication", "yes"))
     kbd = _yes(s.get("kbdinteractiveauthentication", s.get("challengeresponseauthentication", "no")))
@@ -234,7 +238,10 @@ def listening_publicly(facts: Facts) -> Result:
                      and _public(s.get("address"))})[:50]
     evidence = {"beyond_loopback": public, "ec2_public_ip": facts.get("imds.public_ipv4")}
     if risky:
-        return warn("; ".join(risky), evidence, Fix("Bind these services to 127.0.0.1 and tunnel over SSH.",
+        ip = facts.get("imds.public_ipv4")
+        exposed = f" (this instance's public address is {ip}: only its security group stands between them and the " \
+                  f"internet)" if ip else ""
+        return warn("; ".join(risky) + exposed, evidence, Fix("Bind these services to 127.0.0.1 and tunnel over SSH.",
                                                      ("ss -ltnp   # who listens where",
                                                       "# e.g. tensorboard --host 127.0.0.1; ray start --dashboard-host 127.0.0.1",
                                                       "ssh -N -L 6006:127.0.0.1:6006 user@host   # from your laptop")))
@@ -278,7 +285,8 @@ def miner_signs(facts: Facts) -> Result:
     what="""On EC2 (per the DMI files), one token-less request for the instance id says whether IMDSv1 is still
     allowed; the instance role's name is read from the listing (its credentials never are).""",
     why="""With IMDSv1 a server-side request forgery in any web app on the box (a notebook, a dashboard) reads the
-    instance role's credentials; IMDSv2's token and hop limit stop that.""",
+    instance role's credentials; IMDSv2's token and hop limit stop that. A container that reaches IMDS at all (a hop
+    limit of 2 or more) can read them too.""",
     fix="""Require tokens: aws ec2 modify-instance-metadata-options --http-tokens required, with a hop limit of 1
     (2 where containers need IMDS).""",
 )
@@ -289,10 +297,14 @@ def imdsv1_allowed(facts: Facts) -> Result:
         return skip("not known whether IMDSv1 answers (these facts predate 0.2.0, or the request failed)")
     iid = facts.get("imds.instance_id") or "<instance-id>"
     evidence = {"imdsv1_allowed": allowed, "instance_role": role}
+    fix = Fix("Require IMDSv2 tokens (and a hop limit of 1 unless containers need IMDS).",
+              (f"aws ec2 modify-instance-metadata-options --instance-id {iid} --http-tokens required "
+               f"--http-put-response-hop-limit 1",))
     if allowed:
         who = f" and the instance role {role} is one request away" if role else ""
-        return warn(f"IMDSv1 answers token-less requests{who}", evidence,
-                    Fix("Require IMDSv2 tokens.", (f"aws ec2 modify-instance-metadata-options --instance-id {iid} "
-                                                   f"--http-tokens required --http-put-response-hop-limit 1",)))
+        return warn(f"IMDSv1 answers token-less requests{who}", evidence, fix)
+    if facts.get("system.container.in_container") and role:
+        return warn(f"this container reaches IMDS (the hop limit lets containers through) and the instance role "
+                    f"{role} with it", evidence, fix)
     return passed("IMDSv2 only (token-less requests are refused)" + (f"; instance role {role}" if role else ""),
                   **evidence)

@@ -24,6 +24,7 @@ PATHS = {
     "life_cycle": "meta-data/instance-life-cycle",
     "spot_instance_action": "meta-data/spot/instance-action",
     "scheduled_events": "meta-data/events/maintenance/scheduled",
+    "public_ipv4": "meta-data/public-ipv4",
 }
 
 

@@ -294,6 +294,30 @@ def processes(host) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     return suspects, servers
 
 
+def sshd_live(host) -> Optional[Dict[str, str]]:
+    """``sshd -T`` (sshd's own answer, Match blocks not applied), on a running host as root only, and only through
+    Host.run's trust rule (a root-owned sshd in a root-owned directory); None where it cannot be run safely."""
+    import os
+
+    if not host.live or os.geteuid() != 0:
+        return None
+    exe = next((p for p in ("/usr/sbin/sshd", "/usr/bin/sshd") if host.is_file(p)), None)
+    if exe is None:
+        return None
+    try:
+        r = host.run([exe, "-T"], timeout=3)
+    except OSError:
+        return None
+    if r.returncode != 0:
+        return None
+    out = {}
+    for line in r.stdout.splitlines()[:2000]:
+        key, _, value = line.strip().partition(" ")
+        if key in SSHD_KEYS and key not in out:
+            out[key] = value[:200]
+    return out or None
+
+
 @probe("security", "the box's own security posture: sshd settings, Jupyter and code-server, Docker's listeners "
        "and group, sockets listening beyond loopback, processes that look like miners",
        root_adds="other users' Jupyter configs and processes, the owners of listening sockets")
@@ -301,7 +325,8 @@ def security_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     sshd = parse_sshd(host)
     out: Dict[str, Any] = {
-        "sshd": {"installed": host.exists("/usr/sbin/sshd") or bool(sshd["files"]), **sshd},
+        "sshd": {"installed": host.exists("/usr/sbin/sshd") or bool(sshd["files"]), **sshd,
+                 "effective_live": sshd_live(host) if sshd["files"] else None},
         "jupyter_configs": jupyter_configs(host),
         "code_server_configs": code_server_configs(host),
         "docker": docker_facts(host),
