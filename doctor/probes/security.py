@@ -75,9 +75,10 @@ def parse_sshd(host, path: str = "/etc/ssh/sshd_config", depth: int = 0,
 
 # -- Jupyter and code-server ------------------------------------------------------------------------------------------
 
-_PY_SETTING = re.compile(r"^\s*c\.(ServerApp|NotebookApp|IdentityProvider|PasswordIdentityProvider)\."
+# blanks are [ \t] (not \s, which would cross lines and go quadratic on a file of newlines)
+_PY_SETTING = re.compile(r"^[ \t]*c\.(ServerApp|NotebookApp|IdentityProvider|PasswordIdentityProvider)\."
                          r"(ip|token|password|hashed_password|allow_root|certfile|keyfile|password_required|open_browser"
-                         r"|allow_remote_access)\s*=\s*(.{0,300})$", re.M)
+                         r"|allow_remote_access)[ \t]*=[ \t]*(.{0,300})$", re.M)
 
 
 def _literal(text: str) -> Any:
