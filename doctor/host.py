@@ -149,6 +149,11 @@ class Host:
         return self.sysroot is None
 
     @property
+    def as_root(self) -> bool:
+        """dl-doctor runs as root on a running host (what some live readers need, and what the trust rule guards)."""
+        return self.live and hasattr(os, "geteuid") and os.geteuid() == 0
+
+    @property
     def kernel_live(self) -> bool:
         """The running kernel's interfaces (/proc, /sys, /dev, NVML) are there to read: live, or --host-root."""
         return self.live or self.live_kernel

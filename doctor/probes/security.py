@@ -8,7 +8,6 @@ is read as text.
 
 from __future__ import annotations
 
-import glob as _glob
 import json
 import posixpath
 import re
@@ -298,9 +297,7 @@ def processes(host) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
 def sshd_live(host) -> Optional[Dict[str, str]]:
     """``sshd -T`` (sshd's own answer, Match blocks not applied), on a running host as root only, and only through
     Host.run's trust rule (a root-owned sshd in a root-owned directory); None where it cannot be run safely."""
-    import os
-
-    if not host.live or os.geteuid() != 0:
+    if not host.as_root:
         return None
     exe = next((p for p in ("/usr/sbin/sshd", "/usr/bin/sshd") if host.is_file(p)), None)
     if exe is None:
