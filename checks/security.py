@@ -3,7 +3,6 @@ and the signs of someone else's miner on the GPUs."""
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any, Dict, List, Optional
 
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
@@ -77,6 +76,8 @@ def ssh_posture(facts: Facts) -> Result:
 
 def _public(ip: Any) -> bool:
     """Whether a listen address reaches beyond this machine ('*', '0.0.0.0', '', a non-loopback address)."""
+    import ipaddress  # here: checks load on every run, and few runs get this far
+
     text = str(ip or "localhost").strip().strip("'\"").strip("[]")
     if text == "localhost":
         return False
@@ -206,9 +207,7 @@ def docker_exposed(facts: Facts) -> Result:
     return passed(f"the Docker daemon: {where}; the docker group has no user", **evidence)
 
 
-RISKY_PORTS = {8888: "Jupyter", 8889: "Jupyter", 6006: "TensorBoard", 8265: "Ray dashboard", 2375: "Docker (no TLS)",
-               2376: "Docker", 8080: "code-server", 5000: "MLflow", 7860: "Gradio", 8501: "Streamlit",
-               6379: "Redis", 9000: "Jupyter/other"}
+from dl_doctor.ports import RISKY_PORTS  # noqa: E402 - shared with the probe
 
 
 @check(

@@ -338,6 +338,7 @@ class Matrix:
             "class": entry["class"],
             "forward_compat": entry["class"] in forward,
             "memory_mib": entry.get("memory_mib"),
+            "dense_tflops": entry.get("dense_tflops"),  # dense (not sparse) peak TFLOPS per dtype, where cited
             "pci_ids": [f"10de:{d}" for d in entry["pci_device_ids"]],
             "sources": self.source_urls(entry, arch),
             "verified": self._verified(entry, arch),

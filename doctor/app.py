@@ -39,6 +39,7 @@ class CollectOptions:
     sample_seconds: float = 1.0
     ebs_types: Sequence[str] = ()
     fast: bool = False  # --profile fast: every probe within seconds (a Slurm health check is killed after 60 s)
+    verify: Optional[str] = None  # dl-doctor verify / run --verify: the workload level (quick, long)
 
     def probe_options(self) -> Dict[str, Any]:
         return {"timeout": self.timeout, "python": list(self.pythons), "deep": self.deep,
@@ -46,6 +47,8 @@ class CollectOptions:
                 "env_timeout": max(self.timeout, 10.0),
                 "python_envs_timeout": 600.0 if self.deep else 20.0 if self.fast else max(self.timeout, 60.0),
                 "sample_seconds": self.sample_seconds, "ebs_timeout": self.timeout + self.sample_seconds,
+                "verify": bool(self.verify), "verify_level": self.verify,
+                "verify_timeout": 330.0 if self.verify == "long" else 90.0,
                 "ebs_volume_types": list(self.ebs_types)}
 
     def report_options(self) -> Dict[str, Any]:

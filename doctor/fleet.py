@@ -10,97 +10,19 @@ decodes that section; a report without it (an older report, a facts file) is rea
 from __future__ import annotations
 
 import glob
-import io
 import json
 import os
-import re
-import tarfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
-FLEET_VERSION = "1"
+from dl_doctor.fleet_section import FLEET_VERSION, node_section  # noqa: F401 - re-exported
+
 HEAD_BYTES = 64 << 10          # the first read of a report; the section is within it for any report dl-doctor writes
 MAX_SECTION_BYTES = 4 << 20
 MAX_FILE_BYTES = 256 << 20     # the slow path (a whole report or facts file)
 MAX_FILES = 200_000
-MAX_VALUE = 300
 _MARK = b'\n  "fleet_node": '
-ENV_PREFIXES = ("NCCL_", "FI_", "CUDA_")
-LIBS = ("libnccl", "libcudnn", "libcublas", "libcudart", "libnvJitLink")
-
-
-def _s(value: Any) -> Optional[str]:
-    if value is None or isinstance(value, (dict, list)):
-        return None
-    return str(value)[:MAX_VALUE]
-
-
-def node_section(facts: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]) -> Dict[str, Any]:
-    """What the fleet comparison needs of one node, from its facts and findings."""
-    def get(path: str) -> Any:
-        cur: Any = facts
-        for part in path.split("."):
-            if not isinstance(cur, Mapping):
-                return None
-            cur = cur.get(part)
-        return cur
-
-    compare: Dict[str, Optional[str]] = {}
-    compare["driver"] = _s(get("nvidia_driver.kernel_module.version"))
-    versions = get("nvidia_driver.userspace.versions")
-    compare["driver.userspace"] = ",".join(sorted(str(v) for v in versions)) if isinstance(versions, list) else None
-    compare["cuda.driver_api"] = _s(get("nvml.cuda_driver_version"))
-    compare["kernel"] = _s(get("kernel.release"))
-    compare["os"] = _s(get("os.pretty_name"))
-    devices = get("nvml.devices")
-    names = Counter(str(d.get("name")) for d in devices if isinstance(d, Mapping)) if isinstance(devices, list) else {}
-    compare["gpu.model"] = ", ".join(sorted(names)) if names else None
-    compare["gpu.count"] = _s(get("gpu_pci.gpu_count"))
-    compare["instance_type"] = _s(get("cloud.instance_type") or get("imds.instance_type"))
-    toolkits = get("cuda_toolkits.toolkits")
-    if isinstance(toolkits, list):
-        compare["cuda.toolkits"] = ",".join(sorted(str(t.get("version")) for t in toolkits if isinstance(t, Mapping)))
-    fm = get("gpu_services.fabric_manager.version")
-    compare["fabric_manager"] = _s(fm.get("version")) if isinstance(fm, Mapping) else None
-    installed = get("network.efa_installed")
-    if isinstance(installed, Mapping):
-        for key in ("efa-installer", "aws-ofi-nccl", "libnccl-ofi", "libfabric-aws", "libfabric"):
-            if installed.get(key):
-                compare[f"efa.{key}"] = _s(installed[key])
-    libfabric = get("network.libfabric")
-    if isinstance(libfabric, list) and libfabric:
-        compare["libfabric"] = ",".join(sorted({str(l.get("version")) for l in libfabric if isinstance(l, Mapping)}))
-    compare["efa.devices"] = _s(len(get("network.efa_devices") or [])) if get("network") is not None else None
-    variables = get("environment.variables")
-    env = dict(get("network.env") or {}) if isinstance(get("network.env"), Mapping) else {}
-    if isinstance(variables, Mapping):
-        env.update({k: v for k, v in variables.items() if isinstance(k, str) and k.startswith(ENV_PREFIXES)})
-    for k, v in sorted(env.items())[:200]:
-        compare[f"env.{k}"] = _s(v)
-    for e in (get("python_envs.environments") or [])[:64] if isinstance(get("python_envs.environments"), list) else []:
-        if not isinstance(e, Mapping):
-            continue
-        name = str(e.get("name") or e.get("prefix"))[:100]
-        for c in e.get("consumers") or []:
-            if not isinstance(c, Mapping):
-                continue
-            dist = str(c.get("distribution"))[:100]
-            compare[f"python.{name}.{dist}"] = _s(c.get("version"))
-            build = c.get("build") if isinstance(c.get("build"), Mapping) else {}
-            if build.get("cuda"):
-                compare[f"python.{name}.{dist}.cuda"] = _s(build["cuda"])
-            for lib in c.get("libraries") or []:
-                if isinstance(lib, Mapping) and str(lib.get("soname", "")).startswith(LIBS):
-                    stem = str(lib["soname"]).split(".so")[0]
-                    compare[f"python.{name}.{dist}.{stem}"] = _s(lib.get("version") or lib.get("path"))
-    failing = [{"id": str(f.get("id")), "status": str(f.get("status")),
-                "headline": str(f.get("headline") or f.get("title") or "")[:200]}
-               for f in findings if isinstance(f, Mapping) and f.get("status") in ("fail", "error")][:200]
-    warnings = sum(1 for f in findings if isinstance(f, Mapping) and f.get("status") == "warn")
-    identity = {"hostname": _s(get("system.hostname")), "instance_id": _s(get("imds.instance_id"))}
-    return {"version": FLEET_VERSION, "identity": identity,
-            "compare": {k: v for k, v in compare.items() if v is not None}, "failing": failing, "warnings": warnings}
 
 
 @dataclass
@@ -173,6 +95,8 @@ def _files(paths: Iterable[str]) -> Iterator[str]:
 
 def gather(paths: Iterable[str]) -> Fleet:
     """Every node report under ``paths`` (files, directories, globs, tarballs of reports)."""
+    import tarfile
+
     fleet = Fleet()
     count = 0
     for path in _files(paths):
@@ -205,6 +129,8 @@ def gather(paths: Iterable[str]) -> Fleet:
 
 
 def _gather_tar(path: str, fleet: Fleet) -> None:
+    import tarfile
+
     with tarfile.open(path) as tar:
         for member in tar:
             if not member.isfile() or not member.name.endswith(".json") or member.size > MAX_FILE_BYTES:

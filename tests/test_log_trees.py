@@ -147,7 +147,13 @@ def test_a_failed_unit_brings_its_journal_tail_and_a_healthy_one_costs_no_journa
             return True
 
         def glob(self, pattern):
-            return ["/etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"]
+            return ["/etc/systemd/system/multi-user.target.wants"]
+
+        def listdir(self, path):
+            return ["nvidia-fabricmanager.service"]
+
+        def cached(self, key, compute):
+            return compute()
 
         def which(self, name):
             return f"/usr/bin/{name}"

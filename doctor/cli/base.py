@@ -115,6 +115,8 @@ def collect_options(func):
                      metavar="SECONDS", help="How long to sample disk I/O (while the other probes run)."),
         click.option("--ebs-volume-type", "ebs_types", multiple=True, metavar="VOL=TYPE[:IOPS[:MBPS]]",
                      callback=_check_ebs_types, help="An EBS volume's type (and provisioned IOPS/throughput)."),
+        click.option("--verify", "verify_workloads", is_flag=True,
+                     help="Also run dl-doctor verify's quick workloads in the --python environment (DLD-VER-*)."),
         click.option("--profile", type=click.Choice(["full", "fast"]), default="full", show_default=True,
                      help="fast: the checks that finish in seconds (no environment scan, no --deep, a 0.2 s disk "
                           "sample, 3 s per probe), for Slurm Prologs and health checks."),
@@ -136,7 +138,8 @@ def collect_opts(kw: Dict[str, Any]) -> CollectOptions:
                           pythons=tuple(kw.get("pythons") or ()), deep=bool(kw.get("deep")),
                           run_as_owner=bool(kw.get("run_as_owner")), no_env_scan=bool(kw.get("no_env_scan")),
                           env_limit=kw.get("env_limit", 32), sample_seconds=kw.get("sample_seconds", 1.0),
-                          ebs_types=tuple(kw.get("ebs_types") or ()), fast=kw.get("profile") == "fast")
+                          ebs_types=tuple(kw.get("ebs_types") or ()), fast=kw.get("profile") == "fast",
+                          verify="quick" if kw.get("verify_workloads") else None)
 
 
 def judge_opts(kw: Dict[str, Any]) -> JudgeOptions:

@@ -12,10 +12,21 @@ UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/sys
 _FM_VERSION = re.compile(r"(\d{3}\.\d{1,3}(?:\.\d{1,3})?)")
 
 
+def _wanted(host) -> set:
+    """Every unit name some target wants (/etc/systemd/system/*.wants/), listed once per run."""
+    def compute() -> set:
+        names = set()
+        for d in host.glob("/etc/systemd/system/*.wants"):
+            names.update(n for n in host.listdir(d) if host.lexists(f"{d}/{n}"))
+        return names
+
+    return host.cached(("systemd", "wants"), compute)
+
+
 def _unit(ctx: ProbeContext, name: str) -> Dict[str, Any]:
     host = ctx.host
     path = next((f"{d}/{name}" for d in UNIT_DIRS if host.exists(f"{d}/{name}")), None)
-    enabled = any(host.lexists(p) for p in host.glob(f"/etc/systemd/system/*.wants/{name}"))
+    enabled = name in _wanted(host)
     active = None
     if host.live and path and host.which("systemctl"):
         try:

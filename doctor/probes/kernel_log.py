@@ -100,7 +100,6 @@ def kernel_journal(host) -> Optional[Tuple[List[str], str, Dict[str, Any]]]:
        "and the events the signature base knows, against the NVIDIA module load",
        root_adds="the kernel log (/dev/kmsg, /var/log/messages), where Xid errors and driver load failures appear")
 def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
-    from dl_doctor.journal import boot_once
     from dl_doctor.logs import candidate_lines, read_boot
 
     host = ctx.host
@@ -125,6 +124,8 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
             lines = None
     if lines is None and not host.live:
         # a tree: its journal (read here, never by a host program) knows the boots exactly; the syslog files next
+        from dl_doctor.journal import boot_once
+
         journal = boot_once(host)
         if journal is not None and journal.entries:
             lines, source, boot = candidate_lines(journal.kernel_text()), "journal", journal.describe()
@@ -136,6 +137,8 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
         if log is not None:
             lines, source, boot = candidate_lines(log.text), log.source, log.describe()
     if lines is None and host.live:
+        from dl_doctor.journal import boot_once
+
         journal = boot_once(host)  # a live host whose ring buffer and journalctl are closed to this user
         if journal is not None and journal.entries:
             lines, source, boot = candidate_lines(journal.kernel_text()), "journal", journal.describe()

@@ -193,7 +193,7 @@ def docker_facts(host) -> Dict[str, Any]:
         if len(parts) >= 4 and parts[0] == "docker":
             group = [u for u in parts[3].split(",") if u][:200]
     privileged = []
-    for cfg in sorted(host.glob("/var/lib/docker/containers/*/hostconfig.json"))[:500]:
+    for cfg in sorted(host.glob("/var/lib/docker/containers/*/hostconfig.json"))[:64]:
         try:
             doc = json.loads(host.try_read(cfg, MAX_CONFIG) or "{}")
         except (ValueError, PermissionError):
@@ -241,9 +241,12 @@ def listening(host) -> List[Dict[str, Any]]:
             except ValueError:
                 continue
             inodes.setdefault(f[9], {"proto": proto, "address": ip, "port": port, "process": None})
-    # the owners only of what listens beyond loopback (usually a handful), and within a bounded walk of /proc/*/fd
-    wanted = {i for i, e in inodes.items() if e["address"] not in ("127.0.0.1", "::1") and
-              not e["address"].startswith("127.")}
+    # the owners only of what listens beyond loopback on a notebook, dashboard or daemon port (usually none), within
+    # a bounded walk of /proc/*/fd: the walk is the costly part, and the other listeners need no owner
+    from dl_doctor.ports import RISKY_PORTS
+
+    wanted = {i for i, e in inodes.items() if e["port"] in RISKY_PORTS and e["address"] not in ("127.0.0.1", "::1")
+              and not e["address"].startswith("127.")}
     left = MAX_FD_LINKS
     for pid in ([n for n in host.listdir("/proc") if n.isdigit()][:MAX_PIDS] if wanted else []):
         for fd in host.listdir(f"/proc/{pid}/fd")[:4096]:

@@ -1,0 +1,85 @@
+"""The ``fleet_node`` section every report carries (what `dl-doctor fleet` compares across nodes): built here, apart
+from the merge, so writing a report imports nothing the merge needs (tarfile, glob)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Dict, Iterable, Mapping, Optional
+
+FLEET_VERSION = "1"
+MAX_VALUE = 300
+ENV_PREFIXES = ("NCCL_", "FI_", "CUDA_")
+LIBS = ("libnccl", "libcudnn", "libcublas", "libcudart", "libnvJitLink")
+
+
+def _s(value: Any) -> Optional[str]:
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    return str(value)[:MAX_VALUE]
+
+
+def node_section(facts: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]) -> Dict[str, Any]:
+    """What the fleet comparison needs of one node, from its facts and findings."""
+    def get(path: str) -> Any:
+        cur: Any = facts
+        for part in path.split("."):
+            if not isinstance(cur, Mapping):
+                return None
+            cur = cur.get(part)
+        return cur
+
+    compare: Dict[str, Optional[str]] = {}
+    compare["driver"] = _s(get("nvidia_driver.kernel_module.version"))
+    versions = get("nvidia_driver.userspace.versions")
+    compare["driver.userspace"] = ",".join(sorted(str(v) for v in versions)) if isinstance(versions, list) else None
+    compare["cuda.driver_api"] = _s(get("nvml.cuda_driver_version"))
+    compare["kernel"] = _s(get("kernel.release"))
+    compare["os"] = _s(get("os.pretty_name"))
+    devices = get("nvml.devices")
+    names = Counter(str(d.get("name")) for d in devices if isinstance(d, Mapping)) if isinstance(devices, list) else {}
+    compare["gpu.model"] = ", ".join(sorted(names)) if names else None
+    compare["gpu.count"] = _s(get("gpu_pci.gpu_count"))
+    compare["instance_type"] = _s(get("cloud.instance_type") or get("imds.instance_type"))
+    toolkits = get("cuda_toolkits.toolkits")
+    if isinstance(toolkits, list):
+        compare["cuda.toolkits"] = ",".join(sorted(str(t.get("version")) for t in toolkits if isinstance(t, Mapping)))
+    fm = get("gpu_services.fabric_manager.version")
+    compare["fabric_manager"] = _s(fm.get("version")) if isinstance(fm, Mapping) else None
+    installed = get("network.efa_installed")
+    if isinstance(installed, Mapping):
+        for key in ("efa-installer", "aws-ofi-nccl", "libnccl-ofi", "libfabric-aws", "libfabric"):
+            if installed.get(key):
+                compare[f"efa.{key}"] = _s(installed[key])
+    libfabric = get("network.libfabric")
+    if isinstance(libfabric, list) and libfabric:
+        compare["libfabric"] = ",".join(sorted({str(l.get("version")) for l in libfabric if isinstance(l, Mapping)}))
+    compare["efa.devices"] = _s(len(get("network.efa_devices") or [])) if get("network") is not None else None
+    variables = get("environment.variables")
+    env = dict(get("network.env") or {}) if isinstance(get("network.env"), Mapping) else {}
+    if isinstance(variables, Mapping):
+        env.update({k: v for k, v in variables.items() if isinstance(k, str) and k.startswith(ENV_PREFIXES)})
+    for k, v in sorted(env.items())[:200]:
+        compare[f"env.{k}"] = _s(v)
+    for e in (get("python_envs.environments") or [])[:64] if isinstance(get("python_envs.environments"), list) else []:
+        if not isinstance(e, Mapping):
+            continue
+        name = str(e.get("name") or e.get("prefix"))[:100]
+        for c in e.get("consumers") or []:
+            if not isinstance(c, Mapping):
+                continue
+            dist = str(c.get("distribution"))[:100]
+            compare[f"python.{name}.{dist}"] = _s(c.get("version"))
+            build = c.get("build") if isinstance(c.get("build"), Mapping) else {}
+            if build.get("cuda"):
+                compare[f"python.{name}.{dist}.cuda"] = _s(build["cuda"])
+            for lib in c.get("libraries") or []:
+                if isinstance(lib, Mapping) and str(lib.get("soname", "")).startswith(LIBS):
+                    stem = str(lib["soname"]).split(".so")[0]
+                    compare[f"python.{name}.{dist}.{stem}"] = _s(lib.get("version") or lib.get("path"))
+    failing = [{"id": str(f.get("id")), "status": str(f.get("status")),
+                "headline": str(f.get("headline") or f.get("title") or "")[:200]}
+               for f in findings if isinstance(f, Mapping) and f.get("status") in ("fail", "error")][:200]
+    warnings = sum(1 for f in findings if isinstance(f, Mapping) and f.get("status") == "warn")
+    identity = {"hostname": _s(get("system.hostname")), "instance_id": _s(get("imds.instance_id"))}
+    return {"version": FLEET_VERSION, "identity": identity,
+            "compare": {k: v for k, v in compare.items() if v is not None}, "failing": failing, "warnings": warnings}
