@@ -48,7 +48,7 @@ def render(report: Dict[str, Any]) -> str:
         problems=[f for f in findings if f["status"] in ("error", "fail", "warn")],
         others=[f for f in findings if f["status"] in ("pass", "skip")],
         inventory=inventory(report),
-        stack=stack.build(report),
+        stack_html=Markup(stack.render_html(stack.build(report))),
         summary=report.get("summary", {}),
     )
 

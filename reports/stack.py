@@ -168,3 +168,75 @@ def build(report: Dict[str, Any]) -> Dict[str, Any]:
             "counts": {"environments": len(environments),
                        "frameworks": sum(len(e["frameworks"]) for e in environments),
                        "broken": sum(e["bad"] for e in environments)}}
+
+
+def render_html(model: Dict[str, Any]) -> str:
+    """The picture as HTML (escaped here; no script). Written in Python rather than in the report's template: the
+    template is compiled on every run, and this part would double its compile time."""
+    from markupsafe import escape
+
+    def e(value: Any) -> str:
+        return str(escape("" if value is None else str(value)))
+
+    def path(value: Any) -> str:  # a break opportunity after each '/'
+        return e(value).replace("/", "/<wbr>")
+
+    out = ['<section id="stack">', "  <h2>The stack</h2>",
+           '  <div class="chain" role="list" aria-label="GPUs, driver and CUDA">']
+    for i, n in enumerate(model["system"]):
+        if i:
+            out.append('    <span class="to" aria-hidden="true">→</span>')
+        out.append(f'    <div class="node {e(n["state"])}" role="listitem"><span class="layer">{e(n["layer"])}</span> '
+                   f'<span class="val">{path(n["label"])}</span>'
+                   + (f'<span class="detail">{e(n["detail"])}</span>' if n.get("detail") else "")
+                   + (f'<span class="detail"><a href="#{e(n["finding"])}">{e(n["finding"])}</a></span>'
+                      if n.get("finding") else "") + "</div>")
+    out.append("  </div>")
+    envs = model["environments"]
+    if not envs:
+        out += ['  <p class="legend">No Python environment with a CUDA framework was inspected.</p>', "</section>"]
+        return "\n".join(out)
+    out.append('  <p class="legend">Each environment\'s frameworks, every CUDA library they need, and the file the '
+               'loader picks for it. <span class="m-ok">✓</span> loads its own copy · <span class="m-newer">!</span> '
+               'another copy, newer, same major (or an optional library not found) · <span class="m-wrong">✗</span> '
+               'a copy that does not fit the build · <span class="m-missing">✗</span> not found.</p>')
+    for env in envs:
+        cls = "bad" if env["bad"] else "odd" if env["odd"] else "ok"
+        opened = " open" if env["bad"] or env["odd"] or len(envs) <= 3 else ""
+        n = len(env["frameworks"])
+        count = f"{n} CUDA consumer{'s' if n != 1 else ''}" if n else "no CUDA consumer"
+        state = (f' · <span class="c-fail">{env["bad"]} broken link{"s" if env["bad"] != 1 else ""}</span>'
+                 if env["bad"] else f' · <span class="c-warn">{env["odd"]} to look at</span>' if env["odd"] else "")
+        python = f" · Python {e(env['python'])}" if env.get("python") else ""
+        out.append(f'  <details class="env {cls}"{opened}>')
+        out.append(f'    <summary>{e(env["name"])} <span class="sub">{path(env["prefix"])}{python} · {count}{state}'
+                   f"</span></summary>")
+        for fw in env["frameworks"]:
+            problem_col = bool(fw["bad"] or fw["odd"])
+            built = f"built for CUDA {e(fw['cuda'])}" if fw.get("cuda") else "CUDA build unknown"
+            out.append(f'    <div class="fw"><h4>{e(fw["name"])} {e(fw.get("version") or "")} '
+                       f'<span class="sub">{built}</span></h4>')
+            if not fw["libraries"]:
+                out.append('      <p class="legend">It needs no CUDA library by name (or none was read).</p></div>')
+                continue
+            out.append('      <table class="libs"><thead><tr><th></th><th>Needs</th><th>Loads</th>'
+                       + ("<th>Problem</th>" if problem_col else "") + "</tr></thead><tbody>")
+            for lib in fw["libraries"]:
+                st = lib["state"]
+                mark = "✓" if st == "ok" else "!" if st in ("newer", "optional") else "✗"
+                if lib.get("path"):
+                    loads = ((f"<strong>{e(lib['version'])}</strong> " if lib.get("version") else "")
+                             + f'<span class="path">{path(lib["path"])}</span>'
+                             + (f' <span class="via">via {path(lib["via"])}</span>' if lib.get("via") else ""))
+                else:
+                    loads = "—"
+                cell = ""
+                if problem_col:
+                    link = f' <a href="#{e(lib["finding"])}">{e(lib["finding"])}</a>' if lib.get("finding") else ""
+                    cell = f"<td>{path(lib.get('note'))}{link}</td>"
+                out.append(f'        <tr class="lib-{e(st)}"><td class="mark m-{e(st)}" aria-label="{e(st)}">{mark}</td>'
+                           f'<td class="soname mono">{e(lib["soname"])}</td><td>{loads}</td>{cell}</tr>')
+            out.append("      </tbody></table></div>")
+        out.append("  </details>")
+    out.append("</section>")
+    return "\n".join(out)
