@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import pathlib
 from typing import Any, Dict
 
 import jinja2
@@ -19,9 +20,35 @@ def wrap_path(value: Any) -> Markup:
     return Markup(str(escape("" if value is None else str(value))).replace("/", "/<wbr>"))
 
 
-def _environment() -> jinja2.Environment:
+def _compiled_loader() -> "jinja2.BaseLoader | None":
+    """The report's template compiled ahead of time (tests/tools/make_compiled_template.py), when its stamp still
+    matches the template's source and this Jinja's version; None otherwise (the template is then compiled)."""
+    import hashlib
+    from importlib import resources
+
+    try:
+        base = resources.files("dl_doctor.reports")
+        stamp = json.loads(base.joinpath("templates_compiled/stamp.json").read_text(encoding="utf-8"))
+        source = base.joinpath("templates/report.html.j2").read_bytes()
+        path = base.joinpath("templates_compiled")
+        if (stamp.get("jinja2") != jinja2.__version__
+                or stamp.get("template_sha256") != hashlib.sha256(source).hexdigest()
+                or not isinstance(path, pathlib.Path)):  # a zipapp: no directory to import from
+            return None
+        return jinja2.ModuleLoader(str(path))
+    except (OSError, ValueError, TypeError, ModuleNotFoundError):
+        return None
+
+
+def _source_environment() -> jinja2.Environment:
+    return _environment(compiled=False)
+
+
+def _environment(compiled: bool = True) -> jinja2.Environment:
+    package = jinja2.PackageLoader("dl_doctor.reports", "templates")
+    ahead = _compiled_loader() if compiled else None
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("dl_doctor.reports", "templates"),
+        loader=jinja2.ChoiceLoader([ahead, package]) if ahead is not None else package,
         autoescape=True,  # every value is escaped, whatever the file name
         undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True,

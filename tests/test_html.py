@@ -76,3 +76,36 @@ def test_chromium_renders_the_report_as_a_person_sees_it(docker_report, tmp_path
     subprocess.run(common + [f"--print-to-pdf={pdf}", "--no-pdf-header-footer", html.as_uri()],
                    capture_output=True, timeout=90)
     assert pdf.exists() and pdf.read_bytes().startswith(b"%PDF")
+
+
+def test_the_template_compiled_ahead_of_time_is_fresh_and_used(tmp_path):
+    """The committed module is what Jinja makes of today's template (regenerate: tests/tools/make_compiled_template.py);
+    a run uses it, and a stale stamp makes the run compile the template instead of using an outdated module."""
+    import json
+    import sys
+    from pathlib import Path
+
+    import jinja2
+
+    from dl_doctor.reports import html
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "tests" / "tools"))
+    import make_compiled_template
+
+    make_compiled_template.build(tmp_path)
+    committed = root / "reports" / "templates_compiled"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in committed.iterdir()
+                                                               if p.name != "__pycache__")
+    for p in tmp_path.iterdir():
+        assert p.read_text() == (committed / p.name).read_text(), f"{p.name} is stale: run make_compiled_template.py"
+    loader = html._environment().loader
+    assert isinstance(loader, jinja2.ChoiceLoader) and isinstance(loader.loaders[0], jinja2.ModuleLoader)
+    stamp = json.loads((committed / "stamp.json").read_text())
+    real = jinja2.__version__
+    try:
+        jinja2.__version__ = "0.0-other"
+        assert html._compiled_loader() is None  # another Jinja: compile the template instead
+    finally:
+        jinja2.__version__ = real
+    assert stamp["jinja2"] == real
