@@ -196,3 +196,39 @@ def copy_speed(facts: Facts) -> Result:
         return warn("; ".join(slow), {"copies": rows}, Fix("Check the link and the topology.",
                                                           ("nvidia-smi -q -d PCIE", "nvidia-smi topo -m")))
     return passed("; ".join(f"GPU {r['gpu']}: {r['h2d']}/{r['d2h']} GB/s" for r in rows), copies=rows)
+
+
+@check(
+    id="DLD-VER-005", slug="dcgm-diag-failed",
+    problem="DCGM's diagnostic fails on this node",
+    remedy="reset-gpu", drain=True,
+    title="DCGM's diagnostic passes (verify, where DCGM is installed)",
+    tags=("verify", "gpu", "dcgm"), requires=("verify",),
+    what="""Where DCGM is installed, dl-doctor verify runs dcgmi diag -r 1 (-r 2 with --long) and reads its JSON, in
+    DCGM 3.x's shape or 4.x's. A failed test fails, naming the GPU, the test and DCGM's message; a warning warns.""",
+    why="""DCGM's diagnostic exercises what a training job will: memory, PCIe, NVLink, the SMs under stress. Its
+    failures name hardware that should leave service before a job finds it.""",
+    fix="""Follow DCGM's message; reset the GPU, rerun the diagnostic, and replace what keeps failing.""",
+)
+def dcgm_diag(facts: Facts) -> Result:
+    v = _v(facts)
+    d = (v or {}).get("dcgm")
+    if not isinstance(d, dict):
+        return skip("not verified with DCGM (dl-doctor verify runs dcgmi diag where DCGM is installed)")
+    if not d.get("ran"):
+        return skip(d.get("reason") or "dcgmi diag did not run")
+    results = [r for r in d.get("results") or [] if isinstance(r, dict)]
+    failed = [r for r in results if r.get("status") == "fail"]
+    warned = [r for r in results if r.get("status") == "warn"]
+    text = lambda r: (f"GPU {r.get('gpu')} {r.get('category')}/{r.get('test')}: "  # noqa: E731
+                      + ("; ".join(r.get("messages") or []) or r.get("status", "")))
+    evidence = {"shape": d.get("shape"), "command": d.get("command"), "failed": failed[:20], "warned": warned[:20],
+                "counts": {s: sum(1 for r in results if r.get("status") == s) for s in ("pass", "fail", "warn", "skip")}}
+    fix = Fix("Follow DCGM's message for each failed test.", ("dcgmi diag -r 2 -v   # rerun, verbosely",
+                                                              "sudo nvidia-smi -r -i <gpu>   # reset it when idle"))
+    if failed:
+        return fail("; ".join(text(r) for r in failed[:10]), evidence, fix)
+    if warned:
+        return warn("; ".join(text(r) for r in warned[:10]), evidence, fix)
+    return passed(f"dcgmi {d.get('command')}: {evidence['counts']['pass']} results passed "
+                  f"({evidence['counts']['skip']} skipped), DCGM {d.get('shape')} output", **evidence)

@@ -27,7 +27,8 @@ def test_verify_on_cpu_torch_gives_a_finding_per_workload(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads((tmp_path / "v.json").read_text())
     f = {x["id"]: x for x in report["findings"]}
-    assert set(f) == {"DLD-VER-001", "DLD-VER-002", "DLD-VER-003", "DLD-VER-004"}
+    assert set(f) == {"DLD-VER-001", "DLD-VER-002", "DLD-VER-003", "DLD-VER-004", "DLD-VER-005"}
+    assert f["DLD-VER-005"]["status"] == "skip" and "dcgmi is not installed" in f["DLD-VER-005"]["message"]
     assert f["DLD-VER-001"]["status"] == "pass" and "computes a matmul on the CPU" in f["DLD-VER-001"]["message"]
     assert "GPU part skipped: no CUDA device" in f["DLD-VER-001"]["message"]
     assert f["DLD-VER-002"]["status"] == "pass" and "on the CPU" in f["DLD-VER-002"]["message"]
@@ -93,3 +94,18 @@ def test_the_dense_peaks_are_half_the_datasheets_sparse_rates():
     assert h100["dense_tflops"]["bf16"] == 989.5 and h100["dense_tflops"]["tf32"] == 494.5
     assert "dense_tflops" not in h100["unverified"]
     assert "dense_tflops" in MATRIX.gpu("NVIDIA H200")["unverified"]
+
+
+def test_dcgm_3x_output_from_dcgms_repository_is_parsed():
+    """tests/fixtures/dcgm/diag-3x-dcgm-repo.json: verbatim from NVIDIA's DCGM repository (see the README there)."""
+    from dl_doctor.dcgm import parse_diag
+
+    doc = json.loads((Path(__file__).parent / "fixtures/dcgm/diag-3x-dcgm-repo.json").read_text())
+    parsed = parse_diag(doc)
+    assert parsed["shape"] == "3.x" and len(parsed["results"]) == 38
+    fails = [(r["test"], r["gpu"]) for r in parsed["results"] if r["status"] == "fail"]
+    assert fails == [("sm_stress", "0"), ("sm_stress", "2"), ("sm_stress", "3")]
+    memory0 = next(r for r in parsed["results"] if r["test"] == "memory" and r["gpu"] == "0")
+    assert memory0["status"] == "skip" and "ECC memory on GPU 0 is not currently active" in memory0["messages"][0]
+    assert parse_diag({"DCGM Diagnostic": {"test_categories": "x"}}) == {"shape": "4.x", "results": []}
+    assert parse_diag([1, 2]) == {"shape": None, "results": []}

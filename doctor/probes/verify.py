@@ -32,4 +32,29 @@ def verify_probe(ctx: ProbeContext) -> Dict[str, Any]:
     from dl_doctor.verify import run_workload
 
     level = ctx.options.get("verify_level") or "quick"
-    return run_workload(ctx.host, _interpreter(ctx), level)
+    out = run_workload(ctx.host, _interpreter(ctx), level)
+    out["dcgm"] = _dcgm(ctx, level)
+    return out
+
+
+def _dcgm(ctx: ProbeContext, level: str) -> Dict[str, Any]:
+    """`dcgmi diag -r 1` (2 for --long) where DCGM is installed, its JSON parsed (both shapes); the run's own
+    judgement comes from that JSON, not from the exit code."""
+    import json
+
+    from dl_doctor.dcgm import parse_diag
+
+    exe = ctx.host.which("dcgmi")
+    if not exe:
+        return {"ran": False, "reason": "dcgmi is not installed"}
+    argv = [exe, "diag", "-r", "1" if level == "quick" else "2", "-j"]
+    try:
+        r = ctx.host.run(argv, timeout=120 if level == "quick" else 600)
+    except OSError as exc:
+        return {"ran": False, "reason": f"dcgmi could not run: {exc}"}
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError:
+        return {"ran": False, "reason": f"dcgmi diag printed no JSON (exit {r.returncode}): "
+                                        f"{(r.stderr or r.stdout).strip()[-300:]}"}
+    return {"ran": True, "command": " ".join(argv[1:]), **parse_diag(doc)}
