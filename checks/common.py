@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import List, Optional
 
 from dl_doctor import versions
 from dl_doctor.model import Facts
@@ -168,3 +168,11 @@ def compatible_copy(found: Optional[str], own: Optional[str]) -> Optional[str]:
     if f.release == o.release:
         return "same"
     return "newer" if f >= o else None
+
+
+def first_heading(heads: List[str], total: Optional[int] = None) -> Optional[str]:
+    """A finding's heading from the first of its problems' headings, with how many more there are."""
+    if not heads:
+        return None
+    total = len(heads) if total is None else total
+    return heads[0] + (f" (and {total - 1} more)" if total > 1 else "")

@@ -7,7 +7,7 @@ import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor import versions
-from dl_doctor.checks.common import compatible_copy
+from dl_doctor.checks.common import compatible_copy, first_heading
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -195,17 +195,10 @@ def framework_libraries(facts: Facts, matrix) -> Result:
     fix = Fix("Give each framework the CUDA libraries of its own build, in its own environment.",
               tuple(dict.fromkeys(commands)))
     if failing:
-        return fail("; ".join(failing), evidence, fix, headline=_first(heads, len(failing)))
+        return fail("; ".join(failing), evidence, fix, headline=first_heading(heads, len(failing)))
     if warnings:
         return warn("; ".join(warnings), evidence, fix)
     return passed(f"every CUDA library loads for {', '.join(ok)}", **evidence)
-
-
-def _first(heads: List[str], total: int) -> Optional[str]:
-    """The first problem's heading, with how many more there are."""
-    if not heads:
-        return None
-    return heads[0] + (f" (and {total - 1} more)" if total > 1 else "")
 
 
 def _copy_major(lib: Dict[str, Any]) -> Optional[int]:
@@ -270,7 +263,7 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
               tuple(dict.fromkeys(commands + ["echo $LD_LIBRARY_PATH   # drop CUDA directories that shadow the "
                                               "environment's own libraries"])))
     if problems:
-        return fail("; ".join(problems), evidence, fix, headline=_first(heads, len(problems)))
+        return fail("; ".join(problems), evidence, fix, headline=first_heading(heads, len(problems)))
     if mixed:
         return warn("frameworks built for different CUDA majors in one environment (each needs its own runtime; "
                     "keep them in separate processes or environments): " + "; ".join(mixed), evidence, fix)

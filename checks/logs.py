@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from dl_doctor.checks.common import first_heading
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -148,5 +149,5 @@ def gpu_service_failed(facts: Facts, matrix) -> Result:
     if problems:
         return fail("; ".join(problems), {"units": rows}, Fix("Get the NVIDIA services running again.",
                                                               tuple(dict.fromkeys(fixes))),
-                    headline=heads[0] + (f" (and {len(heads) - 1} more)" if len(heads) > 1 else ""))
+                    headline=first_heading(heads))
     return passed(f"running: {', '.join(seen)}")

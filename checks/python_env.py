@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from dl_doctor.checks.common import compatible_copy, driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
+from dl_doctor.checks.common import compatible_copy, first_heading, driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
 from dl_doctor import versions
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
@@ -301,7 +301,7 @@ def library_shadowed(facts: Facts) -> Result:
     evidence["newer_copies_win"] = notes
     if problems:
         return fail("; ".join(problems), evidence, fix,
-                    headline=heads[0] + (f" (and {len(heads) - 1} more)" if len(heads) > 1 else "") if heads else None)
+                    headline=first_heading(heads))
     if notes:
         return warn("a newer copy of the same CUDA major wins over the environment's own (it works; the versions "
                     "differ): " + "; ".join(notes), evidence, fix)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
@@ -32,6 +32,18 @@ def _unrunnable(v: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def _verified(facts: Facts) -> Tuple[Dict[str, Any], Optional[Result]]:
+    """The verify facts, or the finding to give instead: a skip when verify did not run, a failure when the
+    framework could not run its workloads."""
+    v = _v(facts)
+    if v is None:
+        return {}, skip("not verified: dl-doctor verify (or run --verify) runs the workloads")
+    why = _unrunnable(v)
+    if why:
+        return v, fail(why, {"python": v.get("python")}, FIX_RUN)
+    return v, None
+
+
 FIX_RUN = Fix("Verify with an environment whose torch imports (--python), on the machine itself.",
               ("dl-doctor verify --python /path/to/env/bin/python",))
 
@@ -52,12 +64,9 @@ FIX_RUN = Fix("Verify with an environment whose torch imports (--python), on the
     the instance if it stays slow.""",
 )
 def matmul_below_peak(facts: Facts, matrix) -> Result:
-    v = _v(facts)
-    if v is None:
-        return skip("not verified: dl-doctor verify (or run --verify) runs the workloads")
-    why = _unrunnable(v)
-    if why:
-        return fail(why, {"python": v.get("python")}, FIX_RUN)
+    v, early = _verified(facts)
+    if early is not None:
+        return early
     gpus = [d for d in v.get("devices") or [] if d.get("index") is not None]
     if not gpus:
         cpu = next((d for d in v.get("devices") or [] if d.get("name") == "cpu"), None)
@@ -110,12 +119,9 @@ def matmul_below_peak(facts: Facts, matrix) -> Result:
     fix="""Let the framework load its own cuDNN (see DLD-PY-004 and DLD-PY-012) and verify again.""",
 )
 def cudnn_runs(facts: Facts) -> Result:
-    v = _v(facts)
-    if v is None:
-        return skip("not verified: dl-doctor verify (or run --verify) runs the workloads")
-    why = _unrunnable(v)
-    if why:
-        return fail(why, {"python": v.get("python")}, FIX_RUN)
+    v, early = _verified(facts)
+    if early is not None:
+        return early
     errors = {k: e for k, e in (v.get("errors") or {}).items() if k.endswith(".conv") or k == "cpu"}
     devices = v.get("devices") or []
     bad = [d for d in devices if isinstance(d.get("conv"), dict) and not d["conv"].get("ok")]
@@ -142,12 +148,9 @@ def cudnn_runs(facts: Facts) -> Result:
     fix="""Check the fabric manager and NVLink (DLD-GPU-004, DLD-GPU-008), reset the GPUs or reboot.""",
 )
 def allreduce(facts: Facts) -> Result:
-    v = _v(facts)
-    if v is None:
-        return skip("not verified: dl-doctor verify (or run --verify) runs the workloads")
-    why = _unrunnable(v)
-    if why:
-        return fail(why, {"python": v.get("python")}, FIX_RUN)
+    v, early = _verified(facts)
+    if early is not None:
+        return early
     err = (v.get("errors") or {}).get("allreduce")
     ar = v.get("allreduce")
     if err or (isinstance(ar, dict) and not ar.get("correct")):
