@@ -339,6 +339,7 @@ class Matrix:
             "forward_compat": entry["class"] in forward,
             "memory_mib": entry.get("memory_mib"),
             "dense_tflops": entry.get("dense_tflops"),  # dense (not sparse) peak TFLOPS per dtype, where cited
+            "nvlink_gbps": entry.get("nvlink_gbps"),  # NVLink bandwidth per GPU, both directions together (GB/s)
             "pci_ids": [f"10de:{d}" for d in entry["pci_device_ids"]],
             "sources": self.source_urls(entry, arch),
             "verified": self._verified(entry, arch),

@@ -65,7 +65,8 @@ TABLES: Dict[str, Table] = {
     "gpu": Table(("name",), {
         "name": "str", "aliases": ("list", "str"), "pci_device_ids": ("list", "pci_id"), "compute_capability": "cc",
         "architecture": "str", "class": ("enum", ("datacenter", "workstation", "geforce", "jetson", "nvswitch")),
-        "memory_mib": "int", "min_cuda": "cuda", "max_cuda": "cuda", "dense_tflops": ("map", "number")},
+        "memory_mib": "int", "min_cuda": "cuda", "max_cuda": "cuda", "dense_tflops": ("map", "number"),
+        "nvlink_gbps": "number"},
         ("name", "pci_device_ids", "architecture", "class")),
     "torch": Table(("version",), {
         "version": "version", "patches": ("list", "version"), "python": ("list", "python"),
