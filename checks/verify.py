@@ -5,13 +5,18 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
+from dl_doctor.verify import PCIE_GBPS_PER_LANE
 
 PEAK_FLOOR = 0.5   # a GPU below half of its dense peak for a dtype warns (docs/verify.md)
 PEER_FLOOR = 0.8   # a GPU below 80% of the node's best GPU for a dtype warns
-# PCIe usable bandwidth per lane and generation, GB/s (the raw rate after line coding: 8 GT/s 128b/130b for gen 3,
-# doubling each generation); a pinned copy reaching less than half of width x this warns
-PCIE_GBPS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+# PCIe usable bandwidth per lane and generation, GB/s (dl_doctor.verify: the raw rate after line coding, 8 GT/s
+# 128b/130b for gen 3, doubling each generation); a pinned copy reaching less than half of width x this warns
 COPY_FLOOR = 0.5
+# Under load (NVML watched during the workloads): these clock event reasons mean the GPU slowed down for a cause
+# other than the work's own power budget (sw_power_cap is what a GPU at full load normally shows); seen in at least
+# this share of the samples, they warn
+SLOWDOWN_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+SLOWDOWN_SHARE = 0.1
 
 
 # requires=("verify",): without the facts (no `dl-doctor verify`), the engine skips with "not checked: ...", and the
@@ -44,6 +49,14 @@ def _verified(facts: Facts) -> Tuple[Dict[str, Any], Optional[Result]]:
     return v, None
 
 
+def coverage(v: Dict[str, Any]) -> str:
+    """Which GPUs the node-wide parts covered, and which were left alone and why (empty when nothing was)."""
+    alone = v.get("left_alone") or {}
+    if not alone:
+        return ""
+    return "; left alone: " + "; ".join(str(why) for why in list(alone.values())[:8])
+
+
 FIX_RUN = Fix("Verify with an environment whose torch imports (--python), on the machine itself.",
               ("dl-doctor verify --python /path/to/env/bin/python",))
 
@@ -54,7 +67,7 @@ FIX_RUN = Fix("Verify with an environment whose torch imports (--python), on the
     remedy="reset-gpu", drain=False,
     title="Each GPU's matmul reaches its dense peak's range and its peers' (verify)",
     tags=("verify", "gpu", "performance"), requires=("verify",),
-    what="""From dl-doctor verify: a matmul per GPU in fp32, tf32, fp16 and bf16 (where the GPU has them), achieved
+    what="""From dl-doctor verify: a matmul per GPU in fp32, tf32, fp16, bf16 and fp8 (where the GPU has them), achieved
     TFLOPS against the GPU's dense peak from the matrix (datasheets quote sparse rates, twice as high) and against
     the node's best GPU for the same dtype. Below half the dense peak, or below 80% of the best peer, warns. On a host
     without a CUDA device, a CPU matmul proves the framework computes, and the GPU part says why it was skipped.""",
@@ -101,9 +114,12 @@ def matmul_below_peak(facts: Facts, matrix) -> Result:
     if errors:
         return fail("; ".join(f"{k}: {e}" for k, e in errors.items()), evidence, fix)
     if notes:
-        return warn("; ".join(notes), evidence, fix)
-    return passed(f"{len(gpus)} GPU(s): " + ", ".join(f"{k} best {val} TFLOPS" for k, val in sorted(best.items())),
-                  **evidence)
+        return warn("; ".join(notes) + coverage(v), evidence, fix)
+    fp8 = {d["index"]: d["fp8"] for d in gpus if isinstance(d.get("fp8"), str)}
+    if fp8:
+        evidence["fp8_not_run"] = fp8
+    return passed(f"{len(gpus)} GPU(s) {sorted(d['index'] for d in gpus)}: "
+                  + ", ".join(f"{k} best {val} TFLOPS" for k, val in sorted(best.items())) + coverage(v), **evidence)
 
 
 @check(
@@ -137,14 +153,17 @@ def cudnn_runs(facts: Facts) -> Result:
 
 @check(
     id="DLD-VER-003", slug="nccl-allreduce-fails",
-    problem="NCCL does not all-reduce across this node's GPUs",
+    problem="NCCL does not all-reduce across this node's GPUs, or does so far below its links' speed",
     remedy="reboot", drain=True,
-    title="NCCL all-reduces across all local GPUs, correctly (verify)",
+    title="NCCL all-reduces across all local GPUs, correctly and near its links' speed (verify)",
     tags=("verify", "nccl", "gpu"), requires=("verify",),
-    what="""From dl-doctor verify: one NCCL all-reduce across every tested GPU of the node (single process,
-    torch.cuda.nccl), its result checked and its bus bandwidth reported. Skipped with fewer than two GPUs.""",
+    what="""From dl-doctor verify: an NCCL all-reduce across every tested GPU of the node (single process,
+    torch.cuda.nccl), its sum checked and its bus bandwidth held against the node's links: half the NVLink bandwidth
+    the matrix cites for the GPU (datasheets quote both directions together), else the PCIe link NVML reports. Under
+    a quarter of that warns and names the slowest GPU pairs (each pair is all-reduced alone when the whole is slow,
+    and always with --long). A failure or a wrong sum fails. Skipped with fewer than two GPUs.""",
     why="""An all-reduce that fails or returns a wrong sum on one node hangs or corrupts every data-parallel job
-    scheduled there.""",
+    scheduled there; one that runs at PCIe speed where NVLink is expected makes every step wait for it.""",
     fix="""Check the fabric manager and NVLink (DLD-GPU-004, DLD-GPU-008), reset the GPUs or reboot.""",
 )
 def allreduce(facts: Facts) -> Result:
@@ -153,15 +172,33 @@ def allreduce(facts: Facts) -> Result:
         return early
     err = (v.get("errors") or {}).get("allreduce")
     ar = v.get("allreduce")
+    pairs = [p for p in v.get("pairs") or [] if isinstance(p, dict)]
+    broken = [p for p in pairs if p.get("error") or p.get("correct") is False]
+    fix = Fix("Check NVLink and the fabric manager, then reset the GPUs or reboot.",
+              ("nvidia-smi nvlink --status", "dl-doctor run --only DLD-GPU-004,DLD-GPU-008", "sudo reboot"))
     if err or (isinstance(ar, dict) and not ar.get("correct")):
+        where = "; ".join(f"pair {p['gpus']}: {p.get('error') or 'wrong sum'}" for p in broken[:4])
         return fail(f"the all-reduce across GPUs {ar.get('gpus') if ar else '?'} "
-                    f"{'failed: ' + err if err else 'returned a wrong sum'}", {"allreduce": ar, "error": err},
-                    Fix("Check NVLink and the fabric manager, then reset the GPUs or reboot.",
-                        ("dl-doctor run --only DLD-GPU-004,DLD-GPU-008", "sudo reboot")))
+                    f"{'failed: ' + err if err else 'returned a wrong sum'}" + (f" ({where})" if where else ""),
+                    {"allreduce": ar, "error": err, "pairs": pairs}, fix)
     if not isinstance(ar, dict):
         return skip(f"not run: {(v.get('skipped') or {}).get('allreduce') or 'no all-reduce result'}")
-    return passed(f"NCCL all-reduce across GPUs {ar['gpus']}: bus bandwidth {ar.get('busbw_gbps')} GB/s, sum correct",
-                  allreduce=ar)
+    expect = v.get("busbw_expectation") or {}
+    floor = expect.get("floor_gbps")
+    evidence = {"allreduce": ar, "expectation": expect, "pairs": pairs}
+    measured = f"NCCL all-reduce across GPUs {ar['gpus']}: bus bandwidth {ar.get('busbw_gbps')} GB/s"
+    if broken:
+        return fail(f"{measured}, but pairs fail: " + "; ".join(
+            f"{p['gpus']}: {p.get('error') or 'wrong sum'}" for p in broken[:4]), evidence, fix)
+    if floor and float(ar.get("busbw_gbps") or 0) < floor:
+        slow = sorted((p for p in pairs if p.get("busbw_gbps") is not None), key=lambda p: p["busbw_gbps"])
+        named = [p for p in slow if p["busbw_gbps"] < floor][:4] or slow[:1]
+        pair_text = ("; slowest pairs: " + ", ".join(f"GPU {p['gpus'][0]}-{p['gpus'][1]} {p['busbw_gbps']} GB/s"
+                                                     for p in named)) if named else ""
+        return warn(f"{measured}, under a quarter of the {expect.get('gbps')} GB/s its links carry in one direction "
+                    f"({expect.get('via')}){pair_text}" + coverage(v), evidence, fix)
+    against = f" (expectation {expect['gbps']} GB/s via {expect.get('via')})" if expect.get("gbps") else ""
+    return passed(f"{measured}{against}, sum correct" + coverage(v), **evidence)
 
 
 @check(
@@ -220,10 +257,16 @@ def dcgm_diag(facts: Facts) -> Result:
         return skip("not verified with DCGM (dl-doctor verify runs dcgmi diag where DCGM is installed)")
     if not d.get("ran"):
         return skip(d.get("reason") or "dcgmi diag did not run")
+    if d.get("runtime_error") and not d.get("results"):
+        return fail(f"dcgmi {d.get('command')} could not run its tests: {d['runtime_error']}",
+                    {"shape": d.get("shape"), "runtime_error": d["runtime_error"]},
+                    Fix("Start DCGM's host engine and rerun the diagnostic.",
+                        ("sudo systemctl start nvidia-dcgm", "dcgmi diag -r 1")))
     results = [r for r in d.get("results") or [] if isinstance(r, dict)]
     failed = [r for r in results if r.get("status") == "fail"]
     warned = [r for r in results if r.get("status") == "warn"]
-    text = lambda r: (f"GPU {r.get('gpu')} {r.get('category')}/{r.get('test')}: "  # noqa: E731
+    text = lambda r: (f"{'all GPUs' if r.get('gpu') == 'all' else 'GPU ' + str(r.get('gpu'))} "  # noqa: E731
+                      f"{r.get('category')}/{r.get('test')}: "
                       + ("; ".join(r.get("messages") or []) or r.get("status", "")))
     evidence = {"shape": d.get("shape"), "command": d.get("command"), "failed": failed[:20], "warned": warned[:20],
                 "counts": {s: sum(1 for r in results if r.get("status") == s) for s in ("pass", "fail", "warn", "skip")}}
@@ -235,3 +278,100 @@ def dcgm_diag(facts: Facts) -> Result:
         return warn("; ".join(text(r) for r in warned[:10]), evidence, fix)
     return passed(f"dcgmi {d.get('command')}: {evidence['counts']['pass']} results passed "
                   f"({evidence['counts']['skip']} skipped), DCGM {d.get('shape')} output", **evidence)
+
+
+@check(
+    id="DLD-VER-006", slug="gpu-unwell-under-load",
+    problem="A GPU slowed down, overheated or logged errors while verify's workloads ran",
+    remedy="reset-gpu", drain=True,
+    title="No GPU throttles for heat or hardware, gains ECC errors or raises an Xid under load (verify)",
+    tags=("verify", "gpu", "nvml"), requires=("verify",),
+    what="""From dl-doctor verify: NVML sampled every 0.1 s while the workloads run, per GPU: the SM clock, the
+    clock event (throttle) reasons, power, temperature, the volatile ECC counters before and after, and Xid events
+    (NVML's critical-error events). An Xid or a new uncorrectable ECC error fails; hardware, thermal or power-brake
+    slowdown in at least a tenth of the samples, or a temperature at the GPU's slowdown threshold, warns. The software
+    power cap alone is what a GPU at full load shows and passes.""",
+    why="""A GPU that only misbehaves under load passes every idle check: its fault shows as a slow or failed
+    training step hours later, on every job placed on it.""",
+    fix="""Look up the Xid (dl-doctor why "Xid <n>"), check cooling and power, reset the GPU, and move the instance if it
+    recurs.""",
+)
+def unwell_under_load(facts: Facts, matrix) -> Result:
+    v, early = _verified(facts)
+    if early is not None:
+        return early
+    w = v.get("watch") or {}
+    if not w.get("ran"):
+        return skip(f"not watched: {w.get('reason') or 'NVML was not sampled'}")
+    gpus = [g for g in w.get("gpus") or [] if isinstance(g, dict)]
+    failures, warnings = [], []
+    for g in gpus:
+        name = f"GPU {g.get('index')}"
+        for xid in (g.get("xid") or [])[:5]:
+            entry = matrix.xid(xid) if isinstance(xid, int) else None
+            failures.append(f"{name} raised Xid {xid}" + (f" ({entry['name']})" if entry else ""))
+        ecc = g.get("ecc_delta") or {}
+        if (ecc.get("uncorrected") or 0) > 0:
+            failures.append(f"{name} gained {ecc['uncorrected']} uncorrectable ECC error(s)")
+        samples = max(int(g.get("samples") or 0), 1)
+        for reason in SLOWDOWN_REASONS:
+            seen = int((g.get("throttle") or {}).get(reason, 0))
+            if seen and seen / samples >= SLOWDOWN_SHARE:
+                warnings.append(f"{name} {reason} in {seen} of {samples} samples")
+        temp, limit = (g.get("temperature_c") or {}).get("max"), g.get("slowdown_temp_c")
+        if temp is not None and limit and temp >= limit:
+            warnings.append(f"{name} reached {temp} C, its slowdown threshold {limit} C")
+    for xid in (w.get("xid_unattributed") or [])[:3]:
+        failures.append(f"Xid {xid} on a GPU NVML could not name")
+    evidence = {"gpus": gpus, "xid_watch": w.get("xid_watch"),
+                "thresholds": {"slowdown_share": SLOWDOWN_SHARE, "reasons": list(SLOWDOWN_REASONS)}}
+    fix = Fix("Find out what the GPU logged and why it slowed down.",
+              ('dl-doctor why "Xid <n>"', "nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER,ECC",
+               "sudo nvidia-smi -r -i <index>   # reset it when nothing runs on it"))
+    if failures:
+        return fail("; ".join(failures + warnings), evidence, fix)
+    if warnings:
+        return warn("; ".join(warnings), evidence, fix)
+    if not gpus:
+        return skip("not watched: NVML lists no GPU")
+    peak = lambda key: max(((g.get(key) or {}).get("max") or 0) for g in gpus)  # noqa: E731
+    note = "" if w.get("xid_watch") == "watched" else f" ({w.get('xid_watch')})"
+    return passed(f"{len(gpus)} GPU(s) watched under load: no Xid, no new uncorrectable ECC error, no thermal or "
+                  f"hardware slowdown; peak {peak('temperature_c')} C, {peak('power_w')} W{note}", **evidence)
+
+
+@check(
+    id="DLD-VER-007", slug="dcgm-health-incident",
+    problem="DCGM's health watches report an incident",
+    remedy="reset-gpu", drain=True,
+    title="DCGM's health watches report the node healthy (verify, where DCGM is installed)",
+    tags=("verify", "gpu", "dcgm"), requires=("verify",),
+    what="""Where DCGM is installed, dl-doctor verify reads dcgmi health -c -j: what DCGM's background health watches
+    (PCIe, NVLink, memory, SM, InfoROM, thermal, power, driver) have seen. dcgmi exits 0 whatever the health is, so
+    only its JSON is read: a Failure fails, a Warning warns, naming the GPU, the subsystem and DCGM's message.
+    dl-doctor does not turn the watches on (that changes the host engine's state); without them it says so.""",
+    why="""DCGM's watches see what happens between jobs: double-bit errors, NVLink replays, PCIe errors, thermal
+    events. A node they call unhealthy should not take the next job.""",
+    fix="""Follow DCGM's message; reset the GPU or drain the node, and replace what keeps failing.""",
+)
+def dcgm_health(facts: Facts) -> Result:
+    v = _v(facts)
+    d = (v or {}).get("dcgm_health")
+    if not isinstance(d, dict):
+        return skip("not verified with DCGM (dl-doctor verify reads dcgmi health where DCGM is installed)")
+    if not d.get("ran"):
+        if d.get("watches_off"):
+            return skip("DCGM's health watches are not enabled; `sudo dcgmi health -s a` turns them on "
+                        "(dl-doctor does not change DCGM's state)")
+        return skip(d.get("reason") or "dcgmi health did not run")
+    incidents = [i for i in d.get("incidents") or [] if isinstance(i, dict)]
+    text = "; ".join(f"{i.get('entity')} {i.get('system') or ''}: {i.get('message') or i.get('status')}".replace(
+        "  ", " ") for i in incidents[:8])
+    evidence = {"overall": d.get("overall"), "incidents": incidents[:50]}
+    fix = Fix("Follow DCGM's message for each incident.", ("dcgmi health -c -v", "dcgmi diag -r 2"))
+    overall = d.get("overall")
+    if overall == "fail" or any(i.get("status") == "fail" for i in incidents):
+        return fail(f"DCGM health: Failure: {text}", evidence, fix)
+    if overall != "pass" or incidents:
+        return warn(f"DCGM health: {overall}: {text or 'no incident listed'}", evidence, fix)
+    return passed("DCGM's health watches report the node healthy", **evidence)

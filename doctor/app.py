@@ -40,6 +40,7 @@ class CollectOptions:
     ebs_types: Sequence[str] = ()
     fast: bool = False  # --profile fast: every probe within seconds (a Slurm health check is killed after 60 s)
     verify: Optional[str] = None  # dl-doctor verify / run --verify: the workload level (quick, long)
+    include_busy: bool = False  # verify also the GPUs that others' compute processes use
 
     def probe_options(self) -> Dict[str, Any]:
         return {"timeout": self.timeout, "python": list(self.pythons), "deep": self.deep,
@@ -48,7 +49,9 @@ class CollectOptions:
                 "python_envs_timeout": 600.0 if self.deep else 20.0 if self.fast else max(self.timeout, 60.0),
                 "sample_seconds": self.sample_seconds, "ebs_timeout": self.timeout + self.sample_seconds,
                 "verify": bool(self.verify), "verify_level": self.verify,
-                "verify_timeout": 330.0 if self.verify == "long" else 90.0,
+                # the workload's own limit plus its start, then dcgmi diag (-r 1: 120 s, -r 2: 600 s) and health (30 s)
+                "verify_timeout": 1000.0 if self.verify == "long" else 250.0,
+                "verify_include_busy": self.include_busy,
                 "ebs_volume_types": list(self.ebs_types)}
 
     def report_options(self) -> Dict[str, Any]:

@@ -36,6 +36,10 @@ class FakeNVML:
         self.rec = recorded
         self.initialised = False
         self.shutdowns = 0
+        self.sampled: Dict[int, int] = {}  # per device: how many load samples were read
+        self.pending_xids = []  # (device index, xid) raised as NVML events
+        self.event_sets = 0
+        self.freed = 0
 
     @classmethod
     def from_file(cls, path: Path) -> "FakeNVML":
@@ -94,6 +98,11 @@ class FakeNVML:
         return self._get(h, "ecc")
 
     def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
+        load = h.get("load")
+        if load and counter_type == 0 and self.sampled.get(id(h)):  # after the watched run
+            return load["ecc_after"]["uncorrected" if error_type == 1 else "corrected"]
+        if error_type == 0 and counter_type == 0:
+            return h.get("ecc_corrected_volatile", 0)
         return self._get(h, "ecc_volatile" if counter_type == 0 else "ecc_aggregate")
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
@@ -124,7 +133,60 @@ class FakeNVML:
         return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used"]) for p in self._get(h, "processes")]
 
     def nvmlDeviceGetTemperature(self, h, sensor):
-        return self._get(h, "temperature")
+        return self._load(h, "temperature", None) if h.get("load") else self._get(h, "temperature")
 
     def nvmlDeviceGetUtilizationRates(self, h):
         return SimpleNamespace(gpu=self._get(h, "utilization"), memory=0)
+
+    # -- under load (doctor/gpuwatch.py): device["load"] = {"sm_clock": [...], "throttle": [...], "power_mw": [...],
+    # "temperature": [...], "ecc_after": {"corrected", "uncorrected"}, "xid": [...]}, read in turn, the last repeated
+    def _load(self, h, key, default):
+        load = h.get("load") or {}
+        seq = load.get(key)
+        if not seq:
+            return default
+        n = self.sampled.get(id(h), 0)
+        return seq[min(n, len(seq) - 1)]
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        value = self._load(h, "sm_clock", 1980)
+        self.sampled[id(h)] = self.sampled.get(id(h), 0) + 1
+        if self.sampled[id(h)] == 2:  # the Xid events of this device fire once sampling is under way
+            self.pending_xids += [(self.rec["devices"].index(h), x) for x in (h.get("load") or {}).get("xid", [])]
+        return value
+
+    def nvmlDeviceGetMaxClockInfo(self, h, clock):
+        return h.get("max_sm_clock", 1980)
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._load(h, "power_mw", 300000)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return h.get("power_limit_mw", 700000)
+
+    def nvmlDeviceGetTemperatureThreshold(self, h, kind):
+        return h.get("slowdown_temp", 87)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._load(h, "throttle", self._get(h, "throttle"))
+
+    def nvmlDeviceGetIndex(self, h):
+        return self.rec["devices"].index(h)
+
+    def nvmlEventSetCreate(self):
+        if self.rec.get("events_unsupported"):
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        self.event_sets += 1
+        return object()
+
+    def nvmlDeviceRegisterEvents(self, h, kinds, event_set):
+        assert kinds & 0x8
+
+    def nvmlEventSetWait_v2(self, event_set, timeout_ms):
+        if not self.pending_xids:
+            raise NVMLError(10)  # NVML_ERROR_TIMEOUT
+        index, xid = self.pending_xids.pop(0)
+        return SimpleNamespace(device=self.rec["devices"][index], eventType=0x8, eventData=xid)
+
+    def nvmlEventSetFree(self, event_set):
+        self.freed += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,10 @@ def test_verify_on_cpu_torch_gives_a_finding_per_workload(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads((tmp_path / "v.json").read_text())
     f = {x["id"]: x for x in report["findings"]}
-    assert set(f) == {"DLD-VER-001", "DLD-VER-002", "DLD-VER-003", "DLD-VER-004", "DLD-VER-005"}
+    assert set(f) == {f"DLD-VER-00{i}" for i in range(1, 8)}
     assert f["DLD-VER-005"]["status"] == "skip" and "dcgmi is not installed" in f["DLD-VER-005"]["message"]
+    assert f["DLD-VER-007"]["status"] == "skip" and "dcgmi is not installed" in f["DLD-VER-007"]["message"]
+    assert f["DLD-VER-006"]["status"] == "skip" and "no /proc/driver/nvidia" in f["DLD-VER-006"]["message"]
     assert f["DLD-VER-001"]["status"] == "pass" and "computes a matmul on the CPU" in f["DLD-VER-001"]["message"]
     assert "GPU part skipped: no CUDA device" in f["DLD-VER-001"]["message"]
     assert f["DLD-VER-002"]["status"] == "pass" and "on the CPU" in f["DLD-VER-002"]["message"]
@@ -109,3 +112,322 @@ def test_dcgm_3x_output_from_dcgms_repository_is_parsed():
     assert memory0["status"] == "skip" and "ECC memory on GPU 0 is not currently active" in memory0["messages"][0]
     assert parse_diag({"DCGM Diagnostic": {"test_categories": "x"}}) == {"shape": "4.x", "results": []}
     assert parse_diag([1, 2]) == {"shape": None, "results": []}
+
+
+# -- NVML watched during the run (doctor/gpuwatch.py), on recorded NVML ------------------------------------------
+
+from fake_nvml import FakeNVML  # noqa: E402
+
+NVML_FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
+
+
+def _p5(changes=None):
+    """The recorded 8 x H100 NVML, with per-device changes (index -> keys)."""
+    rec = json.loads((NVML_FIXTURES / "p5_healthy.json").read_text())
+    for index, keys in (changes or {}).items():
+        rec["devices"][index].update(keys)
+    return FakeNVML(rec)
+
+
+def test_the_watch_leaves_busy_gpus_alone_and_sees_throttling_ecc_and_xids_during_the_run():
+    from dl_doctor.gpuwatch import GpuWatch
+
+    nv = _p5({
+        2: {"processes": [{"pid": 4242, "used": 1 << 30}]},
+        5: {"load": {"sm_clock": [1980, 1200, 1100, 1100], "throttle": [0x4, 0x4, 0x40, 0x40, 0x40],
+                     "temperature": [70, 86, 88, 88], "power_mw": [500000, 690000],
+                     "ecc_after": {"corrected": 3, "uncorrected": 1}, "xid": [79]}},
+    })
+    watch = GpuWatch(nv, interval=0.01)
+    assert watch.open() is None
+    busy = watch.busy()
+    assert list(busy) == ["00000002-aaaa-bbbb-cccc-000000000002"]
+    assert "GPU 2 has 1 compute process(es) of others on it (pid 4242)" in busy["00000002-aaaa-bbbb-cccc-000000000002"]
+    watch.start()
+    deadline = time.monotonic() + 5
+    while nv.sampled.get(id(nv.rec["devices"][5]), 0) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    out = watch.stop()
+    g5 = out["gpus"][5]
+    assert g5["xid"] == [79] and out["gpus"][4]["xid"] == []
+    assert g5["ecc_delta"] == {"corrected": 3, "uncorrected": 1}
+    assert g5["sm_clock_mhz"] == {"min": 1100, "max": 1980} and g5["power_w"]["max"] == 690.0
+    assert g5["temperature_c"]["max"] == 88 and g5["slowdown_temp_c"] == 87
+    assert g5["throttle"]["hw_thermal_slowdown"] >= 3 and g5["throttle"]["sw_power_cap"] == 1
+    assert out["gpus"][0]["ecc_delta"] == {"corrected": 0, "uncorrected": 0}
+    assert nv.shutdowns == 1 and nv.freed == 1 and out["xid_watch"] == "watched"
+
+
+def test_without_nvml_events_the_watch_says_xids_were_not_watched():
+    from dl_doctor.gpuwatch import GpuWatch
+
+    nv = _p5()
+    nv.rec["events_unsupported"] = True
+    watch = GpuWatch(nv, interval=0.01)
+    assert watch.open() is None
+    watch.start()
+    out = watch.stop()
+    assert out["xid_watch"].startswith("NVML events are not available: Not Supported")
+    assert all(g["samples"] >= 1 for g in out["gpus"])
+
+
+class _GpuHost:
+    """The real host (its commands run), but with the NVIDIA kernel module present, for a recorded NVML."""
+
+    def __new__(cls):
+        from dl_doctor.host import Host
+
+        class GpuHost(Host):
+            def exists(self, path):
+                return path == "/proc/driver/nvidia" or super().exists(path)
+
+        return GpuHost()
+
+
+def test_the_probe_runs_the_workload_under_a_recorded_nvml_and_leaves_a_busy_gpu_alone():
+    if not TORCH_ENV.exists():
+        pytest.skip("the CPU torch test environment is missing (tests/setup_torch_envs.sh)")
+    from dl_doctor.probes import ProbeContext
+    from dl_doctor.probes.verify import verify_probe
+
+    nv = _p5({6: {"processes": [{"pid": 777, "used": 1 << 30}]}})
+    ctx = ProbeContext(host=_GpuHost(), options={"verify": True, "verify_level": "quick", "python": [str(TORCH_ENV)],
+                                                 "verify_nvml": nv})
+    out = verify_probe.func(ctx)
+    assert out["version"].startswith("2.") and out["devices"][0]["name"] == "cpu"
+    assert list(out["left_alone"]) == [6] and "pid 777" in out["left_alone"][6]
+    assert out["watch"]["ran"] and len(out["watch"]["gpus"]) == 8 and out["watch"]["gpus"][0]["samples"] >= 1
+    # 8 x H100 SXM: half of the 900 GB/s NVLink the matrix cites, and a quarter of that as the floor
+    assert out["busbw_expectation"]["gbps"] == 450.0 and out["busbw_expectation"]["floor_gbps"] == 112.5
+    assert nv.shutdowns == 1
+    ctx = ProbeContext(host=_GpuHost(), options={"verify": True, "verify_level": "quick", "python": [str(TORCH_ENV)],
+                                                 "verify_nvml": _p5({6: {"processes": [{"pid": 777, "used": 1}]}}),
+                                                 "verify_include_busy": True})
+    assert verify_probe.func(ctx)["left_alone"] == {}
+
+
+def test_renumbering_gives_tested_devices_nvmls_index_by_uuid():
+    from dl_doctor.verify import renumber
+
+    out = {"devices": [{"index": 0, "cuda_index": 0, "uuid": "bbb"}, {"index": 1, "cuda_index": 1, "uuid": "ccc"}],
+           "allreduce": {"gpus": [0, 1]}, "pairs": [{"gpus": [0, 1]}]}
+    renumber(out, [{"index": 0, "uuid": "aaa"}, {"index": 1, "uuid": "bbb"}, {"index": 2, "uuid": "ccc"}])
+    assert [d["index"] for d in out["devices"]] == [1, 2]
+    assert out["allreduce"]["gpus"] == [1, 2] and out["pairs"][0]["gpus"] == [1, 2]
+
+
+def test_the_all_reduce_expectation_is_nvlink_from_the_matrix_else_the_pcie_link():
+    from dl_doctor.verify import busbw_expectation
+
+    assert busbw_expectation(MATRIX, H100, {"gen": 5, "width": 16})["gbps"] == 450.0
+    pcie = busbw_expectation(MATRIX, "NVIDIA L4", {"gen": 4, "width": 16})
+    assert pcie["gbps"] == 31.5 and pcie["via"] == "PCIe gen4 x16 (NVML)"
+    assert busbw_expectation(MATRIX, "NVIDIA L4", {}) == {}
+    assert busbw_expectation(MATRIX, "NVIDIA H200", None)["unverified"] is True
+
+
+def _watched(**per_gpu):
+    gpus = []
+    for i in range(8):
+        g = {"index": i, "samples": 40, "throttle": {"sw_power_cap": 30}, "ecc_delta": {"corrected": 0, "uncorrected": 0},
+             "xid": [], "temperature_c": {"min": 40, "max": 71}, "slowdown_temp_c": 87, "power_w": {"max": 690.0}}
+        g.update(per_gpu.get(f"g{i}", {}))
+        gpus.append(g)
+    return {"version": "2.7.1+cu126", "devices": [_gpu(i, 700.0) for i in range(8)], "errors": {}, "skipped": {},
+            "watch": {"ran": True, "gpus": gpus, "xid_watch": "watched"}}
+
+
+def test_under_load_an_xid_or_new_uncorrectable_ecc_fails_and_thermal_slowdown_warns():
+    f = _judge("DLD-VER-006", _watched())
+    assert f.status.value == "pass" and "peak 71 C, 690.0 W" in f.message  # sw_power_cap alone is a loaded GPU
+    f = _judge("DLD-VER-006", _watched(g3={"xid": [79]}, g5={"ecc_delta": {"corrected": 2, "uncorrected": 1}}))
+    assert f.status.value == "fail" and f.remediation["drain"] is True
+    assert "GPU 3 raised Xid 79 (" in f.message and "GPU 5 gained 1 uncorrectable ECC error(s)" in f.message
+    f = _judge("DLD-VER-006", _watched(g1={"throttle": {"hw_thermal_slowdown": 12}, "temperature_c": {"max": 88}}))
+    assert f.status.value == "warn"
+    assert f.message == "GPU 1 hw_thermal_slowdown in 12 of 40 samples; GPU 1 reached 88 C, its slowdown threshold 87 C"
+    f = _judge("DLD-VER-006", _watched(g1={"throttle": {"hw_slowdown": 2}}))
+    assert f.status.value == "pass"  # 2 of 40 samples: under a tenth
+    v = _watched()
+    v["watch"] = {"ran": False, "reason": "NVML could not initialise: Driver Not Loaded"}
+    f = _judge("DLD-VER-006", v)
+    assert f.status.value == "skip" and "Driver Not Loaded" in f.message
+
+
+def test_a_slow_all_reduce_warns_and_names_the_slowest_pairs_a_failing_pair_fails():
+    v = {"version": "2.7.1+cu126", "devices": [_gpu(i, 700.0) for i in range(8)], "errors": {}, "skipped": {},
+         "allreduce": {"gpus": list(range(8)), "busbw_gbps": 61.2, "correct": True},
+         "busbw_expectation": {"gbps": 450.0, "via": "NVLink (900 GB/s both directions, matrix)", "floor_gbps": 112.5},
+         "pairs": [{"gpus": [a, b], "busbw_gbps": 38.0 if 4 in (a, b) else 310.0, "correct": True}
+                   for a in range(8) for b in range(a + 1, 8)],
+         "left_alone": {}}
+    f = _judge("DLD-VER-003", v)
+    assert f.status.value == "warn"
+    assert "bus bandwidth 61.2 GB/s, under a quarter of the 450.0 GB/s" in f.message
+    assert "slowest pairs: GPU 0-4 38.0 GB/s, GPU 1-4 38.0 GB/s, GPU 2-4 38.0 GB/s, GPU 3-4 38.0 GB/s" in f.message
+    v["pairs"][5] = {"gpus": [0, 6], "error": "DistBackendError: NCCL error: unhandled system error"}
+    f = _judge("DLD-VER-003", v)
+    assert f.status.value == "fail" and "[0, 6]: DistBackendError" in f.message
+    v["pairs"], v["allreduce"]["busbw_gbps"] = [], 390.0
+    v["left_alone"] = {7: "GPU 7 has 1 compute process(es) of others on it (pid 9); --include-busy tests it anyway"}
+    f = _judge("DLD-VER-003", v)
+    assert f.status.value == "pass" and "(expectation 450.0 GB/s via NVLink" in f.message
+    assert f.message.endswith("left alone: GPU 7 has 1 compute process(es) of others on it (pid 9); "
+                              "--include-busy tests it anyway")
+
+
+# -- DCGM: recorded outputs (tests/fixtures/dcgm/README.md says where each comes from) ----------------------------
+
+DCGM = Path(__file__).parent / "fixtures" / "dcgm"
+
+
+def test_dcgm_3x_output_recorded_by_virtualclient_is_parsed():
+    from dl_doctor.dcgm import load_json, parse_diag
+
+    parsed = parse_diag(load_json((DCGM / "diag-3x-virtualclient-r3.json").read_text()))
+    assert parsed["shape"] == "3.x" and len(parsed["results"]) == 16
+    assert [(r["test"], r["status"]) for r in parsed["results"] if r["status"] != "pass"] == [("EUD Test", "skip")]
+    assert {r["gpu"] for r in parsed["results"] if r["category"] == "Stress"} == {"0"}
+
+
+def _dcgm4(*tests, **body):
+    """A DCGM 4.x document around tests: the envelope is built here with the key names of DCGM's own
+    nvvs/include/NvvsJsonStrings.h (NVVS_NAME "DCGM Diagnostic", NVVS_HEADERS "test_categories"); the tests inside
+    come from the recorded sample or are built and say so."""
+    return {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": list(tests)}], **body}}
+
+
+def test_dcgm_4x_output_from_a_real_run_in_dcgm_issue_215_is_parsed_per_entity():
+    """tests/fixtures/dcgm/diag-4x-test-dcgm-issue-215.txt: one test of a real `dcgmi diag -r 3 -j` on 8 GPUs,
+    DCGM 4.x, verbatim from https://github.com/NVIDIA/DCGM/issues/215."""
+    from dl_doctor.dcgm import parse_diag
+
+    test = json.loads((DCGM / "diag-4x-test-dcgm-issue-215.txt").read_text().rstrip().rstrip(","))
+    parsed = parse_diag(_dcgm4(test))
+    assert parsed["shape"] == "4.x"
+    assert [(r["test"], r["gpu"], r["status"]) for r in parsed["results"]] == [
+        ("diagnostic", str(i), "pass") for i in range(8)]
+    f = _judge("DLD-VER-005", {"version": "2.7.1", "devices": [], "errors": {}, "skipped": {},
+                               "dcgm": {"ran": True, "command": "diag -r 3 -j", **parsed}})
+    assert f.status.value == "pass" and "8 results passed" in f.message and "DCGM 4.x output" in f.message
+
+
+def test_a_4x_test_summary_failure_that_belongs_to_no_gpu_is_kept_and_a_runtime_error_fails():
+    from dl_doctor.dcgm import load_json, parse_diag
+
+    # built, not recorded: the shape dcgmi/Diag.cpp (HelperJsonAddTestSummary) writes for an error of no entity
+    test = {"name": "software", "results": [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0,
+                                             "status": "Pass"}],
+            "test_summary": {"status": "Fail", "warnings": [{"warning": "CUDA library could not be loaded",
+                                                             "error_id": 42, "error_category": 4,
+                                                             "error_severity": 2}]}}
+    parsed = parse_diag(_dcgm4(test))
+    assert parsed["results"][-1] == {"category": "Hardware", "test": "software", "gpu": "all", "status": "fail",
+                                     "messages": ["CUDA library could not be loaded"]}
+    f = _judge("DLD-VER-005", {"devices": [], "errors": {}, "skipped": {}, "dcgm": {"ran": True, "command": "diag",
+                                                                                     **parsed}})
+    assert f.status.value == "fail" and f.message == "all GPUs Hardware/software: CUDA library could not be loaded"
+    text = "Successfully ran diagnostic for group.\n" + json.dumps({"DCGM Diagnostic": {
+        "runtime_error": "Unable to connect to the host engine"}})
+    parsed = parse_diag(load_json(text))
+    f = _judge("DLD-VER-005", {"devices": [], "errors": {}, "skipped": {}, "dcgm": {"ran": True, "command": "diag",
+                                                                                     **parsed}})
+    assert f.status.value == "fail" and "could not run its tests: Unable to connect to the host engine" in f.message
+    assert load_json("Error: not json") is None and load_json("x" * (9 << 20)) is None
+
+
+def test_dcgm_health_healthy_output_recorded_by_virtualclient_passes():
+    from dl_doctor.dcgm import load_json, parse_health
+
+    parsed = parse_health(load_json((DCGM / "health-virtualclient-healthy.json").read_text()))
+    assert parsed == {"overall": "pass", "incidents": []}
+    f = _judge("DLD-VER-007", {"devices": [], "errors": {}, "skipped": {}, "dcgm_health": {"ran": True, **parsed}})
+    assert f.status.value == "pass"
+
+
+def test_dcgm_health_failure_is_read_from_the_json_not_the_exit_code():
+    from dl_doctor.dcgm import parse_health
+
+    # built, not recorded: the tree dcgmi/Health.cpp writes through DcgmiOutputJson ("children", "value",
+    # "overflow" holding the message in parts of at most 54 characters)
+    doc = {"header": ["Health Monitor Report"], "body": {
+        "Overall Health": {"value": "Failure"},
+        "GPU": {"children": {"0": {"value": "Failure", "children": {"Errors": {"children": {
+            "Memory system": {"value": "Failure", "overflow": ["A double-bit ECC error was detected on GPU 0",
+                                                                "(1 errors)."]},
+            "PCIe system": {"value": "Warning", "overflow": ["PCIe replay rate high"]}}}}}}}}}
+    parsed = parse_health(doc)
+    assert parsed["overall"] == "fail" and len(parsed["incidents"]) == 2
+    f = _judge("DLD-VER-007", {"devices": [], "errors": {}, "skipped": {}, "dcgm_health": {"ran": True, **parsed}})
+    assert f.status.value == "fail" and f.remediation["drain"] is True
+    assert ("GPU 0 Memory system: A double-bit ECC error was detected on GPU 0 (1 errors).; "
+            "GPU 0 PCIe system: PCIe replay rate high") in f.message
+    f = _judge("DLD-VER-007", {"devices": [], "errors": {}, "skipped": {},
+                               "dcgm_health": {"ran": False, "reason": "dcgmi health gave no report (exit 0): "
+                                               "Error: Health watches not enabled.", "watches_off": True}})
+    assert f.status.value == "skip" and "sudo dcgmi health -s a" in f.message
+    assert parse_health({"body": {"x": 1}}) == {"overall": None, "incidents": []}
+
+
+FAKE_TORCH = Path(__file__).parent / "fake_torch"
+
+
+def _fake_torch_host(tmp_path, conf):
+    """The real host running the workload with this interpreter, but importing a copy of tests/fake_torch's torch
+    (CUDA devices that compute nothing, set by ``conf``), so the workload's GPU branch runs without a GPU."""
+    import shutil
+
+    from dl_doctor.host import Host
+
+    root = tmp_path / "fake_torch"
+    shutil.copytree(FAKE_TORCH, root, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "fake_torch.json").write_text(json.dumps(conf))
+
+    class FakeTorchHost(Host):
+        def environ(self):
+            return dict(super().environ(), PYTHONPATH=str(root))
+
+    return FakeTorchHost()
+
+
+def _four(**conf):
+    gpus = [{"name": H100, "cc": [9, 0], "uuid": f"GPU-00000000-aaaa-bbbb-cccc-00000000000{i}"} for i in range(3)]
+    gpus.append({"name": "NVIDIA A100-SXM4-80GB", "cc": [8, 0], "uuid": "GPU-00000000-aaaa-bbbb-cccc-000000000003"})
+    return dict(conf, gpus=gpus)
+
+
+def test_the_workloads_gpu_branch_leaves_a_busy_gpu_alone_runs_fp8_where_it_exists_and_pairs_a_slow_all_reduce(
+        tmp_path):
+    from dl_doctor.verify import run_workload
+
+    host = _fake_torch_host(tmp_path, _four(slow_gpus=[3]))
+    busy = {"00000000-aaaa-bbbb-cccc-000000000001": "GPU 1 has 1 compute process(es) of others on it (pid 5)"}
+    out = run_workload(host, sys.executable, "quick", skip=busy, busbw_floor=1000.0)
+    assert "error" not in out, out
+    assert [d["index"] for d in out["devices"]] == [0, 2, 3]
+    assert out["skipped"]["cuda1"] == "left alone: GPU 1 has 1 compute process(es) of others on it (pid 5)"
+    h100, a100 = out["devices"][0], out["devices"][2]
+    assert set(h100["matmul"]) == {"fp32", "tf32", "fp16", "bf16", "fp8"} and "fp8" not in a100["matmul"]
+    assert a100["fp8"] == "compute capability 8.0 has no fp8 Tensor Cores (8.9 and later)"
+    assert h100["uuid"] == "00000000-aaaa-bbbb-cccc-000000000000" and h100["conv"] == {"ok": True}
+    assert out["allreduce"]["gpus"] == [0, 2, 3] and out["allreduce"]["correct"] is True
+    assert [p["gpus"] for p in out["pairs"]] == [[0, 2], [0, 3], [2, 3]]  # slow against the floor: every pair
+    slow = {tuple(p["gpus"]) for p in out["pairs"] if p["busbw_gbps"] < 10}
+    assert slow == {(0, 3), (2, 3)}
+    out["busbw_expectation"] = {"gbps": 450.0, "via": "NVLink (900 GB/s both directions, matrix)", "floor_gbps": 112.5}
+    f = _judge("DLD-VER-003", out)
+    assert f.status.value == "warn" and "slowest pairs: GPU 0-3" in f.message and "GPU 2-3" in f.message
+
+
+def test_a_failing_pair_and_a_failing_matmul_in_the_gpu_branch_fail_their_checks(tmp_path):
+    from dl_doctor.verify import run_workload
+
+    host = _fake_torch_host(tmp_path, _four(broken_pairs=[[0, 1], [0, 1, 2, 3]], matmul_error="cuda:2"))
+    out = run_workload(host, sys.executable, "quick", busbw_floor=1.0)
+    assert out["errors"]["allreduce"].startswith("RuntimeError: NCCL error")
+    assert [p for p in out["pairs"] if "error" in p] == [{"gpus": [0, 1], "error": "RuntimeError: NCCL error: "
+                                                         "unhandled system error"}]
+    f = _judge("DLD-VER-003", out)
+    assert f.status.value == "fail" and "(pair [0, 1]: RuntimeError: NCCL error" in f.message
+    f = _judge("DLD-VER-001", out)
+    assert f.status.value == "fail" and "gpu2.matmul.fp32: RuntimeError: CUDA error: an illegal memory" in f.message

@@ -252,30 +252,36 @@ def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> 
               help="The environment whose torch runs the workloads (default: the active conda environment or "
                    "virtualenv, else python3 on PATH).")
 @click.option("--quick", "level", flag_value="quick", default=True, help="About ten seconds on an 8-GPU node (default).")
-@click.option("--long", "level", flag_value="long", help="Larger matrices, more iterations, bigger copies.")
+@click.option("--long", "level", flag_value="long", help="Larger matrices, more iterations, bigger copies, every GPU "
+              "pair's all-reduce, dcgmi diag -r 2.")
+@click.option("--include-busy", is_flag=True, help="Also test GPUs that other compute processes use (NVML); by "
+              "default they are left alone and the findings say so.")
 @click.option("--json", "json_path", metavar="PATH", help="Write the JSON report here ('-' = alone on stdout).")
 @click.option("--html", "html_path", metavar="PATH", help="Write the HTML report here.")
 @click.option("--output-dir", default="dl-doctor-reports", show_default=True, metavar="DIR")
 @click.option("--fail-on", type=click.Choice(["fail", "warn", "never"]), default="fail", show_default=True)
 @click.option("--no-color", is_flag=True, help="No colour.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only problems and the summary line.")
-def verify_cmd(python_path, level, json_path, html_path, output_dir, fail_on, no_color, quiet) -> int:
+def verify_cmd(python_path, level, include_busy, **kw) -> int:
     """Prove the GPUs work and perform: short, bounded workloads in an environment's own torch (a matmul per GPU and
-    dtype against its dense peak, a cuDNN convolution, pinned copies, an NCCL all-reduce across the local GPUs). On a
-    host without a CUDA device the framework is proven on the CPU and each GPU part says why it was skipped.
+    dtype against its dense peak, a cuDNN convolution, pinned copies, an NCCL all-reduce across the local GPUs), with
+    NVML watched meanwhile (clocks, throttling, power, temperature, ECC and Xid), and dcgmi diag and health where DCGM
+    is installed. GPUs that others' compute processes use are left alone unless --include-busy. On a host without a
+    CUDA device the framework is proven on the CPU and each GPU part says why it was skipped.
 
     Exit codes: 0 every workload passed (or skipped), 1 a finding at or above --fail-on, 2 bad input."""
     from dl_doctor.app import CollectOptions, JudgeOptions, OutputOptions
     from dl_doctor.engine import utc_now
 
     started, t0 = utc_now(), time.monotonic()
-    collect = CollectOptions(pythons=(python_path,) if python_path else (), no_env_scan=True, verify=level)
-    judge = JudgeOptions(fail_on=fail_on, only=("verify",))
-    out = OutputOptions(json_path=json_path, html_path=html_path, output_dir=output_dir)
+    collect = CollectOptions(pythons=(python_path,) if python_path else (), no_env_scan=True, verify=level,
+                             include_busy=include_busy)
+    judge = JudgeOptions(fail_on=kw["fail_on"], only=("verify",))
+    out = OutputOptions(json_path=kw["json_path"], html_path=kw["html_path"], output_dir=kw["output_dir"])
     out.validate()
     reg = app.registry()
     app.validate_inputs(reg, judge)
     snapshot = app.collect_facts(reg, collect)
     outcome = app.write_outputs(snapshot, reg, judge, out, mode=snapshot["mode"], started=started, t0=t0,
                                 extra_options=collect.report_options())
-    return emit(outcome, stdout_kind=out.stdout_kind, quiet=quiet, no_color=no_color, fail_on=fail_on)
+    return emit(outcome, stdout_kind=out.stdout_kind, quiet=kw["quiet"], no_color=kw["no_color"], fail_on=kw["fail_on"])

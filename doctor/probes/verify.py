@@ -22,27 +22,76 @@ def _interpreter(ctx: ProbeContext) -> str:
 
 
 @probe("verify", "short bounded workloads in an environment's own torch: matmul per GPU and dtype, a cuDNN "
-       "convolution, pinned copies, an NCCL all-reduce (only with dl-doctor verify or run --verify)",
+       "convolution, pinned copies, an NCCL all-reduce, with NVML watched meanwhile; dcgmi diag and health where "
+       "DCGM is installed (only with dl-doctor verify or run --verify)",
        timeout_option="verify_timeout")
 def verify_probe(ctx: ProbeContext) -> Dict[str, Any]:
     if not ctx.options.get("verify"):
         raise Unavailable("not asked for: dl-doctor verify (or run --verify) runs the workloads")
     if not ctx.host.live:
         raise Unavailable("workloads run on a running machine, not a sysroot")
-    from dl_doctor.verify import run_workload
+    from dl_doctor.verify import ALLREDUCE_FLOOR, busbw_expectation, renumber, run_workload
 
     level = ctx.options.get("verify_level") or "quick"
-    out = run_workload(ctx.host, _interpreter(ctx), level)
+    watch, why = _watch(ctx)
+    gpus = watch.identities() if watch is not None else []
+    skip = {} if ctx.options.get("verify_include_busy") or watch is None else watch.busy()
+    expect = _expectation(gpus, busbw_expectation)
+    floor = round(ALLREDUCE_FLOOR * expect["gbps"], 1) if expect.get("gbps") else None
+    try:
+        out = run_workload(ctx.host, _interpreter(ctx), level, skip=skip, busbw_floor=floor, watch=watch)
+    finally:
+        if watch is not None:
+            watch.close()
+    renumber(out, gpus)
+    out["nvml_gpus"] = gpus
+    out["left_alone"] = {g["index"]: skip[g["uuid"]] for g in gpus if g.get("uuid") in skip}
+    out["include_busy"] = bool(ctx.options.get("verify_include_busy"))
+    if expect:
+        out["busbw_expectation"] = dict(expect, floor_gbps=floor, floor_ratio=ALLREDUCE_FLOOR)
+    if watch is None:
+        out["watch"] = {"ran": False, "reason": why}
     out["dcgm"] = _dcgm(ctx, level)
+    out["dcgm_health"] = _dcgm_health(ctx)
     return out
+
+
+def _watch(ctx: ProbeContext):
+    """A GpuWatch with NVML open, or None and why not."""
+    if not ctx.host.kernel_live or not ctx.host.exists("/proc/driver/nvidia"):
+        return None, "the NVIDIA kernel module is not loaded (no /proc/driver/nvidia): nothing for NVML to watch"
+    nv = ctx.options.get("verify_nvml")  # tests hand in a recorded NVML
+    if nv is None:
+        try:
+            import pynvml as nv
+        except ImportError as exc:  # pragma: no cover - a declared dependency
+            return None, f"nvidia-ml-py is not installed: {exc}"
+    from dl_doctor.gpuwatch import GpuWatch
+
+    watch = GpuWatch(nv)
+    why = watch.open()
+    if why:
+        watch.close()
+        return None, why
+    return watch, None
+
+
+def _expectation(gpus, busbw_expectation) -> Dict[str, Any]:
+    """The all-reduce's expectation for this node: the lowest of its GPUs' (the slowest link sets the pace)."""
+    from dl_doctor import compat_matrix
+
+    try:
+        matrix = compat_matrix.load()
+    except Exception:  # noqa: BLE001 - a broken site overlay costs only the expectation
+        return {}
+    found = [e for e in (busbw_expectation(matrix, g.get("name"), g.get("pcie")) for g in gpus) if e]
+    return min(found, key=lambda e: e["gbps"]) if found else {}
 
 
 def _dcgm(ctx: ProbeContext, level: str) -> Dict[str, Any]:
     """`dcgmi diag -r 1` (2 for --long) where DCGM is installed, its JSON parsed (both shapes); the run's own
     judgement comes from that JSON, not from the exit code."""
-    import json
-
-    from dl_doctor.dcgm import parse_diag
+    from dl_doctor.dcgm import load_json, parse_diag
 
     exe = ctx.host.which("dcgmi")
     if not exe:
@@ -52,9 +101,30 @@ def _dcgm(ctx: ProbeContext, level: str) -> Dict[str, Any]:
         r = ctx.host.run(argv, timeout=120 if level == "quick" else 600)
     except OSError as exc:
         return {"ran": False, "reason": f"dcgmi could not run: {exc}"}
+    doc = load_json(r.stdout)
+    parsed = parse_diag(doc)
+    if parsed["shape"] is None:
+        return {"ran": False, "reason": f"dcgmi diag printed no diagnostic JSON (exit {r.returncode}): "
+                                        f"{(r.stderr or r.stdout or '').strip()[-300:]}"}
+    return {"ran": True, "command": " ".join(argv[1:]), "exit": r.returncode, **parsed}
+
+
+def _dcgm_health(ctx: ProbeContext) -> Dict[str, Any]:
+    """`dcgmi health -c -j`: what DCGM's background health watches have seen. Read-only: dl-doctor does not set
+    watches (`dcgmi health -s a` would change the host engine's state); without them, it says so. dcgmi exits 0
+    whatever the health is, so only the JSON is read."""
+    from dl_doctor.dcgm import load_json, parse_health
+
+    exe = ctx.host.which("dcgmi")
+    if not exe:
+        return {"ran": False, "reason": "dcgmi is not installed"}
     try:
-        doc = json.loads(r.stdout)
-    except ValueError:
-        return {"ran": False, "reason": f"dcgmi diag printed no JSON (exit {r.returncode}): "
-                                        f"{(r.stderr or r.stdout).strip()[-300:]}"}
-    return {"ran": True, "command": " ".join(argv[1:]), **parse_diag(doc)}
+        r = ctx.host.run([exe, "health", "-c", "-j"], timeout=30)
+    except OSError as exc:
+        return {"ran": False, "reason": f"dcgmi could not run: {exc}"}
+    parsed = parse_health(load_json(r.stdout))
+    if parsed["overall"] is None:
+        text = (r.stdout or r.stderr or "").strip()[-300:]
+        return {"ran": False, "reason": f"dcgmi health gave no report (exit {r.returncode}): {text}",
+                "watches_off": "not enabled" in text}
+    return {"ran": True, "command": "health -c -j", "exit": r.returncode, **parsed}
