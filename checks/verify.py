@@ -308,6 +308,9 @@ def unwell_under_load(facts: Facts, matrix) -> Result:
     if not w.get("ran"):
         return skip(f"not watched: {w.get('reason') or 'NVML was not sampled'}")
     gpus = [g for g in w.get("gpus") or [] if isinstance(g, dict)]
+    # Xid events and ECC errors count on every GPU; slowdown and heat only on the GPUs the workloads ran on (a GPU
+    # left alone carries someone else's load)
+    tested = {d.get("index") for d in v.get("devices") or [] if isinstance(d, dict) and d.get("index") is not None}
     failures, warnings = [], []
     for g in gpus:
         name = f"GPU {g.get('index')}"
@@ -317,6 +320,8 @@ def unwell_under_load(facts: Facts, matrix) -> Result:
         ecc = g.get("ecc_delta") or {}
         if (ecc.get("uncorrected") or 0) > 0:
             failures.append(f"{name} gained {ecc['uncorrected']} uncorrectable ECC error(s)")
+        if g.get("index") not in tested:
+            continue
         samples = max(int(g.get("samples") or 0), 1)
         for reason in SLOWDOWN_REASONS:
             seen = int((g.get("throttle") or {}).get(reason, 0))
@@ -338,6 +343,11 @@ def unwell_under_load(facts: Facts, matrix) -> Result:
         return warn("; ".join(warnings), evidence, fix)
     if not gpus:
         return skip("not watched: NVML lists no GPU")
+    if not tested:
+        why = (v.get("skipped") or {}).get("gpu_matmul") or "no GPU ran a workload"
+        return skip(f"{len(gpus)} GPU(s) watched, no Xid and no new uncorrectable ECC error, but no GPU was under load: "
+                    f"{why}", evidence)
+    gpus = [g for g in gpus if g.get("index") in tested]
     peak = lambda key: max(((g.get(key) or {}).get("max") or 0) for g in gpus)  # noqa: E731
     note = "" if w.get("xid_watch") == "watched" else f" ({w.get('xid_watch')})"
     return passed(f"{len(gpus)} GPU(s) watched under load: no Xid, no new uncorrectable ECC error, no thermal or "
