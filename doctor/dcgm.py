@@ -38,7 +38,7 @@ def load_json(text: str) -> Any:
         return None
     try:
         return json.loads(text[start:end + 1])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python's stack
         return None
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
+from dl_doctor.units import PCIE_GBPS_PER_LANE
+
 LEVELS = {"quick": {"n": 4096, "iters": 10, "copy_mib": 256, "allreduce_mib": 64, "allreduce_iters": 5,
                     "pair_mib": 32, "seconds": 60},
           "long": {"n": 8192, "iters": 50, "copy_mib": 1024, "allreduce_mib": 256, "allreduce_iters": 20,
@@ -188,8 +190,7 @@ done()
 """
 
 
-PCIE_GBPS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-ALLREDUCE_FLOOR = 0.25
+ALLREDUCE_FLOOR = 0.25  # an all-reduce under a quarter of its links' one-direction bandwidth warns (docs/verify.md)
 
 
 def busbw_expectation(matrix, name: Optional[str], pcie: Optional[Dict[str, Any]]) -> Dict[str, Any]:

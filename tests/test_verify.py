@@ -338,6 +338,7 @@ def test_a_4x_test_summary_failure_that_belongs_to_no_gpu_is_kept_and_a_runtime_
                                                                                      **parsed}})
     assert f.status.value == "fail" and "could not run its tests: Unable to connect to the host engine" in f.message
     assert load_json("Error: not json") is None and load_json("x" * (9 << 20)) is None
+    assert load_json('{"a": ' * 100000 + "1" + "}" * 100000) is None  # nested past Python's stack
 
 
 def test_dcgm_health_healthy_output_recorded_by_virtualclient_passes():
