@@ -41,6 +41,7 @@ class CollectOptions:
     fast: bool = False  # --profile fast: every probe within seconds (a Slurm health check is killed after 60 s)
     verify: Optional[str] = None  # dl-doctor verify / run --verify: the workload level (quick, long)
     include_busy: bool = False  # verify also the GPUs that others' compute processes use
+    framework: str = "auto"  # verify's framework: auto (the first of torch and jax the environment has), torch, jax
 
     def probe_options(self) -> Dict[str, Any]:
         return {"timeout": self.timeout, "python": list(self.pythons), "deep": self.deep,
@@ -51,7 +52,7 @@ class CollectOptions:
                 "verify": bool(self.verify), "verify_level": self.verify,
                 # the workload's own limit plus its start, then dcgmi diag (-r 1: 120 s, -r 2: 600 s) and health (30 s)
                 "verify_timeout": 1000.0 if self.verify == "long" else 250.0,
-                "verify_include_busy": self.include_busy,
+                "verify_include_busy": self.include_busy, "verify_framework": self.framework,
                 "ebs_volume_types": list(self.ebs_types)}
 
     def report_options(self) -> Dict[str, Any]:

@@ -1,10 +1,11 @@
-"""`dl-doctor verify`: short, bounded workloads in an environment's own interpreter and framework (torch), whose
-results become the ``verify`` facts that the DLD-VER checks judge, like any other facts.
+"""`dl-doctor verify`: short, bounded workloads in an environment's own interpreter and framework (torch or JAX),
+whose results become the ``verify`` facts that the DLD-VER checks judge, like any other facts.
 
 The workload runs in a subprocess started under the trust rule (Host.run): a matmul per GPU in each dtype the GPU
-supports, one cuDNN convolution forward and backward, pinned host<->device copies, and an NCCL all-reduce across the
-local GPUs; on a host without a CUDA device, a CPU matmul and convolution prove the framework runs, and every GPU part
-says why it was skipped. Each part has its own time limit inside the workload, and the whole run one from the caller.
+supports, one convolution forward and backward (cuDNN's), host<->device copies, and an all-reduce across the local
+GPUs (NCCL's); on a host without a GPU, a CPU matmul and convolution prove the framework runs, and every GPU part says
+why it was skipped. Both frameworks write the same result shape, so the checks know no framework. Each part has its
+own time limit inside the workload, and the whole run one from the caller.
 """
 
 from __future__ import annotations
@@ -19,23 +20,71 @@ LEVELS = {"quick": {"n": 4096, "iters": 10, "copy_mib": 256, "allreduce_mib": 64
           "long": {"n": 8192, "iters": 50, "copy_mib": 1024, "allreduce_mib": 256, "allreduce_iters": 20,
                    "pair_mib": 128, "seconds": 300}}
 
-WORKLOAD = r"""
+PRELUDE = r"""
 import json, sys, time
 plan = json.loads(sys.argv[1])
-out = {"framework": "torch", "version": None, "cuda": None, "level": plan["level"], "devices": [], "skipped": {},
+out = {"framework": None, "version": None, "cuda": None, "level": plan["level"], "devices": [], "skipped": {},
        "errors": {}}
+deadline = time.monotonic() + plan["seconds"]
 def done():
     sys.stdout.write("DLDOCTOR-VERIFY " + json.dumps(out) + "\n")
     sys.stdout.flush()
+def err(exc, limit=300):
+    return "%s: %s" % (type(exc).__name__, str(exc)[:limit])
+def rate(n, iters, seconds):
+    return {"tflops": round(2.0 * n ** 3 * iters / seconds / 1e12, 3), "seconds": round(seconds, 4), "n": n,
+            "iters": iters}
+def node_allreduce(allreduce):
+    # the all-reduce across every tested GPU, then every pair alone when it was slow or failed (always with --long),
+    # to name the slow or failing link; allreduce(gpus, mib, iters) is the framework's
+    tested = [d["index"] for d in out["devices"]]
+    if len(tested) < 2:
+        out["skipped"]["allreduce"] = "fewer than two GPUs to all-reduce across"
+        return
+    try:
+        out["allreduce"] = allreduce(tested, plan["allreduce_mib"], plan["allreduce_iters"])
+    except BaseException as exc:
+        out["errors"]["allreduce"] = err(exc)
+    floor = plan.get("busbw_floor_gbps")
+    slow = "allreduce" in out and floor and out["allreduce"]["busbw_gbps"] < floor
+    if len(tested) > 2 and (plan["level"] == "long" or slow or "allreduce" in out["errors"]):
+        out["pairs"] = []
+        for x in range(len(tested)):
+            for y in range(x + 1, len(tested)):
+                pair = [tested[x], tested[y]]
+                if time.monotonic() > deadline:
+                    out["skipped"]["pairs"] = "the time limit was reached after %d pairs" % len(out["pairs"])
+                    return
+                try:
+                    r = allreduce(pair, plan["pair_mib"], 3)
+                    out["pairs"].append({"gpus": pair, "busbw_gbps": r["busbw_gbps"], "correct": r["correct"]})
+                except BaseException as exc:
+                    out["pairs"].append({"gpus": pair, "error": err(exc, 200)})
+def allreduce_result(gpus, numel, iters, seconds, correct):
+    n = len(gpus)
+    algbw = numel * 4 / seconds / 1e9
+    return {"gpus": gpus, "bytes": numel * 4, "iters": iters, "seconds": round(seconds, 6),
+            "algbw_gbps": round(algbw, 2), "busbw_gbps": round(algbw * 2 * (n - 1) / n, 2), "correct": correct}
+framework = plan.get("framework") or "auto"
+if framework == "auto":
+    import importlib.util
+    framework = next((name for name in ("torch", "jax") if importlib.util.find_spec(name) is not None), None)
+    if framework is None:
+        out["errors"]["import"] = "neither torch nor jax is installed in this environment"
+        done()
+        sys.exit(0)
+out["framework"] = framework
+"""
+
+TORCH = r"""
 try:
     import torch
 except BaseException as exc:
-    out["errors"]["import"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+    out["errors"]["import"] = err(exc)
     done()
     sys.exit(0)
 out["version"] = torch.__version__
 out["cuda"] = getattr(torch.version, "cuda", None)
-deadline = time.monotonic() + plan["seconds"]
 def sync(device):
     if device != "cpu":
         torch.cuda.synchronize(device)
@@ -50,9 +99,7 @@ def matmul(device, dtype, n, iters, tf32=False):
     for _ in range(iters):
         a @ b
     sync(device)
-    seconds = time.perf_counter() - start
-    return {"tflops": round(2.0 * n ** 3 * iters / seconds / 1e12, 3), "seconds": round(seconds, 4), "n": n,
-            "iters": iters}
+    return rate(n, iters, time.perf_counter() - start)
 def fp8(device, n, iters):
     # torch._scaled_mm: fp8 e4m3 x fp8 e4m3 -> bf16 on sm_89 and later; its second operand column-major
     a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
@@ -65,9 +112,7 @@ def fp8(device, n, iters):
     for _ in range(iters):
         f()
     sync(device)
-    seconds = time.perf_counter() - start
-    return {"tflops": round(2.0 * n ** 3 * iters / seconds / 1e12, 3), "seconds": round(seconds, 4), "n": n,
-            "iters": iters}
+    return rate(n, iters, time.perf_counter() - start)
 def uuid_of(props):
     u = getattr(props, "uuid", None)
     return str(u).lower().replace("gpu-", "") if u is not None else None
@@ -80,7 +125,8 @@ def conv(device):
     return {"ok": bool(torch.isfinite(x.grad).all().item())}
 cuda = torch.cuda.is_available()
 if not cuda:
-    reason = "no CUDA device: torch.cuda.is_available() is False (torch %s, CUDA %s)" % (out["version"], out["cuda"])
+    reason = plan.get("no_gpu_reason") or ("no CUDA device: torch.cuda.is_available() is False (torch %s, CUDA %s)"
+                                           % (out["version"], out["cuda"]))
     for part in ("gpu_matmul", "cudnn_conv", "copy", "allreduce"):
         out["skipped"][part] = reason
     try:
@@ -88,7 +134,7 @@ if not cuda:
         dev["conv"] = conv("cpu")
         out["devices"].append(dev)
     except BaseException as exc:
-        out["errors"]["cpu"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+        out["errors"]["cpu"] = err(exc)
     done()
     sys.exit(0)
 out["cudnn"] = torch.backends.cudnn.version()
@@ -113,7 +159,7 @@ for i in range(count):
         try:
             dev["matmul"][name] = matmul(device, dtype, plan["n"], plan["iters"], tf32)
         except BaseException as exc:
-            out["errors"]["gpu%d.matmul.%s" % (i, name)] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+            out["errors"]["gpu%d.matmul.%s" % (i, name)] = err(exc)
     if (props.major, props.minor) < (8, 9):
         dev["fp8"] = "compute capability %d.%d has no fp8 Tensor Cores (8.9 and later)" % (props.major, props.minor)
     elif not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
@@ -125,12 +171,12 @@ for i in range(count):
             dev["matmul"]["fp8"] = fp8(device, plan["n"], plan["iters"])
         except BaseException as exc:
             # torch's private fp8 entry point changes between releases: its failure is reported, not judged
-            dev["fp8"] = "torch._scaled_mm failed: %s: %s" % (type(exc).__name__, str(exc)[:200])
+            dev["fp8"] = "torch._scaled_mm failed: " + err(exc, 200)
     try:
         torch.backends.cudnn.enabled = True
         dev["conv"] = conv(device)
     except BaseException as exc:
-        out["errors"]["gpu%d.conv" % i] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+        out["errors"]["gpu%d.conv" % i] = err(exc)
     try:
         size = plan["copy_mib"] << 20
         host = torch.empty(size, dtype=torch.uint8).pin_memory()
@@ -142,9 +188,8 @@ for i in range(count):
         d2h = size / (time.perf_counter() - start) / 1e9
         dev["copy_gbps"] = {"h2d": round(h2d, 2), "d2h": round(d2h, 2)}
     except BaseException as exc:
-        out["errors"]["gpu%d.copy" % i] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+        out["errors"]["gpu%d.copy" % i] = err(exc)
     out["devices"].append(dev)
-tested = [d["index"] for d in out["devices"]]
 def allreduce(gpus, mib, iters):
     import torch.cuda.nccl as nccl
     numel = (mib << 20) // 4
@@ -156,38 +201,151 @@ def allreduce(gpus, mib, iters):
     for _ in range(iters):
         nccl.all_reduce(tensors)
     for i in gpus: sync("cuda:%d" % i)
-    seconds = (time.perf_counter() - start) / iters
-    n = len(gpus)
-    algbw = numel * 4 / seconds / 1e9
-    return {"gpus": gpus, "bytes": numel * 4, "iters": iters, "seconds": round(seconds, 6),
-            "algbw_gbps": round(algbw, 2), "busbw_gbps": round(algbw * 2 * (n - 1) / n, 2), "correct": correct}
-if len(tested) < 2:
-    out["skipped"]["allreduce"] = "fewer than two GPUs to all-reduce across"
-else:
-    try:
-        out["allreduce"] = allreduce(tested, plan["allreduce_mib"], plan["allreduce_iters"])
-    except BaseException as exc:
-        out["errors"]["allreduce"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
-    floor = plan.get("busbw_floor_gbps")
-    slow = "allreduce" in out and floor and out["allreduce"]["busbw_gbps"] < floor
-    if len(tested) > 2 and (plan["level"] == "long" or slow or "allreduce" in out["errors"]):
-        # every pair, to name the slow or failing link
-        out["pairs"] = []
-        for x in range(len(tested)):
-            for y in range(x + 1, len(tested)):
-                pair = [tested[x], tested[y]]
-                if time.monotonic() > deadline:
-                    out["skipped"]["pairs"] = "the time limit was reached after %d pairs" % len(out["pairs"])
-                    break
-                try:
-                    r = allreduce(pair, plan["pair_mib"], 3)
-                    out["pairs"].append({"gpus": pair, "busbw_gbps": r["busbw_gbps"], "correct": r["correct"]})
-                except BaseException as exc:
-                    out["pairs"].append({"gpus": pair, "error": "%s: %s" % (type(exc).__name__, str(exc)[:200])})
-            if "pairs" in out["skipped"]:
-                break
+    return allreduce_result(gpus, numel, iters, (time.perf_counter() - start) / iters, correct)
+node_allreduce(allreduce)
 done()
 """
+
+JAX = r"""
+try:
+    import numpy as np
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+except BaseException as exc:
+    out["errors"]["import"] = err(exc)
+    done()
+    sys.exit(0)
+out["version"] = jax.__version__
+def block(x):
+    x.block_until_ready()
+    return x
+host_normal = {}
+def normal(shape, seed):
+    # operands made once on the host (numpy; ml_dtypes' types for bf16 and fp8) and copied: jax.random would compile
+    # a kernel per device and shape
+    key = (shape, seed)
+    if key not in host_normal:
+        host_normal[key] = np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+    return host_normal[key]
+def operands(device, dtype, n):
+    return (block(jax.device_put(normal((n, n), 0).astype(dtype), device)),
+            block(jax.device_put(normal((n, n), 1).astype(dtype), device)))
+def matmul(device, dtype, n, iters, precision=None, out_dtype=None):
+    a, b = operands(device, dtype, n)
+    f = jax.jit(lambda x, y: jnp.dot(x, y, precision=precision, preferred_element_type=out_dtype))
+    block(f(a, b))
+    start = time.perf_counter()
+    for _ in range(iters):
+        r = f(a, b)
+    block(r)
+    return rate(n, iters, time.perf_counter() - start)
+def conv(device):
+    x = jax.device_put(normal((plan.get("conv_batch", 16), 64, 56, 56), 2), device)
+    w = jax.device_put(normal((64, 64, 3, 3), 3), device)
+    loss = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME").sum()
+    gx, gw = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
+    return {"ok": bool(jnp.isfinite(gx).all()) and bool(jnp.isfinite(gw).all())}
+try:
+    # the tests run this branch on XLA's CPU devices (jax_platform "cpu" with several host devices)
+    gpus = jax.devices(plan.get("jax_platform") or "gpu")
+except BaseException:
+    gpus = []
+if not gpus:
+    reason = plan.get("no_gpu_reason") or ("no GPU: jax.devices('gpu') found none (jax %s, backend %s)"
+                                           % (out["version"], jax.default_backend()))
+    for part in ("gpu_matmul", "cudnn_conv", "copy", "allreduce"):
+        out["skipped"][part] = reason
+    try:
+        cpu = jax.devices("cpu")[0]
+        dev = {"index": None, "name": "cpu",
+               "matmul": {"fp32": matmul(cpu, jnp.float32, 512, 3, lax.Precision.HIGHEST)}}
+        dev["conv"] = conv(cpu)
+        out["devices"].append(dev)
+    except BaseException as exc:
+        out["errors"]["cpu"] = err(exc)
+    done()
+    sys.exit(0)
+visible = plan.get("visible_uuids") or []
+by_index = {}
+for d in gpus:
+    i = getattr(d, "local_hardware_id", None)
+    i = d.id if i is None else i
+    by_index[i] = d
+    cc = str(getattr(d, "compute_capability", "") or "0.0")
+    major, minor = (int(x) for x in (cc.split(".") + ["0"])[:2])
+    dev = {"index": i, "cuda_index": i, "uuid": visible[i] if i < len(visible) else None, "name": d.device_kind,
+           "capability": cc, "matmul": {}}
+    tf32 = getattr(getattr(lax, "DotAlgorithmPreset", None), "TF32_TF32_F32", None)  # else XLA's default on f32
+    for name, dtype, precision in (("fp32", jnp.float32, lax.Precision.HIGHEST), ("tf32", jnp.float32, tf32),
+                                   ("fp16", jnp.float16, None), ("bf16", jnp.bfloat16, None)):
+        if name in ("bf16", "tf32") and major < 8:
+            continue
+        if time.monotonic() > deadline:
+            out["skipped"]["gpu%d.%s" % (i, name)] = "the time limit was reached"
+            continue
+        try:
+            dev["matmul"][name] = matmul(d, dtype, plan["n"], plan["iters"], precision)
+        except BaseException as exc:
+            out["errors"]["gpu%d.matmul.%s" % (i, name)] = err(exc)
+    if (major, minor) < (8, 9):
+        dev["fp8"] = "compute capability %d.%d has no fp8 Tensor Cores (8.9 and later)" % (major, minor)
+    elif time.monotonic() > deadline:
+        dev["fp8"] = "the time limit was reached"
+    else:
+        try:
+            dev["matmul"]["fp8"] = matmul(d, jnp.float8_e4m3fn, plan["n"], plan["iters"], None, jnp.bfloat16)
+        except BaseException as exc:
+            dev["fp8"] = "an fp8 dot in XLA failed: " + err(exc, 200)
+    try:
+        dev["conv"] = conv(d)
+    except BaseException as exc:
+        out["errors"]["gpu%d.conv" % i] = err(exc)
+    try:
+        size = plan["copy_mib"] << 20
+        host = np.ones(size, dtype=np.uint8)
+        block(jax.device_put(host, d))
+        start = time.perf_counter()
+        x = block(jax.device_put(host, d))
+        h2d = size / (time.perf_counter() - start) / 1e9
+        start = time.perf_counter()
+        np.asarray(x)
+        d2h = size / (time.perf_counter() - start) / 1e9
+        # JAX copies from ordinary (pageable) host memory: reported, not held against the link
+        dev["copy_gbps"] = {"h2d": round(h2d, 2), "d2h": round(d2h, 2)}
+        dev["copy_pinned"] = False
+    except BaseException as exc:
+        out["errors"]["gpu%d.copy" % i] = err(exc)
+    out["devices"].append(dev)
+def allreduce(indices, mib, iters):
+    # a psum over a one-axis mesh of the devices (shard_map; XLA runs it with NCCL on GPUs)
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    shard_map = getattr(jax, "shard_map", None)
+    if shard_map is None:
+        from jax.experimental.shard_map import shard_map
+    devs = [by_index[i] for i in indices]
+    numel = (mib << 20) // 4
+    mesh = Mesh(np.array(devs), ("i",))
+    spec = PartitionSpec("i")
+    x = block(jax.device_put(np.ones((len(devs), numel), dtype=np.float32), NamedSharding(mesh, spec)))
+    f = jax.jit(shard_map(lambda b: lax.psum(b, "i"), mesh=mesh, in_specs=spec, out_specs=spec))
+    r = block(f(x))
+    correct = bool(float(r[0, 0]) == len(devs))
+    start = time.perf_counter()
+    for _ in range(iters):
+        r = f(x)
+    block(r)
+    return allreduce_result(indices, numel, iters, (time.perf_counter() - start) / iters, correct)
+node_allreduce(allreduce)
+done()
+"""
+
+FRAMEWORKS = {"torch": TORCH, "jax": JAX}
+# The subprocess runs the prelude, which picks the framework (the first of torch and jax the environment has,
+# unless --framework says), then that framework's body, with the prelude's names (plan, out, done, ...)
+WORKLOAD = PRELUDE + "BODIES = %r\nexec(compile(BODIES[framework], '<dl-doctor verify: ' + framework + '>', " \
+    "'exec'))\n" % FRAMEWORKS
+
 
 
 ALLREDUCE_FLOOR = 0.25  # an all-reduce under a quarter of its links' one-direction bandwidth warns (docs/verify.md)
@@ -211,16 +369,22 @@ def busbw_expectation(matrix, name: Optional[str], pcie: Optional[Dict[str, Any]
 
 
 def run_workload(host, python: str, level: str = "quick", skip: Optional[Dict[str, str]] = None,
-                 busbw_floor: Optional[float] = None, timeout: Optional[float] = None, watch=None) -> Dict[str, Any]:
+                 busbw_floor: Optional[float] = None, timeout: Optional[float] = None, watch=None,
+                 env: Optional[Dict[str, str]] = None, **plan_extra: Any) -> Dict[str, Any]:
     """Run the workload with ``python`` (under Host.run's trust rule) and return its results (or why it could not).
 
     ``skip`` maps GPU UUIDs to why they are left alone; ``watch`` (a started-up GpuWatch) samples NVML while the
-    workload runs. CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA's numbering NVML's, where torch gives no UUID."""
+    workload runs; ``env`` is added to the subprocess's environment and ``plan_extra`` to its plan (framework,
+    visible_uuids, no_gpu_reason, and sizes in the tests). CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA's numbering
+    NVML's where a framework gives no UUID; XLA_PYTHON_CLIENT_PREALLOCATE=false keeps JAX from taking most of each
+    GPU's memory."""
     skip = skip or {}
     plan = dict(LEVELS[level], level=level, skip_uuids=sorted(skip), skip_reason=skip, busbw_floor_gbps=busbw_floor)
+    plan.update(plan_extra)
     limit = timeout or plan["seconds"] + 30
-    env = dict(host.environ())
+    env = dict(host.environ(), **(env or {}))
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     if watch is not None:
         watch.start()
     try:

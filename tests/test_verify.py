@@ -233,7 +233,8 @@ def test_the_all_reduce_expectation_is_nvlink_from_the_matrix_else_the_pcie_link
 def _watched(**per_gpu):
     gpus = []
     for i in range(8):
-        g = {"index": i, "samples": 40, "throttle": {"sw_power_cap": 30}, "ecc_delta": {"corrected": 0, "uncorrected": 0},
+        g = {"index": i, "samples": 40, "throttle": {"sw_power_cap": 30},
+             "ecc_delta": {"corrected": 0, "uncorrected": 0},
              "xid": [], "temperature_c": {"min": 40, "max": 71}, "slowdown_temp_c": 87, "power_w": {"max": 690.0}}
         g.update(per_gpu.get(f"g{i}", {}))
         gpus.append(g)
@@ -437,3 +438,89 @@ def test_a_failing_pair_and_a_failing_matmul_in_the_gpu_branch_fail_their_checks
     assert f.status.value == "fail" and "(pair [0, 1]: RuntimeError: NCCL error" in f.message
     f = _judge("DLD-VER-001", out)
     assert f.status.value == "fail" and "gpu2.matmul.fp32: RuntimeError: CUDA error: an illegal memory" in f.message
+
+
+# -- JAX: the same workloads and result shape, on the real jax CPU wheel --------------------------------------------
+
+JAX_ENV = Path.home() / ".cache" / "dl-doctor-test-envs" / "jax-0.10.2-cpu" / "bin" / "python"
+
+
+def _need_jax():
+    if not JAX_ENV.exists():
+        pytest.skip("the JAX CPU test environment is missing (tests/setup_framework_envs.sh)")
+
+
+def test_verify_with_jax_on_the_cpu_gives_a_finding_per_workload(tmp_path):
+    _need_jax()
+    r = subprocess.run([str(DOCTOR), "verify", "--python", str(JAX_ENV), "--json", str(tmp_path / "v.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads((tmp_path / "v.json").read_text())
+    f = {x["id"]: x for x in report["findings"]}
+    assert f["DLD-VER-001"]["status"] == "pass"
+    assert f["DLD-VER-001"]["message"].startswith("jax 0.10.2 computes a matmul on the CPU")
+    assert ("GPU part skipped: no GPU: jax.devices('gpu') found none (jax 0.10.2, backend cpu)"
+            in f["DLD-VER-001"]["message"])
+    assert f["DLD-VER-002"]["status"] == "pass" and f["DLD-VER-003"]["status"] == "skip"
+    assert report["facts"]["verify"]["framework"] == "jax"
+    # the same environment asked for torch: it has none, and says so
+    r = subprocess.run([str(DOCTOR), "verify", "--python", str(JAX_ENV), "--framework", "torch", "--json", "-"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1
+    f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}
+    assert f["DLD-VER-001"]["message"].startswith(f"torch does not import in {JAX_ENV}: ModuleNotFoundError")
+
+
+def test_an_environment_with_neither_framework_says_so():
+    from dl_doctor.host import Host
+    from dl_doctor.verify import run_workload
+
+    out = run_workload(Host(), sys.executable, "quick")
+    assert out["errors"] == {"import": "neither torch nor jax is installed in this environment"}
+    f = _judge("DLD-VER-002", out)
+    assert f.status.value == "fail" and "neither torch nor jax" in f.message
+
+
+def test_the_jax_device_branch_runs_on_xlas_cpu_devices_with_a_real_all_reduce():
+    """The JAX workload's per-device branch and its shard_map psum, run for real on three XLA host devices
+    (--xla_force_host_platform_device_count), small sizes; the all-reduce floor set high so every pair runs."""
+    _need_jax()
+    from dl_doctor.host import Host
+    from dl_doctor.verify import run_workload
+
+    out = run_workload(Host(), str(JAX_ENV), "quick", busbw_floor=1e6,
+                       env={"XLA_FLAGS": "--xla_force_host_platform_device_count=3"}, jax_platform="cpu",
+                       framework="jax", n=128, iters=2, copy_mib=4, allreduce_mib=1, pair_mib=1, allreduce_iters=2,
+                       conv_batch=1)
+    assert out["errors"] == {} and out["skipped"] == {}, out
+    assert [d["index"] for d in out["devices"]] == [0, 1, 2]
+    dev = out["devices"][0]
+    assert set(dev["matmul"]) == {"fp32", "fp16"} and dev["matmul"]["fp32"]["n"] == 128
+    assert dev["conv"] == {"ok": True} and dev["copy_pinned"] is False and dev["copy_gbps"]["h2d"] > 0
+    assert out["allreduce"]["gpus"] == [0, 1, 2] and out["allreduce"]["correct"] is True
+    assert [p["gpus"] for p in out["pairs"]] == [[0, 1], [0, 2], [1, 2]] and all(p["correct"] for p in out["pairs"])
+    f = _judge("DLD-VER-004", out, {"devices": [{"index": i, "pcie": {"gen": 5, "width": 16}} for i in range(3)]})
+    assert f.status.value == "pass" and f.message.endswith("(from pageable host memory, as the framework copies: "
+                                                           "not held against the link)")
+    assert _judge("DLD-VER-003", out).status.value == "pass"
+
+
+def test_gpus_left_alone_are_hidden_from_the_workload_by_uuid_unless_cuda_visible_devices_is_set():
+    from dl_doctor.probes import ProbeContext
+    from dl_doctor.probes.verify import _visibility
+
+    class Env:
+        def __init__(self, env):
+            self.env = env
+
+        def environ(self):
+            return self.env
+
+    gpus = [{"index": i, "uuid": f"u{i}"} for i in range(4)]
+    busy = {"u1": "GPU 1 has 1 compute process(es) of others on it (pid 9)"}
+    env, extra = _visibility(ProbeContext(host=Env({})), gpus, busy)
+    assert env == {"CUDA_VISIBLE_DEVICES": "GPU-u0,GPU-u2,GPU-u3"} and extra == {"visible_uuids": ["u0", "u2", "u3"]}
+    assert _visibility(ProbeContext(host=Env({"CUDA_VISIBLE_DEVICES": "0,1"})), gpus, busy) == ({}, {})
+    assert _visibility(ProbeContext(host=Env({})), gpus, {}) == ({}, {})
+    env, extra = _visibility(ProbeContext(host=Env({})), gpus, {f"u{i}": "busy" for i in range(4)})
+    assert env == {"CUDA_VISIBLE_DEVICES": ""} and extra["no_gpu_reason"].startswith("every GPU has compute processes")

@@ -249,11 +249,13 @@ def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> 
 
 @cli.command("verify")
 @click.option("--python", "python_path", metavar="PATH",
-              help="The environment whose torch runs the workloads (default: the active conda environment or "
+              help="The environment whose torch or JAX runs the workloads (default: the active conda environment or "
                    "virtualenv, else python3 on PATH).")
 @click.option("--quick", "level", flag_value="quick", default=True, help="About ten seconds on an 8-GPU node (default).")
 @click.option("--long", "level", flag_value="long", help="Larger matrices, more iterations, bigger copies, every GPU "
               "pair's all-reduce, dcgmi diag -r 2.")
+@click.option("--framework", type=click.Choice(["auto", "torch", "jax"]), default="auto", show_default=True,
+              help="The framework whose workloads run: auto takes the first of torch and jax the environment has.")
 @click.option("--include-busy", is_flag=True, help="Also test GPUs that other compute processes use (NVML); by "
               "default they are left alone and the findings say so.")
 @click.option("--json", "json_path", metavar="PATH", help="Write the JSON report here ('-' = alone on stdout).")
@@ -262,9 +264,9 @@ def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> 
 @click.option("--fail-on", type=click.Choice(["fail", "warn", "never"]), default="fail", show_default=True)
 @click.option("--no-color", is_flag=True, help="No colour.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only problems and the summary line.")
-def verify_cmd(python_path, level, include_busy, **kw) -> int:
-    """Prove the GPUs work and perform: short, bounded workloads in an environment's own torch (a matmul per GPU and
-    dtype against its dense peak, a cuDNN convolution, pinned copies, an NCCL all-reduce across the local GPUs), with
+def verify_cmd(python_path, level, framework, include_busy, **kw) -> int:
+    """Prove the GPUs work and perform: short, bounded workloads in an environment's own torch or JAX (a matmul per
+    GPU and dtype against its dense peak, a cuDNN convolution, host copies, an NCCL all-reduce across the GPUs), with
     NVML watched meanwhile (clocks, throttling, power, temperature, ECC and Xid), and dcgmi diag and health where DCGM
     is installed. GPUs that others' compute processes use are left alone unless --include-busy. On a host without a
     CUDA device the framework is proven on the CPU and each GPU part says why it was skipped.
@@ -275,7 +277,7 @@ def verify_cmd(python_path, level, include_busy, **kw) -> int:
 
     started, t0 = utc_now(), time.monotonic()
     collect = CollectOptions(pythons=(python_path,) if python_path else (), no_env_scan=True, verify=level,
-                             include_busy=include_busy)
+                             include_busy=include_busy, framework=framework)
     judge = JudgeOptions(fail_on=kw["fail_on"], only=("verify",))
     out = OutputOptions(json_path=kw["json_path"], html_path=kw["html_path"], output_dir=kw["output_dir"])
     out.validate()

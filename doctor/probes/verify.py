@@ -21,7 +21,7 @@ def _interpreter(ctx: ProbeContext) -> str:
     return host.which("python3") or "python3"
 
 
-@probe("verify", "short bounded workloads in an environment's own torch: matmul per GPU and dtype, a cuDNN "
+@probe("verify", "short bounded workloads in an environment's own torch or JAX: matmul per GPU and dtype, a cuDNN "
        "convolution, pinned copies, an NCCL all-reduce, with NVML watched meanwhile; dcgmi diag and health where "
        "DCGM is installed (only with dl-doctor verify or run --verify)",
        timeout_option="verify_timeout")
@@ -38,8 +38,10 @@ def verify_probe(ctx: ProbeContext) -> Dict[str, Any]:
     skip = {} if ctx.options.get("verify_include_busy") or watch is None else watch.busy()
     expect = _expectation(gpus, busbw_expectation)
     floor = round(ALLREDUCE_FLOOR * expect["gbps"], 1) if expect.get("gbps") else None
+    env, extra = _visibility(ctx, gpus, skip)
     try:
-        out = run_workload(ctx.host, _interpreter(ctx), level, skip=skip, busbw_floor=floor, watch=watch)
+        out = run_workload(ctx.host, _interpreter(ctx), level, skip=skip, busbw_floor=floor, watch=watch, env=env,
+                           framework=ctx.options.get("verify_framework") or "auto", **extra)
     finally:
         if watch is not None:
             watch.close()
@@ -54,6 +56,20 @@ def verify_probe(ctx: ProbeContext) -> Dict[str, Any]:
     out["dcgm"] = _dcgm(ctx, level)
     out["dcgm_health"] = _dcgm_health(ctx)
     return out
+
+
+def _visibility(ctx: ProbeContext, gpus, skip: Dict[str, str]):
+    """Keep the workload off the GPUs left alone: CUDA_VISIBLE_DEVICES names the others by UUID (no CUDA context,
+    no memory taken on a GPU someone else is using), unless the person already set CUDA_VISIBLE_DEVICES, which is
+    kept (torch then skips by UUID). Returns the environment to add and the plan's visible_uuids / no_gpu_reason."""
+    if not skip or "CUDA_VISIBLE_DEVICES" in ctx.host.environ():
+        return {}, {}
+    visible = [g["uuid"] for g in gpus if g.get("uuid") and g["uuid"] not in skip]
+    extra: Dict[str, Any] = {"visible_uuids": visible}
+    if not visible:
+        extra["no_gpu_reason"] = ("every GPU has compute processes of others on it (NVML); --include-busy tests "
+                                  "them anyway")
+    return {"CUDA_VISIBLE_DEVICES": ",".join(f"GPU-{u}" for u in visible)}, extra
 
 
 def _watch(ctx: ProbeContext):
