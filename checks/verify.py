@@ -57,7 +57,8 @@ def coverage(v: Dict[str, Any]) -> str:
     alone = v.get("left_alone") or {}
     if not alone:
         return ""
-    return "; left alone: " + "; ".join(str(why) for why in list(alone.values())[:8])
+    return ("; left alone as in use by others (--include-busy tests them too): "
+            + ", ".join(str(why) for why in list(alone.values())[:8]))
 
 
 FIX_RUN = Fix("Verify with an environment whose torch or JAX imports (--python), on the machine itself.",
@@ -339,9 +340,11 @@ def unwell_under_load(facts: Facts, matrix) -> Result:
         failures.append(f"Xid {xid} on a GPU NVML could not name")
     evidence = {"gpus": gpus, "xid_watch": w.get("xid_watch"),
                 "thresholds": {"slowdown_share": SLOWDOWN_SHARE, "reasons": list(SLOWDOWN_REASONS)}}
+    xids = sorted({x for g in gpus for x in (g.get("xid") or []) if isinstance(x, int)})[:3]
     fix = Fix("Find out what the GPU logged and why it slowed down.",
-              ('dl-doctor why "Xid <n>"', "nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER,ECC",
-               "sudo nvidia-smi -r -i <index>   # reset it when nothing runs on it"))
+              tuple(f'dl-doctor why "Xid {x}"' for x in xids)
+              + ("nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER,ECC",
+                 "sudo nvidia-smi -r -i <index>   # reset it when nothing runs on it"))
     if failures:
         return fail("; ".join(failures + warnings), evidence, fix)
     if warnings:

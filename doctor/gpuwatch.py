@@ -114,15 +114,14 @@ class GpuWatch:
             self.xid_reason = "Xid events not watched on " + "; ".join(failed[:8])
 
     def busy(self) -> Dict[str, str]:
-        """uuid -> why a GPU is left alone: compute processes already on it (they are not dl-doctor's: its workload
+        """uuid -> a GPU left alone and why: compute processes already on it (they are not dl-doctor's: its workload
         has not started)."""
         out = {}
         for dev in self.devices:
             procs = dev.get("processes") or []
             if procs and dev.get("uuid"):
                 pids = ", ".join(str(p["pid"]) for p in procs[:5])
-                out[dev["uuid"]] = (f"GPU {dev['index']} has {len(procs)} compute process(es) of others on it "
-                                    f"(pid {pids}); --include-busy tests it anyway")
+                out[dev["uuid"]] = f"GPU {dev['index']} ({len(procs)} compute process(es): pid {pids})"
         return out
 
     def _sample(self) -> None:

@@ -145,7 +145,7 @@ for i in range(count):
     props = torch.cuda.get_device_properties(i)
     uuid = uuid_of(props)
     if uuid in skip_uuids:
-        out["skipped"]["cuda%d" % i] = "left alone: %s" % plan["skip_reason"].get(uuid, "other processes use it")
+        out["skipped"]["cuda%d" % i] = "left alone as in use by others: %s" % plan["skip_reason"].get(uuid, "")
         continue
     dev = {"index": i, "cuda_index": i, "uuid": uuid, "name": props.name,
            "capability": "%d.%d" % (props.major, props.minor), "matmul": {}}

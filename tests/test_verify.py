@@ -142,7 +142,7 @@ def test_the_watch_leaves_busy_gpus_alone_and_sees_throttling_ecc_and_xids_durin
     assert watch.open() is None
     busy = watch.busy()
     assert list(busy) == ["00000002-aaaa-bbbb-cccc-000000000002"]
-    assert "GPU 2 has 1 compute process(es) of others on it (pid 4242)" in busy["00000002-aaaa-bbbb-cccc-000000000002"]
+    assert busy["00000002-aaaa-bbbb-cccc-000000000002"] == "GPU 2 (1 compute process(es): pid 4242)"
     watch.start()
     deadline = time.monotonic() + 5
     while nv.sampled.get(id(nv.rec["devices"][5]), 0) < 4 and time.monotonic() < deadline:
@@ -248,6 +248,7 @@ def test_under_load_an_xid_or_new_uncorrectable_ecc_fails_and_thermal_slowdown_w
     f = _judge("DLD-VER-006", _watched(g3={"xid": [79]}, g5={"ecc_delta": {"corrected": 2, "uncorrected": 1}}))
     assert f.status.value == "fail" and f.remediation["drain"] is True
     assert "GPU 3 raised Xid 79 (" in f.message and "GPU 5 gained 1 uncorrectable ECC error(s)" in f.message
+    assert f.fix.commands[0] == 'dl-doctor why "Xid 79"'
     f = _judge("DLD-VER-006", _watched(g1={"throttle": {"hw_thermal_slowdown": 12}, "temperature_c": {"max": 88}}))
     assert f.status.value == "warn"
     assert f.message == "GPU 1 hw_thermal_slowdown in 12 of 40 samples; GPU 1 reached 88 C, its slowdown threshold 87 C"
@@ -274,11 +275,11 @@ def test_a_slow_all_reduce_warns_and_names_the_slowest_pairs_a_failing_pair_fail
     f = _judge("DLD-VER-003", v)
     assert f.status.value == "fail" and "[0, 6]: DistBackendError" in f.message
     v["pairs"], v["allreduce"]["busbw_gbps"] = [], 390.0
-    v["left_alone"] = {7: "GPU 7 has 1 compute process(es) of others on it (pid 9); --include-busy tests it anyway"}
+    v["left_alone"] = {7: "GPU 7 (1 compute process(es): pid 9)"}
     f = _judge("DLD-VER-003", v)
     assert f.status.value == "pass" and "(expectation 450.0 GB/s via NVLink" in f.message
-    assert f.message.endswith("left alone: GPU 7 has 1 compute process(es) of others on it (pid 9); "
-                              "--include-busy tests it anyway")
+    assert f.message.endswith("; left alone as in use by others (--include-busy tests them too): "
+                              "GPU 7 (1 compute process(es): pid 9)")
 
 
 # -- DCGM: recorded outputs (tests/fixtures/dcgm/README.md says where each comes from) ----------------------------
@@ -407,11 +408,11 @@ def test_the_workloads_gpu_branch_leaves_a_busy_gpu_alone_runs_fp8_where_it_exis
     from dl_doctor.verify import run_workload
 
     host = _fake_torch_host(tmp_path, _four(slow_gpus=[3]))
-    busy = {"00000000-aaaa-bbbb-cccc-000000000001": "GPU 1 has 1 compute process(es) of others on it (pid 5)"}
+    busy = {"00000000-aaaa-bbbb-cccc-000000000001": "GPU 1 (1 compute process(es): pid 5)"}
     out = run_workload(host, sys.executable, "quick", skip=busy, busbw_floor=1000.0)
     assert "error" not in out, out
     assert [d["index"] for d in out["devices"]] == [0, 2, 3]
-    assert out["skipped"]["cuda1"] == "left alone: GPU 1 has 1 compute process(es) of others on it (pid 5)"
+    assert out["skipped"]["cuda1"] == "left alone as in use by others: GPU 1 (1 compute process(es): pid 5)"
     h100, a100 = out["devices"][0], out["devices"][2]
     assert set(h100["matmul"]) == {"fp32", "tf32", "fp16", "bf16", "fp8"} and "fp8" not in a100["matmul"]
     assert a100["fp8"] == "compute capability 8.0 has no fp8 Tensor Cores (8.9 and later)"
@@ -517,10 +518,26 @@ def test_gpus_left_alone_are_hidden_from_the_workload_by_uuid_unless_cuda_visibl
             return self.env
 
     gpus = [{"index": i, "uuid": f"u{i}"} for i in range(4)]
-    busy = {"u1": "GPU 1 has 1 compute process(es) of others on it (pid 9)"}
+    busy = {"u1": "GPU 1 (1 compute process(es): pid 9)"}
     env, extra = _visibility(ProbeContext(host=Env({})), gpus, busy)
     assert env == {"CUDA_VISIBLE_DEVICES": "GPU-u0,GPU-u2,GPU-u3"} and extra == {"visible_uuids": ["u0", "u2", "u3"]}
     assert _visibility(ProbeContext(host=Env({"CUDA_VISIBLE_DEVICES": "0,1"})), gpus, busy) == ({}, {})
     assert _visibility(ProbeContext(host=Env({})), gpus, {}) == ({}, {})
     env, extra = _visibility(ProbeContext(host=Env({})), gpus, {f"u{i}": "busy" for i in range(4)})
     assert env == {"CUDA_VISIBLE_DEVICES": ""} and extra["no_gpu_reason"].startswith("every GPU has compute processes")
+
+
+def test_run_verify_adds_the_workloads_to_a_full_run_and_a_plain_run_never_starts_them(tmp_path):
+    if not TORCH_ENV.exists():
+        pytest.skip("the CPU torch test environment is missing (tests/setup_torch_envs.sh)")
+    base = [str(DOCTOR), "run", "--no-env-scan", "--python", str(TORCH_ENV), "--fail-on", "never", "--json", "-"]
+    r = subprocess.run(base + ["--verify"], capture_output=True, text=True, timeout=300)
+    report = json.loads(r.stdout)
+    f = {x["id"]: x for x in report["findings"]}
+    assert f["DLD-VER-001"]["status"] == "pass" and "computes a matmul on the CPU" in f["DLD-VER-001"]["message"]
+    assert "DLD-PY-004" in f and report["facts"]["verify"]["framework"] == "torch"
+    r = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    report = json.loads(r.stdout)
+    f = {x["id"]: x for x in report["findings"]}
+    assert "verify" not in report["facts"]
+    assert f["DLD-VER-001"]["status"] == "skip" and "not asked for: dl-doctor verify" in f["DLD-VER-001"]["message"]
