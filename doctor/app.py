@@ -24,6 +24,11 @@ class InputProblem(Exception):
 
 # -- options --------------------------------------------------------------------------------------------------------
 
+# How long `dcgmi diag -r N` may take (DCGM's documentation: level 1 seconds, 2 about two minutes, 3 about fifteen
+# minutes, 4 longer), with room; 0 runs no diagnostic
+DCGM_DIAG_SECONDS = {0: 0.0, 1: 120.0, 2: 600.0, 3: 2400.0, 4: 9000.0}
+
+
 @dataclass
 class CollectOptions:
     """What `run`, `collect` and `bundle` collect, and how."""
@@ -42,6 +47,7 @@ class CollectOptions:
     verify: Optional[str] = None  # dl-doctor verify / run --verify: the workload level (quick, long)
     include_busy: bool = False  # verify also the GPUs that others' compute processes use
     framework: str = "auto"  # verify's framework: auto (the first of torch and jax the environment has), torch, jax
+    dcgm_level: Optional[int] = None  # verify's dcgmi diag -r level (None: 1 with --quick, 2 with --long; 0: none)
 
     def probe_options(self) -> Dict[str, Any]:
         return {"timeout": self.timeout, "python": list(self.pythons), "deep": self.deep,
@@ -50,10 +56,17 @@ class CollectOptions:
                 "python_envs_timeout": 600.0 if self.deep else 20.0 if self.fast else max(self.timeout, 60.0),
                 "sample_seconds": self.sample_seconds, "ebs_timeout": self.timeout + self.sample_seconds,
                 "verify": bool(self.verify), "verify_level": self.verify,
-                # the workload's own limit plus its start, then dcgmi diag (-r 1: 120 s, -r 2: 600 s) and health (30 s)
-                "verify_timeout": 1000.0 if self.verify == "long" else 250.0,
+                # the workload's own limit plus its start (90 s, 330 s), then dcgmi diag and dcgmi health (30 s)
+                "verify_timeout": (330.0 if self.verify == "long" else 90.0) + 30.0 + DCGM_DIAG_SECONDS[
+                    self.resolved_dcgm_level()],
+                "verify_dcgm_level": self.resolved_dcgm_level(),
                 "verify_include_busy": self.include_busy, "verify_framework": self.framework,
                 "ebs_volume_types": list(self.ebs_types)}
+
+    def resolved_dcgm_level(self) -> int:
+        if self.dcgm_level is not None:
+            return self.dcgm_level
+        return 2 if self.verify == "long" else 1
 
     def report_options(self) -> Dict[str, Any]:
         return {"timeout": self.timeout, "python": list(self.pythons), "deep": self.deep,

@@ -4,6 +4,7 @@ judging of recorded GPU results (a slow GPU against its dense peak and its peers
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -541,3 +542,32 @@ def test_run_verify_adds_the_workloads_to_a_full_run_and_a_plain_run_never_start
     f = {x["id"]: x for x in report["findings"]}
     assert "verify" not in report["facts"]
     assert f["DLD-VER-001"]["status"] == "skip" and "not asked for: dl-doctor verify" in f["DLD-VER-001"]["message"]
+
+
+def test_the_probe_runs_dcgmi_at_the_asked_level_and_reads_diag_and_health_from_their_json(tmp_path):
+    """A stand-in dcgmi on PATH prints the recorded outputs (VirtualClient's diag -r 3 and healthy health) and exits
+    0, as dcgmi does whatever it found; it logs how it was called."""
+    if not TORCH_ENV.exists():
+        pytest.skip("the CPU torch test environment is missing (tests/setup_torch_envs.sh)")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "calls"
+    dcgmi = bindir / "dcgmi"
+    dcgmi.write_text("#!/bin/sh\n"
+                     f'echo "$@" >> {log}\n'
+                     f'case "$1" in diag) cat {DCGM / "diag-3x-virtualclient-r3.json"} ;; '
+                     f'health) cat {DCGM / "health-virtualclient-healthy.json"} ;; esac\n')
+    dcgmi.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+    r = subprocess.run([str(DOCTOR), "verify", "--python", str(TORCH_ENV), "--dcgm-level", "3", "--json", "-"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert log.read_text().splitlines() == ["diag -r 3 -j", "health -c -j"]
+    f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}
+    assert f["DLD-VER-005"]["status"] == "pass"
+    assert f["DLD-VER-005"]["message"] == "dcgmi diag -r 3 -j: 15 results passed (1 skipped), DCGM 3.x output"
+    assert f["DLD-VER-007"]["status"] == "pass"
+    r = subprocess.run([str(DOCTOR), "verify", "--python", str(TORCH_ENV), "--dcgm-level", "0", "--json", "-"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}
+    assert f["DLD-VER-005"]["status"] == "skip" and "not asked for (--dcgm-level 0)" in f["DLD-VER-005"]["message"]

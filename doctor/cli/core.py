@@ -256,6 +256,9 @@ def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> 
               "pair's all-reduce, dcgmi diag -r 2.")
 @click.option("--framework", type=click.Choice(["auto", "torch", "jax"]), default="auto", show_default=True,
               help="The framework whose workloads run: auto takes the first of torch and jax the environment has.")
+@click.option("--dcgm-level", type=click.IntRange(0, 4), metavar="0-4",
+              help="dcgmi diag -r LEVEL where DCGM is installed (default 1, 2 with --long; 3 takes about fifteen "
+                   "minutes; 0 runs none).")
 @click.option("--include-busy", is_flag=True, help="Also test GPUs that other compute processes use (NVML); by "
               "default they are left alone and the findings say so.")
 @click.option("--json", "json_path", metavar="PATH", help="Write the JSON report here ('-' = alone on stdout).")
@@ -277,7 +280,7 @@ def verify_cmd(python_path, level, framework, include_busy, **kw) -> int:
 
     started, t0 = utc_now(), time.monotonic()
     collect = CollectOptions(pythons=(python_path,) if python_path else (), no_env_scan=True, verify=level,
-                             include_busy=include_busy, framework=framework)
+                             include_busy=include_busy, framework=framework, dcgm_level=kw["dcgm_level"])
     judge = JudgeOptions(fail_on=kw["fail_on"], only=("verify",))
     out = OutputOptions(json_path=kw["json_path"], html_path=kw["html_path"], output_dir=kw["output_dir"])
     out.validate()

@@ -53,7 +53,7 @@ def verify_probe(ctx: ProbeContext) -> Dict[str, Any]:
         out["busbw_expectation"] = dict(expect, floor_gbps=floor, floor_ratio=ALLREDUCE_FLOOR)
     if watch is None:
         out["watch"] = {"ran": False, "reason": why}
-    out["dcgm"] = _dcgm(ctx, level)
+    out["dcgm"] = _dcgm(ctx, int(ctx.options.get("verify_dcgm_level", 2 if level == "long" else 1)))
     out["dcgm_health"] = _dcgm_health(ctx)
     return out
 
@@ -104,17 +104,20 @@ def _expectation(gpus, busbw_expectation) -> Dict[str, Any]:
     return min(found, key=lambda e: e["gbps"]) if found else {}
 
 
-def _dcgm(ctx: ProbeContext, level: str) -> Dict[str, Any]:
-    """`dcgmi diag -r 1` (2 for --long) where DCGM is installed, its JSON parsed (both shapes); the run's own
-    judgement comes from that JSON, not from the exit code."""
+def _dcgm(ctx: ProbeContext, level: int) -> Dict[str, Any]:
+    """`dcgmi diag -r LEVEL` where DCGM is installed (1 with --quick, 2 with --long, or --dcgm-level), its JSON parsed
+    (both shapes); the run's own judgement comes from that JSON, not from the exit code."""
+    from dl_doctor.app import DCGM_DIAG_SECONDS
     from dl_doctor.dcgm import load_json, parse_diag
 
+    if not level:
+        return {"ran": False, "reason": "not asked for (--dcgm-level 0)"}
     exe = ctx.host.which("dcgmi")
     if not exe:
         return {"ran": False, "reason": "dcgmi is not installed"}
-    argv = [exe, "diag", "-r", "1" if level == "quick" else "2", "-j"]
+    argv = [exe, "diag", "-r", str(level), "-j"]
     try:
-        r = ctx.host.run(argv, timeout=120 if level == "quick" else 600)
+        r = ctx.host.run(argv, timeout=DCGM_DIAG_SECONDS.get(level, 600.0))
     except OSError as exc:
         return {"ran": False, "reason": f"dcgmi could not run: {exc}"}
     doc = load_json(r.stdout)
