@@ -61,6 +61,20 @@ def coverage(v: Dict[str, Any]) -> str:
             + ", ".join(str(why) for why in list(alone.values())[:8]))
 
 
+def _blind(v: Dict[str, Any]) -> Optional[str]:
+    """Why it is a failure that the framework saw no GPU: NVML lists GPUs that were not left alone (a CPU build of
+    torch on a GPU node, or a framework whose CUDA cannot start), or None."""
+    if not v.get("no_gpu"):
+        return None
+    listed = [g for g in v.get("nvml_gpus") or [] if isinstance(g, dict)]
+    alone = {str(k) for k in (v.get("left_alone") or {})}
+    usable = [g for g in listed if str(g.get("index")) not in alone]
+    if not usable:
+        return None
+    return (f"{v.get('framework') or 'the framework'} sees no GPU, though NVML lists {len(usable)} free: "
+            f"{v['no_gpu']}")
+
+
 FIX_RUN = Fix("Verify with an environment whose torch or JAX imports (--python), on the machine itself.",
               ("dl-doctor verify --python /path/to/env/bin/python",))
 
@@ -85,6 +99,13 @@ def matmul_below_peak(facts: Facts, matrix) -> Result:
     if early is not None:
         return early
     gpus = [d for d in v.get("devices") or [] if d.get("index") is not None]
+    blind = _blind(v)
+    if not gpus and blind:
+        return fail(blind, {"nvml_gpus": v.get("nvml_gpus"), "framework_says": v.get("no_gpu")},
+                    Fix("Verify with an environment whose framework is a CUDA build for this driver.",
+                        ("dl-doctor run --python /path/to/env/bin/python   # what the environment's build needs",
+                         "dl-doctor verify --python /path/to/another/env/bin/python")),
+                    headline="The framework sees none of the GPUs", remedy="repair-software", drain=False)
     if not gpus:
         cpu = next((d for d in v.get("devices") or [] if d.get("name") == "cpu"), None)
         skipped = (v.get("skipped") or {}).get("gpu_matmul") or "no GPU was tested"

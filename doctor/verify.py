@@ -125,8 +125,16 @@ def conv(device):
     return {"ok": bool(torch.isfinite(x.grad).all().item())}
 cuda = torch.cuda.is_available()
 if not cuda:
-    reason = plan.get("no_gpu_reason") or ("no CUDA device: torch.cuda.is_available() is False (torch %s, CUDA %s)"
-                                           % (out["version"], out["cuda"]))
+    if out["cuda"] is None:
+        why = "torch %s is a CPU-only build" % out["version"]
+    else:
+        try:
+            torch.cuda.init()  # raises what is_available() only warned about (no driver, a driver too old, ...)
+            why = "torch %s (CUDA %s) found no device" % (out["version"], out["cuda"])
+        except BaseException as exc:
+            why = "torch %s (CUDA %s): %s" % (out["version"], out["cuda"], err(exc, 200))
+    out["no_gpu"] = why
+    reason = plan.get("no_gpu_reason") or "no CUDA device: torch.cuda.is_available() is False (%s)" % why
     for part in ("gpu_matmul", "cudnn_conv", "copy", "allreduce"):
         out["skipped"][part] = reason
     try:
@@ -142,7 +150,11 @@ count = torch.cuda.device_count()
 skip_uuids = set(plan.get("skip_uuids") or [])
 for i in range(count):
     device = "cuda:%d" % i
-    props = torch.cuda.get_device_properties(i)
+    try:
+        props = torch.cuda.get_device_properties(i)
+    except BaseException as exc:
+        out["errors"]["gpu%d.matmul.properties" % i] = err(exc)
+        continue
     uuid = uuid_of(props)
     if uuid in skip_uuids:
         out["skipped"]["cuda%d" % i] = "left alone as in use by others: %s" % plan["skip_reason"].get(uuid, "")
@@ -249,11 +261,13 @@ def conv(device):
 try:
     # the tests run this branch on XLA's CPU devices (jax_platform "cpu" with several host devices)
     gpus = jax.devices(plan.get("jax_platform") or "gpu")
-except BaseException:
+    why = "jax %s found none" % out["version"]
+except BaseException as exc:
     gpus = []
+    why = "jax %s: %s" % (out["version"], err(exc, 200))
 if not gpus:
-    reason = plan.get("no_gpu_reason") or ("no GPU: jax.devices('gpu') found none (jax %s, backend %s)"
-                                           % (out["version"], jax.default_backend()))
+    out["no_gpu"] = why
+    reason = plan.get("no_gpu_reason") or "no GPU: " + why
     for part in ("gpu_matmul", "cudnn_conv", "copy", "allreduce"):
         out["skipped"][part] = reason
     try:

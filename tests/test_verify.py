@@ -34,7 +34,8 @@ def test_verify_on_cpu_torch_gives_a_finding_per_workload(tmp_path):
     assert f["DLD-VER-007"]["status"] == "skip" and "dcgmi is not installed" in f["DLD-VER-007"]["message"]
     assert f["DLD-VER-006"]["status"] == "skip" and "no /proc/driver/nvidia" in f["DLD-VER-006"]["message"]
     assert f["DLD-VER-001"]["status"] == "pass" and "computes a matmul on the CPU" in f["DLD-VER-001"]["message"]
-    assert "GPU part skipped: no CUDA device" in f["DLD-VER-001"]["message"]
+    assert ("GPU part skipped: no CUDA device: torch.cuda.is_available() is False (torch 2.13.0+cpu is a CPU-only "
+            "build)") in f["DLD-VER-001"]["message"]
     assert f["DLD-VER-002"]["status"] == "pass" and "on the CPU" in f["DLD-VER-002"]["message"]
     assert f["DLD-VER-003"]["status"] == "skip" and "no CUDA device" in f["DLD-VER-003"]["message"]
     assert f["DLD-VER-004"]["status"] == "skip"
@@ -201,7 +202,11 @@ def test_the_probe_runs_the_workload_under_a_recorded_nvml_and_leaves_a_busy_gpu
     # 8 x H100 SXM: half of the 900 GB/s NVLink the matrix cites, and a quarter of that as the floor
     assert out["busbw_expectation"]["gbps"] == 450.0 and out["busbw_expectation"]["floor_gbps"] == 112.5
     assert nv.shutdowns == 1
-    # a CPU torch on a GPU host: the GPUs were watched but nothing ran on them, which is not a pass
+    # a CPU torch on a GPU host: the framework is blind to the GPUs NVML lists, which fails, and the GPUs were
+    # watched with nothing running on them, which is not a pass either
+    f = _judge("DLD-VER-001", out)
+    assert f.status.value == "fail"
+    assert f.message == "torch sees no GPU, though NVML lists 7 free: torch 2.13.0+cpu is a CPU-only build"
     f = _judge("DLD-VER-006", out)
     assert f.status.value == "skip" and "8 GPU(s) watched, no Xid" in f.message
     assert "no GPU was under load: no CUDA device: torch.cuda.is_available() is False" in f.message
@@ -461,7 +466,7 @@ def test_verify_with_jax_on_the_cpu_gives_a_finding_per_workload(tmp_path):
     f = {x["id"]: x for x in report["findings"]}
     assert f["DLD-VER-001"]["status"] == "pass"
     assert f["DLD-VER-001"]["message"].startswith("jax 0.10.2 computes a matmul on the CPU")
-    assert ("GPU part skipped: no GPU: jax.devices('gpu') found none (jax 0.10.2, backend cpu)"
+    assert ("GPU part skipped: no GPU: jax 0.10.2: RuntimeError: Unknown backend: 'gpu' requested"
             in f["DLD-VER-001"]["message"])
     assert f["DLD-VER-002"]["status"] == "pass" and f["DLD-VER-003"]["status"] == "skip"
     assert report["facts"]["verify"]["framework"] == "jax"
@@ -571,3 +576,18 @@ def test_the_probe_runs_dcgmi_at_the_asked_level_and_reads_diag_and_health_from_
                        capture_output=True, text=True, timeout=300, env=env)
     f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}
     assert f["DLD-VER-005"]["status"] == "skip" and "not asked for (--dcgm-level 0)" in f["DLD-VER-005"]["message"]
+
+
+def test_a_cuda_torch_without_a_driver_says_what_cuda_said():
+    """The real torch 2.14.1 cu130 wheel on this driverless machine: torch.cuda.init() gives the reason that
+    is_available() only warns about."""
+    env = Path.home() / ".cache" / "dl-doctor-test-envs" / "torch-2.14.1-cu130" / "bin" / "python"
+    if not env.exists():
+        pytest.skip("the cu130 torch test environment is missing (tests/setup_torch_envs.sh)")
+    from dl_doctor.host import Host
+    from dl_doctor.verify import run_workload
+
+    out = run_workload(Host(), str(env), "quick")
+    assert out["no_gpu"].startswith("torch 2.14.1+cu130 (CUDA 13.0): RuntimeError: Found no NVIDIA driver")
+    f = _judge("DLD-VER-001", out)
+    assert f.status.value == "pass" and "Found no NVIDIA driver" in f.message  # no NVML GPU: a CPU host
