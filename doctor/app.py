@@ -217,8 +217,11 @@ def snapshot_of(path: str, data: Any) -> Dict[str, Any]:
         snapshot = data
     elif "findings" in data and isinstance(data.get("facts"), dict):
         run = data.get("run") if isinstance(data.get("run"), dict) else {}
+        tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
+        # a report's parts are rebuilt where they are missing (its tool too); its facts are held to the schema
+        tool = {**tool, "name": tool.get("name") or "dl-doctor", "version": tool.get("version") or "unknown"}
         snapshot = {
-            "schema_version": version, "kind": "dl-doctor-facts", "tool": data.get("tool", {}),
+            "schema_version": version, "kind": "dl-doctor-facts", "tool": tool,
             "collected_at": run.get("facts_collected_at") or run.get("started_at"),
             "mode": run.get("facts_mode") or ("sysroot" if run.get("mode") == "sysroot" else "live"),
             "sysroot": run.get("sysroot"), "facts": data["facts"],

@@ -108,7 +108,8 @@ def _type_ok(value: Any, names: List[str]) -> bool:
 
 
 def check_schema(value: Any, schema: Dict[str, Any], what: str, path: Optional[List[Any]] = None) -> None:
-    """A small JSON Schema subset: type, properties, additionalProperties (schema), items, minimum, maximum, enum."""
+    """A small JSON Schema subset: type, properties, required, additionalProperties (schema), items, minimum,
+    maximum, enum."""
     stack: List[Any] = [(value, schema, path or [])]
     while stack:
         item, sch, where = stack.pop()
@@ -126,6 +127,9 @@ def check_schema(value: Any, schema: Dict[str, Any], what: str, path: Optional[L
             if "maximum" in sch and item > sch["maximum"]:
                 raise InputError(f"{what}: {_where(where)} = {item} is above {sch['maximum']}")
         if isinstance(item, dict):
+            missing = [k for k in sch.get("required") or () if k not in item]
+            if missing:
+                raise InputError(f"{what}: {_where(where + [missing[0]])} is missing")
             props = sch.get("properties") or {}
             extra = sch.get("additionalProperties")
             for k, v in item.items():

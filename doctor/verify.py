@@ -384,11 +384,14 @@ def busbw_expectation(matrix, name: Optional[str], pcie: Optional[Dict[str, Any]
 
 def run_workload(host, python: str, level: str = "quick", skip: Optional[Dict[str, str]] = None,
                  busbw_floor: Optional[float] = None, timeout: Optional[float] = None, watch=None,
-                 env: Optional[Dict[str, str]] = None, **plan_extra: Any) -> Dict[str, Any]:
+                 env: Optional[Dict[str, str]] = None, requested: bool = True, startup_paths=(),
+                 **plan_extra: Any) -> Dict[str, Any]:
     """Run the workload with ``python`` (under Host.run's trust rule) and return its results (or why it could not).
 
     ``skip`` maps GPU UUIDs to why they are left alone; ``watch`` (a started-up GpuWatch) samples NVML while the
-    workload runs; ``env`` is added to the subprocess's environment and ``plan_extra`` to its plan (framework,
+    workload runs; ``requested`` says the person named ``python`` (--python), and ``startup_paths`` are what it
+    executes before the workload (its .pth files), both for the trust rule; ``env`` is added to the subprocess's
+    environment and ``plan_extra`` to its plan (framework,
     visible_uuids, no_gpu_reason, and sizes in the tests). CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA's numbering
     NVML's where a framework gives no UUID; XLA_PYTHON_CLIENT_PREALLOCATE=false keeps JAX from taking most of each
     GPU's memory."""
@@ -402,7 +405,8 @@ def run_workload(host, python: str, level: str = "quick", skip: Optional[Dict[st
     if watch is not None:
         watch.start()
     try:
-        result = host.run([python, "-c", WORKLOAD, json.dumps(plan)], timeout=limit, env=env, requested=True)
+        result = host.run([python, "-c", WORKLOAD, json.dumps(plan)], timeout=limit, env=env, requested=requested,
+                          startup_paths=startup_paths)
     except OSError as exc:
         return {"python": python, "error": f"could not run {python}: {exc}"}
     finally:

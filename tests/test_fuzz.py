@@ -279,3 +279,13 @@ def test_truncated_and_corrupt_bundles_are_exit_2_not_interrupted(workdir):
             tar.addfile(info, io.BytesIO(b""))
     code, _, err = _cli(["check", str(many), "-q", "--output-dir", str(workdir / "o")])
     assert code == 2 and "more than 20000 members" in err
+
+
+def test_a_privilege_entry_without_its_fields_is_bad_input_not_a_crash(workdir):
+    """Found by the mutation above: privilege.limited [{}] reached the HTML template, which needs both fields."""
+    doc = json.loads(json.dumps(BASES["p4d_rhel8_healthy"]))
+    doc["privilege"] = {"euid": 0, "is_root": True, "limited": [{}]}
+    facts = workdir / "privilege.json"
+    _write(facts, doc)
+    code, _, err = _cli(["check", str(facts), "-q", "--html", str(workdir / "p.html")])
+    assert code == 2 and err.strip() == f"dl-doctor: error: {facts}: privilege.limited[0].probe is missing"

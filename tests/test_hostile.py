@@ -492,3 +492,26 @@ def test_a_sandboxed_run_gathers_the_same_facts(tmp_path):
     assert {k: v["status"] for k, v in a["probes"].items()} == {k: v["status"] for k, v in b["probes"].items()}
     for probe in ("gpu_pci", "nvidia_driver", "kmod", "os", "kernel"):
         assert a["facts"].get(probe) == b["facts"].get(probe), probe
+
+
+@needs_root
+def test_verify_never_runs_another_users_active_environment_as_root_unless_named():
+    """VIRTUAL_ENV kept through `sudo -E` points at another user's venv: dl-doctor verify, as root, does not run it;
+    named with --python it runs (the person chose it), and says so."""
+    base = _open_dir("dld-verify-")
+    try:
+        marker = base / "ran"
+        py = _planted_python(base / "venv", marker)
+        env = dict(os.environ, VIRTUAL_ENV=str(base / "venv"))
+        env.pop("CONDA_PREFIX", None)
+        doctor = str(Path(sys.executable).parent / "dl-doctor")
+        r = subprocess.run([doctor, "verify", "--json", "-", "--dcgm-level", "0"], capture_output=True,
+                           text=True, timeout=120, env=env)
+        f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}
+        assert r.returncode == 1 and not marker.exists()
+        assert f["DLD-VER-001"]["status"] == "fail" and f"could not run {py}" in f["DLD-VER-001"]["message"]
+        r = subprocess.run([doctor, "verify", "--python", str(py), "--json", "-", "--dcgm-level", "0"],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert marker.exists()  # named: it ran (and failed: it is not a Python)
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)

@@ -39,8 +39,13 @@ def verify_probe(ctx: ProbeContext) -> Dict[str, Any]:
     expect = _expectation(gpus, busbw_expectation)
     floor = round(ALLREDUCE_FLOOR * expect["gbps"], 1) if expect.get("gbps") else None
     env, extra = _visibility(ctx, gpus, skip)
+    python = _interpreter(ctx)
+    # the trust rule (docs/security.md): an interpreter named with --python runs as asked; one found through
+    # CONDA_PREFIX, VIRTUAL_ENV or PATH runs as root only if root controls it and what it executes at start-up
+    requested = bool(ctx.options.get("python"))
     try:
-        out = run_workload(ctx.host, _interpreter(ctx), level, skip=skip, busbw_floor=floor, watch=watch, env=env,
+        out = run_workload(ctx.host, python, level, skip=skip, busbw_floor=floor, watch=watch, env=env,
+                           requested=requested, startup_paths=() if requested else _startup(ctx.host, python),
                            framework=ctx.options.get("verify_framework") or "auto", **extra)
     finally:
         if watch is not None:
@@ -56,6 +61,23 @@ def verify_probe(ctx: ProbeContext) -> Dict[str, Any]:
     out["dcgm"] = _dcgm(ctx, int(ctx.options.get("verify_dcgm_level", 2 if level == "long" else 1)))
     out["dcgm_health"] = _dcgm_health(ctx)
     return out
+
+
+def _startup(host, python: str) -> List[str]:
+    """What ``python`` executes before any script: its environment's .pth files and their imports, sitecustomize."""
+    import posixpath
+
+    from dl_doctor.probes.python_envs import site_dirs
+    from dl_doctor.trust import python_startup_paths
+
+    prefix = posixpath.dirname(posixpath.dirname(python))
+    kind = ("venv" if host.is_file(f"{prefix}/pyvenv.cfg") else
+            "conda" if host.is_dir(f"{prefix}/conda-meta") else "system")
+    try:
+        sites = site_dirs(host, {"prefix": prefix, "kind": kind})
+    except OSError:
+        sites = []
+    return python_startup_paths(host, prefix if kind != "system" else None, sites)
 
 
 def _visibility(ctx: ProbeContext, gpus, skip: Dict[str, str]):
