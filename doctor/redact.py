@@ -14,6 +14,7 @@ see that two mentions are the same thing.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
@@ -41,15 +42,22 @@ _SECRET_QUERY = {q.lower() for q in RULES["urls"]["query"]}
 MAX_NAME = 128
 
 
+_NON_ALNUM = re.compile(r"[^A-Z0-9]+")
+
+
 def looks_secret_name(name: str) -> bool:
     """True for variable/key names whose values are secrets (AWS_SECRET_ACCESS_KEY, HF_TOKEN, DB_PASS, SENTRY_DSN...)."""
-    upper = name[:MAX_NAME].upper()
+    return _looks_secret(name[:MAX_NAME].upper())
+
+
+@functools.lru_cache(maxsize=8192)  # a report asks about the same few hundred key names thousands of times
+def _looks_secret(upper: str) -> bool:
     if upper in _NOT_SECRET:
         return False
-    squashed = re.sub(r"[^A-Z0-9]", "", upper)
+    squashed = _NON_ALNUM.sub("", upper)
     if any(word in squashed for word in _SECRET_WORDS):
         return True
-    parts = [p for p in re.split(r"[^A-Z0-9]+", upper) if p]
+    parts = [p for p in _NON_ALNUM.split(upper) if p]
     return any(p in _SECRET_PARTS for p in parts) or (len(parts) > 0 and parts[-1].endswith(_SECRET_SUFFIXES))
 
 
