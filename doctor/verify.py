@@ -34,6 +34,21 @@ def err(exc, limit=300):
 def rate(n, iters, seconds):
     return {"tflops": round(2.0 * n ** 3 * iters / seconds / 1e12, 3), "seconds": round(seconds, 4), "n": n,
             "iters": iters}
+def timed_matmul(step, finish, n, iters):
+    # one untimed call (compilation, autotuning), then iters timed ones; finish(result) waits for the device
+    finish(step())
+    start = time.perf_counter()
+    for _ in range(iters):
+        last = step()
+    finish(last)
+    return rate(n, iters, time.perf_counter() - start)
+def lacks(dtype, major, minor):
+    # why a GPU of this compute capability has no Tensor Cores for dtype (plan["min_capability"]), or None
+    need = plan["min_capability"].get(dtype)
+    if need and (major, minor) < tuple(need):
+        return "compute capability %d.%d has no %s Tensor Cores (%d.%d and later)" % (major, minor, dtype, need[0],
+                                                                                   need[1])
+    return None
 def node_allreduce(allreduce):
     # the all-reduce across every tested GPU, then every pair alone when it was slow or failed (always with --long),
     # to name the slow or failing link; allreduce(gpus, mib, iters) is the framework's
@@ -93,26 +108,14 @@ def matmul(device, dtype, n, iters, tf32=False):
         torch.backends.cuda.matmul.allow_tf32 = tf32
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
-    a @ b
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(iters):
-        a @ b
-    sync(device)
-    return rate(n, iters, time.perf_counter() - start)
+    return timed_matmul(lambda: a @ b, lambda _: sync(device), n, iters)
 def fp8(device, n, iters):
     # torch._scaled_mm: fp8 e4m3 x fp8 e4m3 -> bf16 on sm_89 and later; its second operand column-major
     a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
     b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()
     one = torch.tensor(1.0, device=device)
-    f = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    f()
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(iters):
-        f()
-    sync(device)
-    return rate(n, iters, time.perf_counter() - start)
+    return timed_matmul(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+                        lambda _: sync(device), n, iters)
 def uuid_of(props):
     u = getattr(props, "uuid", None)
     return str(u).lower().replace("gpu-", "") if u is not None else None
@@ -163,7 +166,7 @@ for i in range(count):
            "capability": "%d.%d" % (props.major, props.minor), "matmul": {}}
     for name, dtype, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
                               ("fp16", torch.float16, False), ("bf16", torch.bfloat16, False)):
-        if name == "bf16" and props.major < 8 or name == "tf32" and props.major < 8:
+        if lacks(name, props.major, props.minor):
             continue
         if time.monotonic() > deadline:
             out["skipped"]["gpu%d.%s" % (i, name)] = "the time limit was reached"
@@ -172,8 +175,8 @@ for i in range(count):
             dev["matmul"][name] = matmul(device, dtype, plan["n"], plan["iters"], tf32)
         except BaseException as exc:
             out["errors"]["gpu%d.matmul.%s" % (i, name)] = err(exc)
-    if (props.major, props.minor) < (8, 9):
-        dev["fp8"] = "compute capability %d.%d has no fp8 Tensor Cores (8.9 and later)" % (props.major, props.minor)
+    if lacks("fp8", props.major, props.minor):
+        dev["fp8"] = lacks("fp8", props.major, props.minor)
     elif not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
         dev["fp8"] = "torch %s has no torch._scaled_mm" % out["version"]
     elif time.monotonic() > deadline:
@@ -246,12 +249,7 @@ def operands(device, dtype, n):
 def matmul(device, dtype, n, iters, precision=None, out_dtype=None):
     a, b = operands(device, dtype, n)
     f = jax.jit(lambda x, y: jnp.dot(x, y, precision=precision, preferred_element_type=out_dtype))
-    block(f(a, b))
-    start = time.perf_counter()
-    for _ in range(iters):
-        r = f(a, b)
-    block(r)
-    return rate(n, iters, time.perf_counter() - start)
+    return timed_matmul(lambda: f(a, b), block, n, iters)
 def conv(device):
     x = jax.device_put(normal((plan.get("conv_batch", 16), 64, 56, 56), 2), device)
     w = jax.device_put(normal((64, 64, 3, 3), 3), device)
@@ -293,7 +291,7 @@ for d in gpus:
     tf32 = getattr(getattr(lax, "DotAlgorithmPreset", None), "TF32_TF32_F32", None)  # else XLA's default on f32
     for name, dtype, precision in (("fp32", jnp.float32, lax.Precision.HIGHEST), ("tf32", jnp.float32, tf32),
                                    ("fp16", jnp.float16, None), ("bf16", jnp.bfloat16, None)):
-        if name in ("bf16", "tf32") and major < 8:
+        if lacks(name, major, minor):
             continue
         if time.monotonic() > deadline:
             out["skipped"]["gpu%d.%s" % (i, name)] = "the time limit was reached"
@@ -302,8 +300,8 @@ for d in gpus:
             dev["matmul"][name] = matmul(d, dtype, plan["n"], plan["iters"], precision)
         except BaseException as exc:
             out["errors"]["gpu%d.matmul.%s" % (i, name)] = err(exc)
-    if (major, minor) < (8, 9):
-        dev["fp8"] = "compute capability %d.%d has no fp8 Tensor Cores (8.9 and later)" % (major, minor)
+    if lacks("fp8", major, minor):
+        dev["fp8"] = lacks("fp8", major, minor)
     elif time.monotonic() > deadline:
         dev["fp8"] = "the time limit was reached"
     else:
@@ -362,6 +360,10 @@ WORKLOAD = PRELUDE + "BODIES = %r\nexec(compile(BODIES[framework], '<dl-doctor v
 
 
 
+# The compute capability from which a GPU has Tensor Cores for a dtype (NVIDIA's CUDA C++ Programming Guide:
+# TF32 and BF16 from 8.0, Ampere; FP8 from 8.9, Ada and Hopper); fp32 and fp16 run everywhere. Both frameworks'
+# workloads read it from their plan.
+MIN_CAPABILITY = {"tf32": (8, 0), "bf16": (8, 0), "fp8": (8, 9)}
 ALLREDUCE_FLOOR = 0.25  # an all-reduce under a quarter of its links' one-direction bandwidth warns (docs/verify.md)
 
 
@@ -396,7 +398,8 @@ def run_workload(host, python: str, level: str = "quick", skip: Optional[Dict[st
     NVML's where a framework gives no UUID; XLA_PYTHON_CLIENT_PREALLOCATE=false keeps JAX from taking most of each
     GPU's memory."""
     skip = skip or {}
-    plan = dict(LEVELS[level], level=level, skip_uuids=sorted(skip), skip_reason=skip, busbw_floor_gbps=busbw_floor)
+    plan = dict(LEVELS[level], level=level, skip_uuids=sorted(skip), skip_reason=skip, busbw_floor_gbps=busbw_floor,
+                min_capability=MIN_CAPABILITY)
     plan.update(plan_extra)
     limit = timeout or plan["seconds"] + 30
     env = dict(host.environ(), **(env or {}))
@@ -426,7 +429,7 @@ def _result(python: str, result) -> Dict[str, Any]:
         return {"python": python, "error": f"the workload gave no result ({why}): {tail}"}
     try:
         out = json.loads(line[len("DLDOCTOR-VERIFY "):])
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past Python's stack
         return {"python": python, "error": f"the workload's result is not JSON: {exc}"}
     if not isinstance(out, dict):
         return {"python": python, "error": "the workload's result is not an object"}
@@ -439,13 +442,14 @@ def renumber(out: Dict[str, Any], gpus) -> None:
     CUDA_DEVICE_ORDER=PCI_BUS_ID makes the same), so the findings and NVML's facts name GPUs alike."""
     by_uuid = {g["uuid"]: g["index"] for g in gpus if g.get("uuid")}
     mapping = {}
-    for d in out.get("devices") or []:
+    devices = out.get("devices")
+    for d in devices if isinstance(devices, list) else []:
         if isinstance(d, dict) and d.get("uuid") in by_uuid:
             mapping[d.get("cuda_index")] = by_uuid[d["uuid"]]
             d["index"] = by_uuid[d["uuid"]]
     if not mapping:
         return
-    fix = lambda xs: [mapping.get(x, x) for x in xs]  # noqa: E731
+    fix = lambda xs: [mapping.get(x, x) for x in xs if isinstance(x, int)] if isinstance(xs, list) else []  # noqa: E731
     if isinstance(out.get("allreduce"), dict):
         out["allreduce"]["gpus"] = fix(out["allreduce"].get("gpus") or [])
     for p in out.get("pairs") or []:
