@@ -26,9 +26,61 @@ SLOWDOWN_SHARE = 0.1
 # verify probe's own reason ("not asked for: dl-doctor verify ...") says why
 
 
+# The shape of the verify facts. They come from a subprocess running someone's interpreter, or from a facts file:
+# every check reads them through conform(), which keeps what has this shape and drops the rest, so a malformed part
+# costs only itself. A str/int/float/bool is a leaf type; [shape] a list of it; {key: shape} a mapping with those
+# keys; {"*": shape} a mapping with any string keys.
+NUM = float
+_GPU_WATCH = {"index": int, "samples": int, "throttle": {"*": int}, "ecc_delta": {"corrected": NUM, "uncorrected": NUM},
+              "xid": [int], "temperature_c": {"min": NUM, "max": NUM}, "slowdown_temp_c": NUM,
+              "power_w": {"min": NUM, "max": NUM}, "power_limit_w": NUM, "sm_clock_mhz": {"min": NUM, "max": NUM},
+              "max_sm_clock_mhz": NUM, "name": str, "uuid": str}
+VERIFY_SHAPE = {
+    "framework": str, "version": str, "cuda": str, "cudnn": int, "level": str, "python": str, "error": str,
+    "no_gpu": str, "include_busy": bool, "errors": {"*": str}, "skipped": {"*": str}, "left_alone": {"*": str},
+    "devices": [{"index": int, "cuda_index": int, "uuid": str, "name": str, "capability": str, "fp8": str,
+                 "matmul": {"*": {"tflops": NUM, "seconds": NUM, "n": int, "iters": int}}, "conv": {"ok": bool},
+                 "copy_gbps": {"h2d": NUM, "d2h": NUM}, "copy_pinned": bool}],
+    "allreduce": {"gpus": [int], "bytes": int, "iters": int, "seconds": NUM, "algbw_gbps": NUM, "busbw_gbps": NUM,
+                  "correct": bool},
+    "pairs": [{"gpus": [int], "busbw_gbps": NUM, "correct": bool, "error": str}],
+    "busbw_expectation": {"gbps": NUM, "via": str, "unverified": bool, "floor_gbps": NUM, "floor_ratio": NUM},
+    "nvml_gpus": [{"index": int, "uuid": str, "name": str, "bus_id": str, "pcie": {"gen": int, "width": int}}],
+    "watch": {"ran": bool, "reason": str, "interval_s": NUM, "gpus": [_GPU_WATCH], "xid_watch": str,
+              "xid_unattributed": [int]},
+    "dcgm": {"ran": bool, "reason": str, "command": str, "exit": int, "shape": str, "version": str,
+             "runtime_error": str, "truncated": bool,
+             "results": [{"category": str, "test": str, "gpu": str, "status": str, "messages": [str]}]},
+    "dcgm_health": {"ran": bool, "reason": str, "command": str, "exit": int, "watches_off": bool, "overall": str,
+                    "incidents": [{"entity": str, "system": str, "status": str, "message": str}]},
+}
+_MISSING = object()
+
+
+def conform(value: Any, shape: Any) -> Any:
+    """``value`` cut to ``shape`` (above): what does not fit is left out (_MISSING at the top)."""
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return _MISSING
+        pairs = ((str(k), conform(v, shape["*"])) for k, v in value.items() if isinstance(k, (str, int))) \
+            if "*" in shape else \
+            ((k, conform(value[k], sub)) for k, sub in shape.items() if k in value)
+        return {k: v for k, v in pairs if v is not _MISSING}
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return _MISSING
+        return [x for x in (conform(v, shape[0]) for v in value) if x is not _MISSING]
+    if shape is NUM:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+        return value if ok and abs(value) < 1e15 else _MISSING
+    if shape is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else _MISSING
+    return value if isinstance(value, shape) else _MISSING
+
+
 def _v(facts: Facts) -> Optional[Dict[str, Any]]:
     v = facts.get("verify")
-    return v if isinstance(v, dict) else None
+    return conform(v, VERIFY_SHAPE) if isinstance(v, dict) else None
 
 
 def _unrunnable(v: Dict[str, Any]) -> Optional[str]:
@@ -66,7 +118,7 @@ def _blind(v: Dict[str, Any]) -> Optional[str]:
     torch on a GPU node, or a framework whose CUDA cannot start), or None."""
     if not v.get("no_gpu"):
         return None
-    listed = [g for g in v.get("nvml_gpus") or [] if isinstance(g, dict)]
+    listed = v.get("nvml_gpus") or []
     alone = {str(k) for k in (v.get("left_alone") or {})}
     usable = [g for g in listed if str(g.get("index")) not in alone]
     if not usable:
@@ -140,7 +192,7 @@ def matmul_below_peak(facts: Facts, matrix) -> Result:
         return fail("; ".join(f"{k}: {e}" for k, e in errors.items()), evidence, fix)
     if notes:
         return warn("; ".join(notes) + coverage(v), evidence, fix)
-    fp8 = {d["index"]: d["fp8"] for d in gpus if isinstance(d.get("fp8"), str)}
+    fp8 = {d["index"]: d["fp8"] for d in gpus if d.get("fp8")}
     if fp8:
         evidence["fp8_not_run"] = fp8
     return passed(f"{len(gpus)} GPU(s) {sorted(d['index'] for d in gpus)}: "
@@ -165,7 +217,7 @@ def cudnn_runs(facts: Facts) -> Result:
         return early
     errors = {k: e for k, e in (v.get("errors") or {}).items() if k.endswith(".conv") or k == "cpu"}
     devices = v.get("devices") or []
-    bad = [d for d in devices if isinstance(d.get("conv"), dict) and not d["conv"].get("ok")]
+    bad = [d for d in devices if "conv" in d and not d["conv"].get("ok")]
     evidence = {"cudnn": v.get("cudnn"), "errors": errors}
     if errors or bad:
         return fail("; ".join([f"{k}: {e}" for k, e in errors.items()] +
@@ -197,7 +249,7 @@ def allreduce(facts: Facts) -> Result:
         return early
     err = (v.get("errors") or {}).get("allreduce")
     ar = v.get("allreduce")
-    pairs = [p for p in v.get("pairs") or [] if isinstance(p, dict)]
+    pairs = [p for p in v.get("pairs") or [] if len(p.get("gpus") or []) == 2]
     broken = [p for p in pairs if p.get("error") or p.get("correct") is False]
     fix = Fix("Check NVLink and the fabric manager, then reset the GPUs or reboot.",
               ("nvidia-smi nvlink --status", "dl-doctor run --only DLD-GPU-004,DLD-GPU-008", "sudo reboot"))
@@ -211,7 +263,7 @@ def allreduce(facts: Facts) -> Result:
     expect = v.get("busbw_expectation") or {}
     floor = expect.get("floor_gbps")
     evidence = {"allreduce": ar, "expectation": expect, "pairs": pairs}
-    measured = f"NCCL all-reduce across GPUs {ar['gpus']}: bus bandwidth {ar.get('busbw_gbps')} GB/s"
+    measured = f"NCCL all-reduce across GPUs {ar.get('gpus', [])}: bus bandwidth {ar.get('busbw_gbps')} GB/s"
     if broken:
         return fail(f"{measured}, but pairs fail: " + "; ".join(
             f"{p['gpus']}: {p.get('error') or 'wrong sum'}" for p in broken[:4]), evidence, fix)
@@ -292,7 +344,7 @@ def dcgm_diag(facts: Facts) -> Result:
                     {"shape": d.get("shape"), "runtime_error": d["runtime_error"]},
                     Fix("Start DCGM's host engine and rerun the diagnostic.",
                         ("sudo systemctl start nvidia-dcgm", "dcgmi diag -r 1")))
-    results = [r for r in d.get("results") or [] if isinstance(r, dict)]
+    results = d.get("results") or []
     failed = [r for r in results if r.get("status") == "fail"]
     warned = [r for r in results if r.get("status") == "warn"]
     text = lambda r: (f"{'all GPUs' if r.get('gpu') == 'all' else 'GPU ' + str(r.get('gpu'))} "  # noqa: E731
@@ -334,15 +386,15 @@ def unwell_under_load(facts: Facts, matrix) -> Result:
     w = v.get("watch") or {}
     if not w.get("ran"):
         return skip(f"not watched: {w.get('reason') or 'NVML was not sampled'}")
-    gpus = [g for g in w.get("gpus") or [] if isinstance(g, dict)]
+    gpus = w.get("gpus") or []
     # Xid events and ECC errors count on every GPU; slowdown and heat only on the GPUs the workloads ran on (a GPU
     # left alone carries someone else's load)
-    tested = {d.get("index") for d in v.get("devices") or [] if isinstance(d, dict) and d.get("index") is not None}
+    tested = {d.get("index") for d in v.get("devices") or [] if d.get("index") is not None}
     failures, warnings = [], []
     for g in gpus:
         name = f"GPU {g.get('index')}"
         for xid in (g.get("xid") or [])[:5]:
-            entry = matrix.xid(xid) if isinstance(xid, int) else None
+            entry = matrix.xid(xid)
             failures.append(f"{name} raised Xid {xid}" + (f" ({entry['name']})" if entry else ""))
         ecc = g.get("ecc_delta") or {}
         if (ecc.get("uncorrected") or 0) > 0:
@@ -361,7 +413,7 @@ def unwell_under_load(facts: Facts, matrix) -> Result:
         failures.append(f"Xid {xid} on a GPU NVML could not name")
     evidence = {"gpus": gpus, "xid_watch": w.get("xid_watch"),
                 "thresholds": {"slowdown_share": SLOWDOWN_SHARE, "reasons": list(SLOWDOWN_REASONS)}}
-    xids = sorted({x for g in gpus for x in (g.get("xid") or []) if isinstance(x, int)})[:3]
+    xids = sorted({x for g in gpus for x in g.get("xid") or []})[:3]
     fix = Fix("Find out what the GPU logged and why it slowed down.",
               tuple(f'dl-doctor why "Xid {x}"' for x in xids)
               + ("nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER,ECC",
@@ -377,7 +429,7 @@ def unwell_under_load(facts: Facts, matrix) -> Result:
         return skip(f"{len(gpus)} GPU(s) watched, no Xid and no new uncorrectable ECC error, but no GPU was under "
                     f"load: {why}", evidence)
     gpus = [g for g in gpus if g.get("index") in tested]
-    peak = lambda key: max(((g.get(key) or {}).get("max") or 0) for g in gpus)  # noqa: E731
+    peak = lambda key: max((((g.get(key) or {}).get("max") or 0) for g in gpus), default=0)  # noqa: E731
     note = "" if w.get("xid_watch") == "watched" else f" ({w.get('xid_watch')})"
     return passed(f"{len(gpus)} GPU(s) watched under load: no Xid, no new uncorrectable ECC error, no thermal or "
                   f"hardware slowdown; peak {peak('temperature_c')} C, {peak('power_w')} W{note}", **evidence)
@@ -407,7 +459,7 @@ def dcgm_health(facts: Facts) -> Result:
             return skip("DCGM's health watches are not enabled; `sudo dcgmi health -s a` turns them on "
                         "(dl-doctor does not change DCGM's state)")
         return skip(d.get("reason") or "dcgmi health did not run")
-    incidents = [i for i in d.get("incidents") or [] if isinstance(i, dict)]
+    incidents = d.get("incidents") or []
     text = "; ".join(f"{i.get('entity')} {i.get('system') or ''}: {i.get('message') or i.get('status')}".replace(
         "  ", " ") for i in incidents[:8])
     evidence = {"overall": d.get("overall"), "incidents": incidents[:50]}

@@ -591,3 +591,43 @@ def test_a_cuda_torch_without_a_driver_says_what_cuda_said():
     assert out["no_gpu"].startswith("torch 2.14.1+cu130 (CUDA 13.0): RuntimeError: Found no NVIDIA driver")
     f = _judge("DLD-VER-001", out)
     assert f.status.value == "pass" and "Found no NVIDIA driver" in f.message  # no NVML GPU: a CPU host
+
+
+def test_malformed_verify_facts_cost_only_their_own_parts_never_a_check_error():
+    """The verify facts come from someone's interpreter or a facts file: 3,000 seeded mutations of the check
+    fixtures (odd types and values in random places) give findings, never a check that raised."""
+    import copy
+    import random
+
+    from dl_doctor.app import registry
+    from dl_doctor.engine import run_check
+
+    specs = [registry().find_check(f"DLD-VER-00{i}") for i in range(1, 8)]
+    fixtures = Path(__file__).parent / "fixtures" / "checks"
+    bases = [json.loads(p.read_text())["base"] for p in sorted(fixtures.glob("DLD-VER-*.json"))]
+    odd = [None, 5, "x", [], {}, [1, "a", None], {"a": 1}, -1, 1e308, True, "\udcff", float("nan"), [[]], {"0": None}]
+
+    def paths(o, pre=()):
+        yield pre
+        items = o.items() if isinstance(o, dict) else enumerate(o) if isinstance(o, list) else ()
+        for k, v in items:
+            yield from paths(v, pre + (k,))
+
+    rng = random.Random(2)
+    raised = {}
+    for _ in range(3000):
+        doc = copy.deepcopy(rng.choice(bases))
+        where = [p for p in paths(doc["verify"]) if p]
+        for _ in range(rng.randint(1, 3)):
+            path, node = rng.choice(where), doc["verify"]
+            try:
+                for k in path[:-1]:
+                    node = node[k]
+                node[path[-1]] = rng.choice(odd)
+            except (KeyError, IndexError, TypeError):
+                pass
+        for spec in specs:
+            f = run_check(spec, Facts(snapshot(doc)), MATRIX)
+            if f.status.value == "error":
+                raised.setdefault(spec.id, f.message)
+    assert raised == {}
