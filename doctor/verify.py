@@ -34,6 +34,21 @@ def err(exc, limit=300):
 def rate(n, iters, seconds):
     return {"tflops": round(2.0 * n ** 3 * iters / seconds / 1e12, 3), "seconds": round(seconds, 4), "n": n,
             "iters": iters}
+def finish_on_cpu(why, reason, cpu_matmul, cpu_conv):
+    # no GPU: every GPU part says why, and a small matmul and convolution on the CPU prove the framework computes
+    out["no_gpu"] = why
+    for part in ("gpu_matmul", "cudnn_conv", "copy", "allreduce"):
+        out["skipped"][part] = plan.get("no_gpu_reason") or reason
+    try:
+        out["devices"].append({"index": None, "name": "cpu", "matmul": {"fp32": cpu_matmul()}, "conv": cpu_conv()})
+    except BaseException as exc:
+        out["errors"]["cpu"] = err(exc)
+    done()
+    sys.exit(0)
+def import_failed(exc):
+    out["errors"]["import"] = err(exc)
+    done()
+    sys.exit(0)
 def timed_matmul(step, finish, n, iters):
     # one untimed call (compilation, autotuning), then iters timed ones; finish(result) waits for the device
     finish(step())
@@ -95,9 +110,7 @@ TORCH = r"""
 try:
     import torch
 except BaseException as exc:
-    out["errors"]["import"] = err(exc)
-    done()
-    sys.exit(0)
+    import_failed(exc)
 out["version"] = torch.__version__
 out["cuda"] = getattr(torch.version, "cuda", None)
 def sync(device):
@@ -136,18 +149,8 @@ if not cuda:
             why = "torch %s (CUDA %s) found no device" % (out["version"], out["cuda"])
         except BaseException as exc:
             why = "torch %s (CUDA %s): %s" % (out["version"], out["cuda"], err(exc, 200))
-    out["no_gpu"] = why
-    reason = plan.get("no_gpu_reason") or "no CUDA device: torch.cuda.is_available() is False (%s)" % why
-    for part in ("gpu_matmul", "cudnn_conv", "copy", "allreduce"):
-        out["skipped"][part] = reason
-    try:
-        dev = {"index": None, "name": "cpu", "matmul": {"fp32": matmul("cpu", torch.float32, 512, 3)}}
-        dev["conv"] = conv("cpu")
-        out["devices"].append(dev)
-    except BaseException as exc:
-        out["errors"]["cpu"] = err(exc)
-    done()
-    sys.exit(0)
+    finish_on_cpu(why, "no CUDA device: torch.cuda.is_available() is False (%s)" % why,
+                  lambda: matmul("cpu", torch.float32, 512, 3), lambda: conv("cpu"))
 out["cudnn"] = torch.backends.cudnn.version()
 count = torch.cuda.device_count()
 skip_uuids = set(plan.get("skip_uuids") or [])
@@ -228,9 +231,7 @@ try:
     import jax.numpy as jnp
     from jax import lax
 except BaseException as exc:
-    out["errors"]["import"] = err(exc)
-    done()
-    sys.exit(0)
+    import_failed(exc)
 out["version"] = jax.__version__
 def block(x):
     x.block_until_ready()
@@ -264,20 +265,9 @@ except BaseException as exc:
     gpus = []
     why = "jax %s: %s" % (out["version"], err(exc, 200))
 if not gpus:
-    out["no_gpu"] = why
-    reason = plan.get("no_gpu_reason") or "no GPU: " + why
-    for part in ("gpu_matmul", "cudnn_conv", "copy", "allreduce"):
-        out["skipped"][part] = reason
-    try:
-        cpu = jax.devices("cpu")[0]
-        dev = {"index": None, "name": "cpu",
-               "matmul": {"fp32": matmul(cpu, jnp.float32, 512, 3, lax.Precision.HIGHEST)}}
-        dev["conv"] = conv(cpu)
-        out["devices"].append(dev)
-    except BaseException as exc:
-        out["errors"]["cpu"] = err(exc)
-    done()
-    sys.exit(0)
+    finish_on_cpu(why, "no GPU: " + why,
+                  lambda: matmul(jax.devices("cpu")[0], jnp.float32, 512, 3, lax.Precision.HIGHEST),
+                  lambda: conv(jax.devices("cpu")[0]))
 visible = plan.get("visible_uuids") or []
 by_index = {}
 for d in gpus:
