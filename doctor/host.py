@@ -23,7 +23,6 @@ import fnmatch
 import os
 import posixpath
 import selectors
-import shutil
 import signal
 import stat
 import subprocess
@@ -86,6 +85,8 @@ class CommandResult:
     stderr: str
     duration_s: float
     timed_out: bool = False
+    # as root: the library and module path entries kept from the child because the trust rule does not pass them
+    withheld: List[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -408,58 +409,55 @@ class Host:
     # -- commands -----------------------------------------------------------
 
     def which(self, name: str) -> Optional[str]:
-        """Look a program up on the session ``PATH`` (live only)."""
+        """Look a program up (live only) where :mod:`doctor.spawn` would run it from: the session ``PATH``'s absolute
+        entries (as root only those that pass the trust rule, then the system directories); never the current
+        directory through an empty or relative entry."""
         if not self.live:
             return None
-        return shutil.which(name, path=self.environ().get("PATH", os.defpath))
+        from dl_doctor import spawn
+
+        return spawn.which(name, self.environ().get("PATH", os.defpath), self.as_root)
 
     def run(self, argv: Sequence[str], timeout: Optional[float] = None,
             env: Optional[Mapping[str, str]] = None, *, startup_paths: Sequence[str] = (),
             requested: bool = False) -> CommandResult:
         """Run a command with a timeout and bounded output.  Never under a sysroot.
 
-        Every command passes the trust rule (:mod:`doctor.trust`) first: as root, a program that another user
-        could have changed is not run (:class:`UntrustedCommand`), ``startup_paths`` naming what an interpreter
-        executes before the command line's code. ``requested`` marks a program the person running dl-doctor
-        named (``--python``). The child gets a scrubbed environment (no secrets), no terminal, its own process
-        group (killed whole at the timeout), and at most ``MAX_COMMAND_OUTPUT`` bytes of each stream are kept.
+        Every command goes through :mod:`doctor.spawn`: looked up only where the trust rule allows, checked by it
+        (:mod:`doctor.trust`; as root, a program that another user could have changed is not run:
+        :class:`UntrustedCommand`), and executed through the descriptor that was checked, from ``/``.
+        ``startup_paths`` name what an interpreter executes before the command line's code; ``requested`` marks a
+        program the person running dl-doctor named (``--python``). The child gets a scrubbed environment (no
+        secrets; as root, no library or module path another user controls: see ``CommandResult.withheld``), no
+        terminal, its own process group (killed whole at the timeout), and at most ``MAX_COMMAND_OUTPUT`` bytes of
+        each stream are kept.
         """
-        from dl_doctor import trust
+        from dl_doctor import spawn
 
         argv = [str(a) for a in argv]
         if not self.live:
             raise CommandUnavailable(f"commands are not run under a sysroot: {argv[0]}")
         limit = self.command_timeout if timeout is None else timeout
         start = time.monotonic()
-        program = argv[0] if "/" in argv[0] else (self.which(argv[0]) or argv[0])
         euid = os.geteuid() if hasattr(os, "geteuid") else None
-        exists = "/" in program and os.path.lexists(program)  # a missing program fails below, as ENOENT
-        verdict = trust.decide([program, *startup_paths], euid, requested=requested,
-                               run_as_owner=self.run_as_owner) if exists else trust.Verdict(True)
-        if not verdict.allowed:
-            err = UntrustedCommand(program, verdict.reason or "untrusted")
+        base_env = dict(env) if env is not None else self.environ()
+        try:
+            prepared = spawn.prepare(argv, base_env, euid=euid, startup_paths=startup_paths, requested=requested,
+                                     run_as_owner=self.run_as_owner,
+                                     search_path=self.environ().get("PATH", os.defpath))
+        except spawn.UntrustedProgram as exc:
+            err = UntrustedCommand(str(exc.filename), exc.reason)
             self._record(CommandRecord(argv, None, 0.0, False, str(err.strerror)))
             if self.capture is not None:
                 self.capture.command(CommandResult(argv, None, "", "", 0.0), str(err.strerror))
             raise err
-        base_env = dict(env) if env is not None else self.environ()
-        home = user = None
-        run_as = verdict.run_as
-        if run_as is not None:
-            import pwd
-
-            try:
-                entry = pwd.getpwuid(run_as)
-                home, user, gid = entry.pw_dir, entry.pw_name, entry.pw_gid
-            except KeyError:
-                home, user, gid = "/", str(run_as), run_as
-        child_env = trust.scrubbed_environ(base_env, home=home, user=user)
-        kwargs: Dict[str, Any] = {}
-        if run_as is not None:
-            kwargs.update(user=run_as, group=gid, extra_groups=[])
+        except OSError as exc:
+            self._record(CommandRecord(argv, None, time.monotonic() - start, False, str(exc)))
+            raise
+        verdict = prepared.verdict
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=child_env, start_new_session=True, close_fds=True, **kwargs)
+            proc = subprocess.Popen(prepared.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, **spawn.popen_kwargs(prepared))
         except (OSError, ValueError) as exc:
             duration = time.monotonic() - start
             self._record(CommandRecord(argv, None, duration, False, str(exc)))
@@ -468,6 +466,8 @@ class Host:
             if isinstance(exc, OSError):
                 raise
             raise OSError(errno.EINVAL, str(exc), argv[0])
+        finally:
+            prepared.close()
         out, err_b, timed_out, truncated = _bounded_communicate(proc, start + limit)
         duration = time.monotonic() - start
         note = f"timed out after {limit:g}s" if timed_out else None
@@ -475,11 +475,28 @@ class Host:
             note = (note + "; " if note else "") + f"output beyond {MAX_COMMAND_OUTPUT} bytes dropped"
         if verdict.reason:
             note = (note + "; " if note else "") + verdict.reason
+        if prepared.withheld:
+            note = (note + "; " if note else "") + "withheld: " + "; ".join(prepared.withheld[:4])
         returncode = None if timed_out else proc.returncode
         self._record(CommandRecord(argv, returncode, duration, timed_out, note))
-        result = CommandResult(argv, returncode, _decode(out), _decode(err_b), duration, timed_out)
+        result = CommandResult(argv, returncode, _decode(out), _decode(err_b), duration, timed_out,
+                               withheld=list(prepared.withheld))
         if self.capture is not None:
             self.capture.command(result, note)
+        return result
+
+    def run_python(self, python: str, script: str, args: Sequence[str] = (), timeout: Optional[float] = None,
+                   env: Optional[Mapping[str, str]] = None, *, startup_paths: Sequence[str] = (),
+                   requested: bool = False) -> CommandResult:
+        """Run ``script`` in the interpreter ``python``, isolated (``-I``: no current directory or script directory on
+        its module path, no ``PYTHON*`` variables, no user site; ``-E -s`` for a Python 2.7, which lacks ``-I``), with
+        :data:`doctor.spawn.PYTHON_PRELUDE` adding back the session's trusted ``PYTHONPATH`` and its user site."""
+        from dl_doctor import spawn
+
+        kwargs = dict(timeout=timeout, env=env, startup_paths=startup_paths, requested=requested)
+        result = self.run(spawn.python_argv(python, script, args), **kwargs)
+        if spawn.rejects_isolated_flag(result.returncode, result.stderr):
+            result = self.run(spawn.python_argv(python, script, args, legacy=True), **kwargs)
         return result
 
     def _record(self, rec: CommandRecord) -> None:

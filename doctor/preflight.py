@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import socket
-import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -30,22 +28,39 @@ from typing import Any, Dict, List, Optional
 MAX_PAIR_TESTS = 16  # nodes up to which a failed all-reduce is narrowed down to the pairs that cannot talk
 
 
-def _doctor_command(doctor: Optional[str]) -> List[str]:
+def _doctor_command(doctor: Optional[str], host=None) -> List[str]:
+    """How this node's dl-doctor is started: the one named, else ``dl-doctor`` on the trusted search path
+    (doctor.spawn: never the current directory), else this interpreter's own copy (``-m dl_doctor``)."""
     if doctor:
         return [doctor]
-    found = shutil.which("dl-doctor")
+    from dl_doctor.host import Host
+
+    found = (host or Host()).which("dl-doctor")
     return [found] if found else [sys.executable, "-m", "dl_doctor"]
 
 
 def node_section(doctor: Optional[str] = None, timeout: float = 120.0, extra: Optional[List[str]] = None) -> Dict[str, Any]:
-    """This node's fleet section, from a fast dl-doctor run that also inspects this interpreter's environment."""
-    argv = _doctor_command(doctor) + ["run", "--profile", "fast", "--python", sys.executable, "--json", "-",
-                                      "--html", os.devnull, "--fail-on", "never", *(extra or [])]
+    """This node's fleet section, from a fast dl-doctor run that also inspects this interpreter's environment.
+
+    The child is started like every program dl-doctor runs (Host.run: the trust rule, the checked descriptor, cwd
+    ``/``, a scrubbed environment); ``-m dl_doctor`` runs in this interpreter isolated, with its session path."""
+    from dl_doctor.host import Host
+
+    host = Host()
+    command = _doctor_command(doctor, host)
+    args = ["run", "--profile", "fast", "--python", sys.executable, "--json", "-", "--html", os.devnull,
+            "--fail-on", "never", *(extra or [])]
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if command[1:] == ["-m", "dl_doctor"]:
+            r = host.run_python(command[0], "import runpy, sys; sys.argv = sys.argv[1:]; "
+                                "runpy.run_module('dl_doctor', run_name='__main__')", ["dl-doctor", *args], timeout=timeout, requested=True)
+        else:
+            r = host.run([*command, *args], timeout=timeout, requested=bool(doctor))
+        if r.timed_out:
+            raise TimeoutError(f"no answer within {timeout:g}s")
         doc = json.loads(r.stdout)
         return doc["fleet_node"]
-    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         return {"version": "1", "identity": {}, "compare": {},
                 "failing": [{"id": "DLD-PREFLIGHT", "status": "error",
                              "headline": f"dl-doctor could not run on this node: {type(exc).__name__}: {exc}"[:200]}],

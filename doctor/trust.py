@@ -32,8 +32,9 @@ import errno
 import os
 import re
 import stat
+import struct
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 MAX_LINK_HOPS = 40
 MAX_PTH_BYTES = 64 * 1024
@@ -57,6 +58,10 @@ class Verdict:
     run_as: Optional[int] = None
     owners: Set[int] = field(default_factory=set)
     checked: int = 0
+    # the program as judged: the path reached after every link, and its (st_dev, st_ino); the spawner opens that
+    # path and execs the descriptor only if it is still the same file (doctor.spawn)
+    target: Optional[str] = None
+    identity: Optional[Tuple[int, int]] = None
 
     def to_dict(self) -> Dict[str, object]:
         out: Dict[str, object] = {"allowed": self.allowed, "checked_paths": self.checked}
@@ -76,11 +81,50 @@ class _Untrusted(Exception):
         self.owner_only = owner_only
 
 
+# POSIX ACLs (acl_ea.h): the access ACL is a 4-byte version header, then 8-byte entries (tag, perm, id).
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_USER, _ACL_GROUP, _ACL_MASK = 0x02, 0x08, 0x10
+_ACL_WRITE = 0x02
+MAX_ACL_BYTES = 64 * 1024
+
+
+def acl_writers(path: str) -> List[str]:
+    """Who, besides the owner and the owning group, may write ``path`` through its access ACL: ``["uid 1001",
+    "gid 50"]`` (named entries with the write bit that the mask leaves in force). ``[]`` when there is no ACL or the
+    file system has none. Symbolic links are not followed (a link has no ACL of its own)."""
+    try:
+        raw = os.getxattr(path, _ACL_XATTR, follow_symlinks=False)
+    except (OSError, AttributeError):
+        return []  # no ACL (ENODATA), no ACL support (ENOTSUP), or no xattrs on this platform
+    raw = raw[:MAX_ACL_BYTES]
+    entries = [struct.unpack_from("<HHI", raw, off) for off in range(4, len(raw) - 7, 8)]
+    mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), _ACL_WRITE)
+    out = []
+    for tag, perm, ident in entries:
+        if perm & _ACL_WRITE and mask & _ACL_WRITE:
+            if tag == _ACL_USER:
+                out.append(f"uid {ident}")
+            elif tag == _ACL_GROUP:
+                out.append(f"gid {ident}")
+    return out
+
+
 def _judge(path: str, st: os.stat_result, allowed_owners: Set[int], what: str) -> None:
     mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        # a link's mode bits are always 0777 and mean nothing; only its owner can replace it (in a sticky directory)
+        if st.st_uid not in allowed_owners:
+            raise _Untrusted(f"{path} ({what}) is owned by uid {st.st_uid}, not root", owner=st.st_uid,
+                             owner_only=True)
+        return
+    # Named ACL entries that grant write: a user (other than root and the allowed owners) or a group other than
+    # root's controls the object as surely as the mode bits' "others" would.
+    acl = [w for w in acl_writers(path)
+           if not (w.startswith("uid ") and int(w[4:]) in allowed_owners) and w != "gid 0"]
     if st.st_uid not in allowed_owners:
         # Owned by another user: only they (and root) may change it, unless group/others may write too
-        writable_by_others = bool(mode & stat.S_IWOTH) or (bool(mode & stat.S_IWGRP) and st.st_gid != 0)
+        writable_by_others = (bool(mode & stat.S_IWOTH) or (bool(mode & stat.S_IWGRP) and st.st_gid != 0)
+                              or any(w != f"uid {st.st_uid}" for w in acl))
         raise _Untrusted(f"{path} ({what}) is owned by uid {st.st_uid}, not root", owner=st.st_uid,
                          owner_only=not writable_by_others)
     if stat.S_ISDIR(mode) and (mode & stat.S_ISVTX):
@@ -89,10 +133,13 @@ def _judge(path: str, st: os.stat_result, allowed_owners: Set[int], what: str) -
         raise _Untrusted(f"{path} ({what}) is writable by every user")
     if mode & stat.S_IWGRP and st.st_gid != 0:
         raise _Untrusted(f"{path} ({what}) is writable by group {st.st_gid}")
+    if acl:
+        raise _Untrusted(f"{path} ({what}) is writable by {acl[0]} through its ACL")
 
 
-def _walk(path: str, allowed_owners: Set[int], seen: Dict[str, None], counter: List[int]) -> None:
-    """Check every directory from / to ``path`` and the object itself, following symlinks by hand."""
+def _walk(path: str, allowed_owners: Set[int], seen: Dict[str, None], counter: List[int]) -> Tuple[str, os.stat_result]:
+    """Check every directory from / to ``path``, each symbolic link on the way and the object itself, following links
+    by hand; return the path reached (no link left in it) and its ``lstat``, for the caller to open and compare."""
     if not path.startswith("/"):
         path = os.path.abspath(path)
     pending = [c for c in path.split("/") if c]
@@ -108,6 +155,7 @@ def _walk(path: str, allowed_owners: Set[int], seen: Dict[str, None], counter: L
             continue
         if comp == "..":
             current = os.path.dirname(current) or "/"
+            st = os.lstat(current)
             continue
         candidate = os.path.join(current, comp)
         st = os.lstat(candidate)
@@ -116,7 +164,11 @@ def _walk(path: str, allowed_owners: Set[int], seen: Dict[str, None], counter: L
             hops += 1
             if hops > MAX_LINK_HOPS:
                 raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
-            # the link itself can only be replaced by who may write `current`, which was already judged
+            # Whoever owns the link controls where it leads: in a sticky directory its owner may replace it, so a
+            # link another user owns is that user's choice of program (its directory was judged already).
+            if candidate not in seen:
+                _judge(candidate, st, allowed_owners, "symbolic link")
+                seen[candidate] = None
             target = os.readlink(candidate)
             if target.startswith("/"):
                 current = "/"
@@ -127,6 +179,7 @@ def _walk(path: str, allowed_owners: Set[int], seen: Dict[str, None], counter: L
             _judge(candidate, st, allowed_owners, what)
             seen[candidate] = None
         current = candidate
+    return current, st
 
 
 def check(paths: Sequence[str], allowed_owners: Iterable[int] = (0,)) -> Verdict:
@@ -134,9 +187,13 @@ def check(paths: Sequence[str], allowed_owners: Iterable[int] = (0,)) -> Verdict
     owners = set(allowed_owners)
     seen: Dict[str, None] = {}
     counter = [0]
+    target: Optional[str] = None
+    identity: Optional[Tuple[int, int]] = None
     for index, path in enumerate(paths[:MAX_STARTUP_PATHS]):
         try:
-            _walk(path, owners, seen, counter)
+            reached, st = _walk(path, owners, seen, counter)
+            if index == 0:
+                target, identity = reached, (st.st_dev, st.st_ino)
         except _Untrusted as exc:
             verdict = Verdict(False, exc.reason, checked=counter[0])
             if exc.owner is not None and exc.owner_only:
@@ -150,7 +207,7 @@ def check(paths: Sequence[str], allowed_owners: Iterable[int] = (0,)) -> Verdict
             return Verdict(False, f"{path} cannot be checked: {exc.strerror or exc}", checked=counter[0])
     if len(paths) > MAX_STARTUP_PATHS:
         return Verdict(False, f"more than {MAX_STARTUP_PATHS} start-up files to check", checked=counter[0])
-    return Verdict(True, checked=counter[0])
+    return Verdict(True, checked=counter[0], target=target, identity=identity)
 
 
 def decide(paths: Sequence[str], euid: Optional[int], *, requested: bool = False,
@@ -170,7 +227,7 @@ def decide(paths: Sequence[str], euid: Optional[int], *, requested: bool = False
     as_owner = check(paths, allowed_owners=(0, owner))
     if as_owner.allowed:
         return Verdict(True, f"run as its owner, uid {owner} (--run-as-owner)", run_as=owner,
-                       checked=as_owner.checked)
+                       checked=as_owner.checked, target=as_owner.target, identity=as_owner.identity)
     return as_owner
 
 
@@ -210,12 +267,28 @@ def python_startup_paths(host, prefix: Optional[str], site_dirs: Sequence[str]) 
     return list(dict.fromkeys(out))
 
 
-def scrubbed_environ(environ: Mapping[str, str], home: Optional[str] = None, user: Optional[str] = None) -> Dict[str, str]:
-    """The environment a child gets: what decides how libraries and modules load, never a secret."""
-    from dl_doctor.redact import looks_secret_name
+# Never handed on, whatever their prefix: a shell's start-up file (BASH_ENV, ENV), proxies (their URLs carry
+# passwords; CONDA_PROXY_SERVERS_* is kept by the CONDA_ prefix otherwise).
+_NEVER = {"BASH_ENV", "ENV"}
+_NEVER_PARTS = ("PROXY",)
 
-    out = {k: v for k, v in environ.items()
-           if (k in _KEEP_EXACT or k.startswith(_KEEP_PREFIXES)) and not looks_secret_name(k)}
+
+def scrubbed_environ(environ: Mapping[str, str], home: Optional[str] = None, user: Optional[str] = None) -> Dict[str, str]:
+    """The environment a child gets: what decides how libraries and modules load, never a secret.
+
+    A variable is dropped when its name looks secret, names a proxy or a shell start-up file, or when its value holds
+    something the redaction rules mask (a channel token in ``CONDA_CHANNELS``, a password in a URL): the child needs
+    none of them to show how libraries load, and ``--run-as-owner`` would hand them to another user."""
+    from dl_doctor.redact import Redactor, looks_secret_name
+
+    red = Redactor()
+    out = {}
+    for k, v in environ.items():
+        if not (k in _KEEP_EXACT or k.startswith(_KEEP_PREFIXES)) or k in _NEVER or looks_secret_name(k):
+            continue
+        if any(part in k.upper() for part in _NEVER_PARTS) or red.text(v) != v:
+            continue
+        out[k] = v
     out.setdefault("PATH", os.defpath)
     if home is not None:
         out["HOME"] = home

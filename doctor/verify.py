@@ -398,8 +398,8 @@ def run_workload(host, python: str, level: str = "quick", skip: Optional[Dict[st
     if watch is not None:
         watch.start()
     try:
-        result = host.run([python, "-c", WORKLOAD, json.dumps(plan)], timeout=limit, env=env, requested=requested,
-                          startup_paths=startup_paths)
+        result = host.run_python(python, WORKLOAD, [json.dumps(plan)], timeout=limit, env=env, requested=requested,
+                                 startup_paths=startup_paths)
     except OSError as exc:
         return {"python": python, "error": f"could not run {python}: {exc}"}
     finally:

@@ -630,8 +630,8 @@ def live_in_process(host: Host) -> Dict[str, Any]:
 
 def _run_python(host: Host, env: Dict[str, Any], script: str, timeout: float, startup: List[str], *args: str):
     python = env["python"]
-    return host.run([python, "-c", script, *args], timeout=timeout, startup_paths=startup,
-                    requested=env.get("kind") == "requested")
+    return host.run_python(python, script, args, timeout=timeout, startup_paths=startup,
+                           requested=env.get("kind") == "requested")
 
 
 # --deep, per CUDA consumer: import its package, then load each object that needs CUDA libraries and each library it
@@ -726,9 +726,13 @@ def run_live(host: Host, env: Dict[str, Any], timeout: float, startup: List[str]
     if result.returncode != 0:
         return {"error": f"exit {result.returncode}: {(result.stderr or result.stdout).strip()[-400:]}"}
     try:
-        return _shaped(json.loads(result.stdout.strip().splitlines()[-1]), _LIVE_SHAPE)
+        live = _shaped(json.loads(result.stdout.strip().splitlines()[-1]), _LIVE_SHAPE)
     except (ValueError, IndexError, RecursionError) as exc:
         return {"error": f"unreadable output: {exc}"}
+    if result.withheld:
+        # as root: what the session's own PYTHONPATH / LD_LIBRARY_PATH / LD_PRELOAD would have added, and why not
+        live["withheld_env"] = result.withheld
+    return live
 
 
 def run_deep(host: Host, env: Dict[str, Any], timeout: float, startup: List[str]) -> Dict[str, Any]:
