@@ -241,7 +241,7 @@ def test_run_refuses_a_default_output_directory_linked_by_another_user(tmp_path)
     _give(alice)
     (alice / "dl-doctor-reports").symlink_to(archive)
     _give(alice / "dl-doctor-reports")
-    r = _cli("run", "--sysroot", str(tree), "-q", "--keep-reports", "0", cwd=alice)
+    r = _cli("run", "--sysroot", str(tree), "-q", "--keep-reports", "1", cwd=alice)
     assert r.returncode == 2, r.stderr
     lines = _error_lines(r.stderr)
     assert len(lines) == 1 and "dl-doctor-reports" in lines[0] and f"owned by uid {OTHER_UID}" in lines[0], r.stderr
