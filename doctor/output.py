@@ -44,7 +44,10 @@ _USER_NAME = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,31}$")
 TMP_MARK = ".dl-doctor-tmp-"
 MAX_LINK_HOPS = 40
 MAX_ENTRIES = 100_000  # a directory scanned for temporaries or old reports: more entries than this are not looked at
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+# A directory is held by an O_PATH descriptor: it needs no read permission (a drop directory of mode 1733 still
+# works), and every *at() call takes it; listing one opens a readable descriptor of its own (_names).
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+_READ_DIR = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -106,7 +109,7 @@ def _make_directory(parent: int, name: str, mode: int) -> None:
     """Create ``name`` under ``parent`` with exactly ``mode``: private while it is created, then chmod'ed on its own
     descriptor (the umask never widens or decides it)."""
     os.mkdir(name, 0o700, dir_fd=parent)
-    fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent)
+    fd = os.open(name, _READ_DIR | os.O_NOFOLLOW, dir_fd=parent)
     try:
         os.fchmod(fd, mode)
     finally:
@@ -237,26 +240,41 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _names(dir_fd: int, limit: int = MAX_ENTRIES) -> List[str]:
+    """The first ``limit`` names in the directory (none when it cannot be listed: a drop directory of mode 1733)."""
+    try:
+        fd = os.open(".", _READ_DIR, dir_fd=dir_fd)
+    except OSError:
+        return []
+    try:
+        with os.scandir(fd) as it:
+            return [entry.name for _, entry in zip(range(limit), it)]
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+
+
+def _own_regular_file(dir_fd: int, name: str) -> bool:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+
+
 def _clean_stale(dir_fd: int, limit: int = MAX_ENTRIES) -> List[str]:
     removed: List[str] = []
-    euid = os.geteuid()
-    try:
-        with os.scandir(dir_fd) as it:
-            for n, entry in enumerate(it):
-                if n >= limit:
-                    break
-                m = _TMP.match(entry.name) if TMP_MARK in entry.name else None
-                if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
-                    continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                    if stat.S_ISREG(st.st_mode) and st.st_uid == euid:
-                        os.unlink(entry.name, dir_fd=dir_fd)
-                        removed.append(entry.name)
-                except OSError:
-                    continue
-    except OSError:
-        pass
+    for name in _names(dir_fd, limit):
+        m = _TMP.match(name) if TMP_MARK in name else None
+        if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+            continue
+        if _own_regular_file(dir_fd, name):
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+                removed.append(name)
+            except OSError:
+                continue
     return removed
 
 
@@ -405,23 +423,12 @@ def prune_reports(directory: str, keep: int, protect: Iterable[str] = ()) -> Lis
 
 
 def _prune(dir_fd: int, directory: str, keep: int, protected: set) -> List[str]:
-    euid = os.geteuid()
     runs: dict = {}
-    with os.scandir(dir_fd) as it:
-        for n, entry in enumerate(it):
-            if n >= MAX_ENTRIES:
-                break
-            m = _REPORT_NAME.match(entry.name)
-            if not m:
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != euid:
-                continue
-            key = (m.group(1), int(m.group(2) or 1), entry.name.rsplit(".", 1)[0])
-            runs.setdefault(key, []).append(entry.name)
+    for name in _names(dir_fd):
+        m = _REPORT_NAME.match(name)
+        if m and _own_regular_file(dir_fd, name):
+            key = (m.group(1), int(m.group(2) or 1), name.rsplit(".", 1)[0])
+            runs.setdefault(key, []).append(name)
     removed: List[str] = []
     for key in sorted(runs, reverse=True)[max(0, keep):]:
         for name in runs[key]:
