@@ -459,8 +459,8 @@ def _archive_problem(directory: str, exc: OSError) -> str:
     from dl_doctor.output import OutputRefused
 
     if isinstance(exc, OutputRefused):
-        what = "it" if exc.filename == directory else exc.filename
-        return f"not writing into {directory}: {what} {exc.why}"
+        what = "it" if os.path.normpath(exc.filename) == os.path.normpath(directory) else exc.filename
+        return f"not writing into {directory}: {what} {exc.why} (name one only root controls with --output-dir)"
     return f"cannot write into {directory}: {exc.strerror or exc}"
 
 

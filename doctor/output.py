@@ -116,6 +116,13 @@ def _make_directory(parent: int, name: str, mode: int) -> None:
         os.close(fd)
 
 
+def _hop(hops: int, path: str) -> int:
+    """One more link followed (or one more turn lost to a race): at most MAX_LINK_HOPS, as the kernel's own 40."""
+    if hops >= MAX_LINK_HOPS:
+        raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
+    return hops + 1
+
+
 def open_directory(path: str, *, create: bool = False, guard: bool = False, mode: Optional[int] = None) -> int:
     """A descriptor for directory ``path``, resolved one component at a time (the caller closes it).
 
@@ -144,13 +151,11 @@ def open_directory(path: str, *, create: bool = False, guard: bool = False, mode
                 try:
                     _make_directory(fd, name, mode)
                 except FileExistsError:
-                    pass  # made by someone else meanwhile: judged like any other on the next turn
+                    hops = _hop(hops, path)  # made by someone else meanwhile: judged on the next turn
                 pending.append(name)
                 continue
             if stat.S_ISLNK(st.st_mode):
-                hops += 1
-                if hops > MAX_LINK_HOPS:
-                    raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
+                hops = _hop(hops, path)
                 if guard:
                     if st.st_uid not in (0, os.geteuid()):
                         raise _not_ours(here, st.st_uid, "a symbolic link ")
@@ -169,9 +174,9 @@ def open_directory(path: str, *, create: bool = False, guard: bool = False, mode
             try:
                 new = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR) or hops >= MAX_LINK_HOPS:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
-                hops += 1  # replaced by a link since the stat: judge it again
+                hops = _hop(hops, path)  # replaced by a link since the stat: judge it again
                 pending.append(name)
                 continue
             os.close(fd)
@@ -180,7 +185,7 @@ def open_directory(path: str, *, create: bool = False, guard: bool = False, mode
         if guard:
             why = _uncontrolled(os.fstat(fd))
             if why:
-                raise OutputRefused(path, f"is a directory {why}")
+                raise OutputRefused(where, f"is a directory {why}")
     except BaseException:
         os.close(fd)
         raise

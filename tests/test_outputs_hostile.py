@@ -213,14 +213,16 @@ def test_keep_reports_prunes_only_this_users_regular_files(tmp_path):
 # -- end to end through the entry point --------------------------------------------------------------------------------
 
 @needs_root
-def test_run_refuses_a_planted_json_target_with_one_line_and_exit_2(tmp_path):
+@pytest.mark.parametrize("command", [["run", "--html", "/dev/null", "-q", "--json"], ["collect", "-o"],
+                                     ["bundle", "-q", "-o"]], ids=["report", "facts", "bundle"])
+def test_a_planted_report_facts_or_bundle_target_is_one_line_and_exit_2(tmp_path, command):
     tree = tmp_path / "sysroot"
     tree.mkdir()
     planted = tmp_path / "r.json"
     planted.write_text("alice's\n")
     planted.chmod(0o666)
     _give(planted)
-    r = _cli("run", "--sysroot", str(tree), "--json", str(planted), "--html", "/dev/null", "-q", cwd=tmp_path)
+    r = _cli(command[0], "--sysroot", str(tree), *command[1:], str(planted), cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
     lines = _error_lines(r.stderr)
@@ -283,3 +285,22 @@ def test_install_login_hook_under_umask_077_still_installs_files_every_user_can_
     assert r.returncode == 0, r.stderr
     assert _mode(image / "etc/profile.d/dl-doctor.sh") == 0o644
     assert _mode(image / "etc/profile.d") == 0o755 and _mode(image / "etc") == 0o755
+
+
+@needs_root
+@pytest.mark.parametrize("kind", ["owned by another user", "world-writable"])
+def test_run_refuses_an_output_dir_another_user_controls(tmp_path, kind):
+    tree = tmp_path / "sysroot"
+    tree.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    if kind == "world-writable":
+        out.chmod(0o777)
+    else:
+        _give(out)
+    r = _cli("run", "--sysroot", str(tree), "-q", "--output-dir", str(out), cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = _error_lines(r.stderr)
+    why = f"owned by uid {OTHER_UID}" if kind != "world-writable" else "writable by every user"
+    assert len(lines) == 1 and str(out) in lines[0] and why in lines[0], r.stderr
+    assert os.listdir(out) == []
