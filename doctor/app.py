@@ -414,15 +414,16 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
         try:  # a name no other run in this directory has, even in the same second
             base = reserve_unique(base, ".json" if out.json_path is None else ".html")
         except OSError as exc:
-            outcome.problems.append(f"cannot write into {out.output_dir}: {exc.strerror or exc}")
+            outcome.problems.append(_archive_problem(out.output_dir, exc))
+            defaults = False  # one line says why; nothing is written into (or pruned from) that directory
     # (path, renderer, private): reports carry the environment and stay private; the status line and the metrics
     # carry none and stay readable by the users and exporters that read them.
     targets: List[Tuple[str, Any, bool]] = []
-    if out.json_path != "-":
+    if out.json_path != "-" and (out.json_path or defaults):
         targets.append((out.json_path or base + ".json", lambda: outcome.json_text, True))
     if out.html_path == "/dev/null":
         outcome.written.append("/dev/null")  # asked for nothing: rendering it would only cost time
-    else:
+    elif out.html_path or defaults:
         targets.append((out.html_path or base + ".html", lambda: _render("html", report), True))
     if out.junit_path:
         targets.append((out.junit_path, lambda: _render("junit", report), True))
@@ -436,17 +437,31 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
         outcome.markdown_text = markdown_summary(report, snapshot, judge_opts.redact, out.markdown_max_chars)
         if out.markdown_path != "-":
             targets.append((out.markdown_path, lambda: outcome.markdown_text, True))
+    archive = {base + ".json", base + ".html"} if defaults else set()
     for path, render, private in targets:
         try:
-            write_file(path, render(), private=private)
+            write_file(path, render(), private=private, guard_dir=path in archive)
             outcome.written.append(path)
         except OutputRefused as exc:
             outcome.problems.append(f"not writing {exc.filename}: it {exc.why}")
         except OSError as exc:
             outcome.problems.append(f"cannot write {path}: {exc.strerror or exc}")
     if out.keep_reports is not None and defaults:
-        prune_reports(out.output_dir, out.keep_reports, protect=outcome.written)
+        try:
+            prune_reports(out.output_dir, out.keep_reports, protect=outcome.written)
+        except OSError as exc:
+            outcome.problems.append(_archive_problem(out.output_dir, exc))
     return outcome
+
+
+def _archive_problem(directory: str, exc: OSError) -> str:
+    """One line for an output directory that cannot be used: the path that decided it, and why."""
+    from dl_doctor.output import OutputRefused
+
+    if isinstance(exc, OutputRefused):
+        what = "it" if os.path.normpath(exc.filename) == os.path.normpath(directory) else exc.filename
+        return f"not writing into {directory}: {what} {exc.why} (name one only root controls with --output-dir)"
+    return f"cannot write into {directory}: {exc.strerror or exc}"
 
 
 def _render(kind: str, report: Dict[str, Any]) -> str:

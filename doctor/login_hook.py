@@ -163,10 +163,18 @@ def _path(root: str, path: str, follow_last: bool = True) -> str:
     return Host(sysroot=root).resolve(path, follow_last=follow_last)
 
 
-def _write(root: str, path: str, text: str) -> str:
-    from dl_doctor.output import write_file
+# Read by the shell of every user, and by systemd: exactly these modes, whatever the umask of the image bake (under
+# umask 000 a directory would be world-writable, under 077 no user's shell could read the snippet).
+FILE_MODE = 0o644
+DIR_MODE = 0o755
 
-    write_file(_path(root, path), text, private=False)  # read by the shell of every user, and by systemd
+
+def _write(root: str, path: str, text: str) -> str:
+    from dl_doctor.output import make_directories, write_file
+
+    target = _path(root, path)
+    make_directories(os.path.dirname(target), DIR_MODE)
+    write_file(target, text, mode=FILE_MODE)
     return path
 
 
@@ -187,6 +195,8 @@ def install(root: str, exe: str, systemd: bool = True, boot_only: bool = False,
     Under ``root`` (a mounted image) every path is resolved inside the root, so an absolute link in the image
     writes into the image, never into this host's /etc.
     """
+    from dl_doctor.output import make_directories
+
     paths = [PROFILE_SNIPPET] + ([SERVICE, TIMER] if systemd else [])
     unit = service_unit(exe, extra_args, writable) if systemd else ""  # a bad value fails before anything is written
     for path in paths:
@@ -198,7 +208,7 @@ def install(root: str, exe: str, systemd: bool = True, boot_only: bool = False,
         written.append(_write(root, SERVICE, unit))
         written.append(_write(root, TIMER, timer_unit(boot_only)))
         link = _path(root, TIMER_LINK, follow_last=False)  # what `systemctl enable` does; works on an image too
-        os.makedirs(os.path.dirname(link), exist_ok=True)
+        make_directories(os.path.dirname(link), DIR_MODE)
         if os.path.lexists(link):
             os.unlink(link)
         os.symlink("../dl-doctor.timer", link)

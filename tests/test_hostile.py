@@ -284,7 +284,7 @@ def test_pipelines_write_through_stdout_and_fifos(tmp_path):
         write_file(str(lonely), "x")
 
 
-def test_modes_respect_the_umask_and_keep_an_existing_files_mode(tmp_path):
+def test_modes_respect_the_umask_and_an_existing_file_does_not_pass_on_its_mode(tmp_path):
     private = tmp_path / "r.json"
     write_file(str(private), "{}", private=True)
     assert stat.S_IMODE(private.stat().st_mode) == 0o600 & ~_umask()
@@ -297,11 +297,11 @@ def test_modes_respect_the_umask_and_keep_an_existing_files_mode(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "strict").stat().st_mode) == 0o600
-    kept = tmp_path / "kept"
-    kept.write_text("old")
-    kept.chmod(0o600)
-    write_file(str(kept), "new", private=False)
-    assert kept.read_text() == "new" and stat.S_IMODE(kept.stat().st_mode) == 0o600
+    replaced = tmp_path / "replaced"
+    replaced.write_text("old")
+    replaced.chmod(0o666)
+    write_file(str(replaced), "new", private=True)
+    assert replaced.read_text() == "new" and stat.S_IMODE(replaced.stat().st_mode) == 0o600 & ~_umask()
 
 
 def test_two_runs_in_the_same_second_get_different_names_and_old_ones_are_pruned(tmp_path):
