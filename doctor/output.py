@@ -88,11 +88,12 @@ def _not_ours(path: str, uid: int, what: str = "") -> OutputRefused:
     return OutputRefused(path, f"is {what}owned by {owner_text(uid)}, not by this user")
 
 
-def _uncontrolled(st: os.stat_result) -> Optional[str]:
+def _uncontrolled(st: os.stat_result, fd: Optional[int] = None) -> Optional[str]:
     """Why another user controls this directory (None: only this user and root do).
 
     Others control a directory they own, one they may write to without the sticky bit (they can rename what root
-    put there), and one a group other than root's may write to: the rule sudo and the trust rule apply.
+    put there), and one a group other than root's (or another user) may write to, by its mode or by its ACL (read
+    through ``fd``, the directory's descriptor): the rule sudo and the trust rule apply.
     """
     if st.st_uid not in (0, os.geteuid()):
         return f"owned by {owner_text(st.st_uid)}, not by this user"
@@ -102,6 +103,12 @@ def _uncontrolled(st: os.stat_result) -> Optional[str]:
         return "writable by every user (and not sticky)"
     if st.st_mode & stat.S_IWGRP and st.st_gid != 0:
         return f"writable by group {st.st_gid} (and not sticky)"
+    if fd is not None:
+        from dl_doctor.trust import acl_writers
+
+        others = [w for w in acl_writers(f"/proc/self/fd/{fd}", follow=True) if w not in ("uid 0", "gid 0")]
+        if others:
+            return f"writable by {others[0]} through its ACL (and not sticky)"
     return None
 
 
@@ -159,7 +166,7 @@ def open_directory(path: str, *, create: bool = False, guard: bool = False, mode
                 if guard:
                     if st.st_uid not in (0, os.geteuid()):
                         raise _not_ours(here, st.st_uid, "a symbolic link ")
-                    why = _uncontrolled(os.fstat(fd))
+                    why = _uncontrolled(os.fstat(fd), fd)
                     if why:
                         raise OutputRefused(here, f"is a symbolic link in a directory {why}")
                 target = os.readlink(name, dir_fd=fd)
@@ -183,7 +190,7 @@ def open_directory(path: str, *, create: bool = False, guard: bool = False, mode
             fd = new
             where = here  # as named, for messages: "a/.." stays "a/.."
         if guard:
-            why = _uncontrolled(os.fstat(fd))
+            why = _uncontrolled(os.fstat(fd), fd)
             if why:
                 raise OutputRefused(where, f"is a directory {why}")
     except BaseException:

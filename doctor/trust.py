@@ -88,12 +88,13 @@ _ACL_WRITE = 0x02
 MAX_ACL_BYTES = 64 * 1024
 
 
-def acl_writers(path: str) -> List[str]:
+def acl_writers(path: str, follow: bool = False) -> List[str]:
     """Who, besides the owner and the owning group, may write ``path`` through its access ACL: ``["uid 1001",
     "gid 50"]`` (named entries with the write bit that the mask leaves in force). ``[]`` when there is no ACL or the
-    file system has none. Symbolic links are not followed (a link has no ACL of its own)."""
+    file system has none. Symbolic links are not followed (a link has no ACL of its own) unless ``follow``
+    (``/proc/self/fd/N``, for a descriptor opened with ``O_PATH``)."""
     try:
-        raw = os.getxattr(path, _ACL_XATTR, follow_symlinks=False)
+        raw = os.getxattr(path, _ACL_XATTR, follow_symlinks=follow)
     except (OSError, AttributeError):
         return []  # no ACL (ENODATA), no ACL support (ENOTSUP), or no xattrs on this platform
     raw = raw[:MAX_ACL_BYTES]

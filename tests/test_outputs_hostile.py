@@ -304,3 +304,26 @@ def test_run_refuses_an_output_dir_another_user_controls(tmp_path, kind):
     why = f"owned by uid {OTHER_UID}" if kind != "world-writable" else "writable by every user"
     assert len(lines) == 1 and str(out) in lines[0] and why in lines[0], r.stderr
     assert os.listdir(out) == []
+
+
+@needs_root
+def test_run_refuses_an_output_dir_whose_acl_lets_another_user_write(tmp_path):
+    """Root's 0755 directory, but a POSIX ACL entry grants another user write: that user controls the archive."""
+    import struct
+
+    tree = tmp_path / "sysroot"
+    tree.mkdir()
+    out = tmp_path / "out"
+    out.mkdir(mode=0o755)
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in (
+        (0x01, 7, 0xFFFFFFFF), (0x02, 7, OTHER_UID), (0x04, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF),
+        (0x20, 5, 0xFFFFFFFF)))
+    try:
+        os.setxattr(str(out), "system.posix_acl_access", acl)
+    except OSError:
+        pytest.skip("this file system has no POSIX ACLs")
+    r = _cli("run", "--sysroot", str(tree), "-q", "--output-dir", str(out), cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1 and f"uid {OTHER_UID} through its ACL" in lines[0], r.stderr
+    assert os.listdir(out) == []
