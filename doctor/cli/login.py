@@ -12,10 +12,14 @@ from dl_doctor.cli.base import cli
 
 
 def _dl_doctor_exe() -> str:
-    import shutil
+    """The dl-doctor the unit will run: beside this interpreter, else the one on the trusted search path (never the
+    current directory through an empty PATH entry: the unit runs it as root)."""
+    from dl_doctor import spawn
 
-    here = os.path.join(os.path.dirname(sys.executable), "dl-doctor")
-    return here if os.path.exists(here) else (shutil.which("dl-doctor") or "/usr/local/bin/dl-doctor")
+    here = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "dl-doctor")
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    return here if os.path.exists(here) else (spawn.which("dl-doctor", os.environ.get("PATH"), as_root)
+                                              or "/usr/local/bin/dl-doctor")
 
 
 @cli.command("install-login-hook")
