@@ -34,16 +34,21 @@ def safe_text(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
+def safe_line(value: Any) -> str:
+    """``value`` as text for one line of a terminal: :func:`safe_text`, and newlines and tabs escaped too, so a value
+    from the machine (a log line, a peer's host name, an error) cannot forge a line of its own."""
+    return safe_text(str(value)).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def safe_value(obj: Any, one_line: bool = False) -> Any:
     """A copy of a report (or any JSON value) with :func:`safe_text` applied to every string, keys included;
-    ``one_line`` also escapes newlines and tabs (a value then cannot forge a line of its own)."""
+    ``one_line`` applies :func:`safe_line` instead."""
     if isinstance(obj, dict):
         return {safe_value(k, one_line): safe_value(v, one_line) for k, v in obj.items()}
     if isinstance(obj, list):
         return [safe_value(v, one_line) for v in obj]
     if isinstance(obj, str):
-        text = safe_text(obj)
-        return text.replace("\n", "\\n").replace("\t", "\\t") if one_line else text
+        return safe_line(obj) if one_line else safe_text(obj)
     return obj
 
 
