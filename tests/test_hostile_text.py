@@ -25,3 +25,34 @@ def test_why_log_prints_a_log_lines_escape_sequences_escaped(tmp_path):
     assert "Matched" in r.stdout and "/dev/shm is too small" in r.stdout
     _assert_escaped(r.stdout)
     assert "\\x1b]0;owned\\x07\\x1b[2J\\u202eRuntimeError" in r.stdout
+
+
+HOSTILE_HOST = "gpu7\x1b]0;pwned\x07\u202e\nOK: the nodes agree and none fails"
+
+
+def _preflight_result():
+    """What rank 0 builds from the gathered sections: one peer names itself with an escape sequence, a bidi
+    override and a forged verdict line, fails a check, and cannot reduce with rank 0."""
+    from dl_doctor import fleet
+
+    failing = [{"id": "DLD-GPU-001", "status": "fail", "headline": "no GPU"}]
+    nodes = [fleet.Node("gpu1", "rank 0", {"version": "1", "identity": {}, "compare": {}, "failing": [],
+                                           "warnings": 0}),
+             fleet.Node(HOSTILE_HOST, "rank 1", {"version": "1", "identity": {}, "compare": {}, "failing": failing,
+                                                 "warnings": 0})]
+    result = fleet.compare(fleet.Fleet(nodes=nodes))
+    result["path"] = {"backend": "nccl", "ok": False, "error": "DistBackendError: \x1b[2Jpeer reset",
+                      "failed_pairs": [[0, 1]], "failed_pairs_named": [["gpu1", HOSTILE_HOST]]}
+    result["ok"] = False
+    return result
+
+
+def test_preflight_verdict_escapes_a_peers_hostile_host_name():
+    from dl_doctor.preflight import verdict_text
+
+    out = verdict_text(_preflight_result())
+    _assert_escaped(out)
+    assert out.startswith("dl-doctor preflight\n")
+    assert "\nOK:" not in out and out.rstrip().splitlines()[-2].startswith("NOT OK")
+    assert "gpu7\\x1b]0;pwned\\x07\\u202e\\nOK: the nodes agree" in out
+    assert "FAILED (DistBackendError: \\x1b[2Jpeer reset); pairs that cannot reduce: gpu1 <-> gpu7\\x1b]0;" in out
