@@ -57,7 +57,7 @@ def root(context, missing=missing):
         def t_7(*unused):
             raise TemplateRuntimeError("No filter named 'wrap_path' found.")
     pass
-    yield '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<meta name="viewport" content="width=device-width, initial-scale=1">\n<meta name="generator" content="dl-doctor '
+    yield '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'; img-src data:; form-action \'none\'; base-uri \'none\'">\n<meta name="viewport" content="width=device-width, initial-scale=1">\n<meta name="generator" content="dl-doctor '
     yield escape(environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'tool'), 'version'))
     yield '">\n<title>dl-doctor report — '
     yield escape((environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'host'), 'hostname') or 'unknown host'))
@@ -264,4 +264,4 @@ def root(context, missing=missing):
     yield '. Re-check these facts with newer rules: <code>dl-doctor check FACTS.json</code>.\n</footer>\n</main>\n</body>\n</html>'
 
 blocks = {}
-debug_info = '6=61&7=63&111=65&112=67&115=75&116=79&123=87&124=89&125=94&126=98&127=104&128=110&129=112&130=115&132=126&134=128&136=131&137=133&141=144&144=147&150=154&154=163&158=165&162=168&163=172&164=178&177=190&178=194&184=200&187=203&192=206&193=210&198=218&201=221&204=231&206=234&213=244&215=248&216=250&219=253&222=256&228=259&229=263'
+debug_info = '7=61&8=63&112=65&113=67&116=75&117=79&124=87&125=89&126=94&127=98&128=104&129=110&130=112&131=115&133=126&135=128&137=131&138=133&142=144&145=147&151=154&155=163&159=165&163=168&164=172&165=178&178=190&179=194&185=200&188=203&193=206&194=210&199=218&202=221&205=231&207=234&214=244&216=248&217=250&220=253&223=256&229=259&230=263'
