@@ -56,3 +56,27 @@ def test_preflight_verdict_escapes_a_peers_hostile_host_name():
     assert "\nOK:" not in out and out.rstrip().splitlines()[-2].startswith("NOT OK")
     assert "gpu7\\x1b]0;pwned\\x07\\u202e\\nOK: the nodes agree" in out
     assert "FAILED (DistBackendError: \\x1b[2Jpeer reset); pairs that cannot reduce: gpu1 <-> gpu7\\x1b]0;" in out
+
+
+def test_an_error_line_quotes_a_hostile_file_name_escaped(tmp_path):
+    r = subprocess.run([str(DOCTOR), "why", "--log", str(tmp_path / "x\x1b]0;owned\x07\u202e\n.log")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    _assert_escaped(r.stderr)
+    assert "x\\x1b]0;owned\\x07\\u202e .log is not a regular file" in r.stderr  # whitespace is one space
+    r = subprocess.run([str(DOCTOR), "run", "--fail-on", "\x1b[2J\x9b1m"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    _assert_escaped(r.stderr)
+    assert "\\x1b[2J\\x9b1m" in r.stderr
+
+
+def test_a_matrix_overlays_text_is_printed_escaped(tmp_path):
+    overlay = tmp_path / "overlay.toml"
+    overlay.write_text('schema_version = 1\n[sources.acme]\nurl = "https://wiki.example.com/\\u001b]0;owned\\u0007"\n'
+                       '[[toolkit]]\nversion = "13.9"\nmin_driver = "640.10"\nsource = ["acme"]\n'
+                       'note = "rebuilt \\u001b[2J\\u202e here"\n')
+    r = subprocess.run([str(DOCTOR), "matrix", "cuda", "13.9", "--matrix-overlay", str(overlay)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    _assert_escaped(r.stdout)
+    assert "https://wiki.example.com/\\x1b]0;owned\\x07" in r.stdout

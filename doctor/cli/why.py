@@ -9,7 +9,6 @@ import click
 
 from dl_doctor import app
 from dl_doctor.cli.base import cli
-from dl_doctor.reports.terminal import safe_line
 
 
 @cli.command("why")
@@ -28,6 +27,8 @@ def why_cmd(text, log, report, sysroot, text_only, timeout, as_json) -> int:
 
     Exit codes: 0 a diagnosis (or none matched), 1 this machine's evidence confirms a cause, 2 bad input.
     """
+    from dl_doctor.reports.terminal import safe_line
+
     body = app.read_why_input(text, log)
     result = app.why(body, report=report, evidence=not text_only,
                      collect=None if text_only else app.CollectOptions(sysroot=sysroot, timeout=timeout))
