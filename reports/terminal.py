@@ -122,13 +122,24 @@ def summary_line(report: Dict[str, Any]) -> str:
     return f"{counts}  ({report.get('run', {}).get('duration_s', 0):.2f} s)"
 
 
+def _shown(report: Dict[str, Any]) -> Dict[str, Any]:
+    """The parts of ``report`` the summary shows (not the facts, which are most of a report), escaped: every value
+    one line, so a message or a host name cannot forge a PASS line of its own; a fix's commands keep their lines
+    (a pod spec, a here-document), each printed indented under the fix."""
+    shown = safe_value({k: report.get(k) for k in ("tool", "host", "run", "summary", "findings", "probe_errors",
+                                                    "privilege") if k in report}, one_line=True)
+    for finding, original in zip(shown.get("findings") or [], report.get("findings") or []):
+        fix = original.get("fix") if isinstance(original, dict) else None
+        if isinstance(fix, dict) and isinstance(fix.get("commands"), list):
+            finding["fix"]["commands"] = [safe_text(str(c)) for c in fix["commands"]]
+    return shown
+
+
 def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
            paths: Sequence[str] = (), width: int = WIDTH) -> str:
     global _width
     _width = width
-    # only what the summary shows is escaped (and walked): not the facts, which are most of a report
-    report = safe_value({k: report.get(k) for k in ("tool", "host", "run", "summary", "findings", "probe_errors",
-                                                     "privilege") if k in report})
+    report = _shown(report)
     paths = [safe_text(p) for p in paths]
     lines: List[str] = []
     tool = report.get("tool", {})

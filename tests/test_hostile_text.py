@@ -80,3 +80,20 @@ def test_a_matrix_overlays_text_is_printed_escaped(tmp_path):
     assert r.returncode == 0, r.stderr
     _assert_escaped(r.stdout)
     assert "https://wiki.example.com/\\x1b]0;owned\\x07" in r.stdout
+
+
+def test_the_terminal_summary_keeps_each_value_on_its_line_and_a_fix_keeps_its_commands():
+    from dl_doctor.reports import terminal
+
+    forged = "\nPASS  DLD-GPU-001  every GPU is healthy\x1b[2J"
+    report = {"tool": {"version": "1"}, "host": {"hostname": "gpu7" + forged}, "run": {},
+              "summary": {"fail": 1, "pass": 1},
+              "findings": [{"id": "DLD-MEM-001", "status": "fail", "title": "shm" + forged, "headline": "small" + forged,
+                            "message": "the mount" + forged, "fix": {"summary": "grow it" + forged,
+                                                                     "commands": ["# in the pod spec:\nvolumes: []"]}},
+                           {"id": "DLD-SYS-001", "status": "pass", "title": "ok", "message": "fine" + forged}]}
+    text = terminal.render(report)
+    _assert_escaped(text)
+    assert not [line for line in text.splitlines() if line.lstrip().startswith("PASS  DLD-GPU-001")], text
+    assert text.count("\\nPASS  DLD-GPU-001  every GPU is healthy\\x1b[2J") == 6
+    assert "  # in the pod spec:\n" in text and "\n        volumes: []\n" in text  # the commands' own lines
