@@ -208,6 +208,24 @@ def test_a_link_behind_any_punctuation_never_links_in_the_summary(dlami_report):
         assert "<a" not in html, value
 
 
+def test_control_and_bidi_characters_are_shown_escaped_on_every_html_page(dlami_report):
+    """A bidirectional override makes a path read as another on the page and a control character can hide text:
+    both are shown as their escapes, in the template's values, the stack picture and the fleet page alike."""
+    from dl_doctor import fleet
+    from dl_doctor.reports import html as html_report
+
+    evil = "/opt/\u202eos.bin\x1b[8m/venv"
+    page = html_report.render(_with_values(dlami_report[0], evil))
+    assert "\u202e" not in page and "\x1b" not in page
+    stack_part = page[page.index('<section id="stack">'):page.index('<section id="checks">')]
+    assert "\\u202eos.bin\\x1b[8m/" in stack_part.replace("<wbr>", "")  # the environment's name in the picture
+    assert page.replace("<wbr>", "").count("\\u202eos.bin\\x1b[8m/") >= 6
+    failing = [{"id": "DLD-GPU-001", "status": "fail", "headline": evil}]
+    nodes = [fleet.Node(evil, "r", {"version": "1", "identity": {}, "compare": {}, "failing": failing, "warnings": 0})]
+    page = html_report.render_fleet(fleet.compare(fleet.Fleet(nodes=nodes)))
+    assert "\u202e" not in page and "\x1b" not in page and "\\u202eos.bin\\x1b[8m/" in page
+
+
 def test_the_summary_stays_under_the_limit_and_never_leaves_a_block_open(dlami_report):
     report, _ = dlami_report
     big = copy.deepcopy(report)
