@@ -186,8 +186,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ImportError as exc:
         print(f"dl-doctor preflight: error: needs torch ({exc})", file=sys.stderr)
         return 2
-    except RuntimeError as exc:
-        print(f"dl-doctor preflight: error: {str(exc)[:500]}", file=sys.stderr)
+    except RuntimeError as exc:  # a transport error can quote what a peer sent: one escaped line
+        from dl_doctor.reports.terminal import safe_line
+
+        print(f"dl-doctor preflight: error: {safe_line(str(exc)[:500])}", file=sys.stderr)
         return 2
     return 0 if ok else 1
 

@@ -97,3 +97,16 @@ def test_the_terminal_summary_keeps_each_value_on_its_line_and_a_fix_keeps_its_c
     assert not [line for line in text.splitlines() if line.lstrip().startswith("PASS  DLD-GPU-001")], text
     assert text.count("\\nPASS  DLD-GPU-001  every GPU is healthy\\x1b[2J") == 6
     assert "  # in the pod spec:\n" in text and "\n        volumes: []\n" in text  # the commands' own lines
+
+
+def test_preflight_error_line_escapes_what_a_peer_sent(monkeypatch, capsys):
+    import dl_doctor.preflight as preflight
+
+    def refused(*args):
+        raise RuntimeError("connection reset by gpu7\x1b]0;pwned\x07\nOK: ready")
+
+    monkeypatch.setattr(preflight, "preflight", refused)
+    assert preflight.main([]) == 2
+    err = capsys.readouterr().err
+    _assert_escaped(err)
+    assert err == "dl-doctor preflight: error: connection reset by gpu7\\x1b]0;pwned\\x07\\nOK: ready\n"
