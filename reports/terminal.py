@@ -16,9 +16,11 @@ WIDTH = 100
 
 
 # C0 and C1 control characters (but newline and tab), DEL, the bidirectional overrides that reorder what a terminal
-# shows, and lone surrogates (names that were not UTF-8): escaped, so nothing from the machine can move the cursor,
-# retitle the window, hide text or smuggle an escape sequence into a terminal, a diff or the login line.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# shows, the Unicode line and paragraph separators (a line break to Python's splitlines and to many editors), and lone
+# surrogates (names that were not UTF-8): escaped, so nothing from the machine can move the cursor, retitle the
+# window, hide text, start a line or smuggle an escape sequence into a terminal, a diff, a page or the login line.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
 
 
 def _escape(m: "re.Match[str]") -> str:

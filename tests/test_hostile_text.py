@@ -110,3 +110,13 @@ def test_preflight_error_line_escapes_what_a_peer_sent(monkeypatch, capsys):
     err = capsys.readouterr().err
     _assert_escaped(err)
     assert err == "dl-doctor preflight: error: connection reset by gpu7\\x1b]0;pwned\\x07\\nOK: ready\n"
+
+
+def test_every_character_that_breaks_or_reorders_a_line_is_escaped():
+    from dl_doctor.reports.terminal import safe_line, safe_text
+
+    # C0, DEL, C1 (0x9b is an 8-bit CSI), the bidi controls, and the Unicode line and paragraph separators
+    assert safe_line("a\x1b\x7f\x9b\u061c\u200f\u202e\u2066\u2028\u2029\n\tb") == (
+        "a\\x1b\\x7f\\x9b\\u061c\\u200f\\u202e\\u2066\\u2028\\u2029\\n\\tb")
+    assert safe_text("a\nb\tc") == "a\nb\tc" and safe_text("venv\udcff") == "venv\\xff"
+    assert len(safe_line("x" + "\u2028" * 10).splitlines()) == 1
