@@ -88,9 +88,9 @@ def test_the_terminal_summary_keeps_each_value_on_its_line_and_a_fix_keeps_its_c
     forged = "\nPASS  DLD-GPU-001  every GPU is healthy\x1b[2J"
     report = {"tool": {"version": "1"}, "host": {"hostname": "gpu7" + forged}, "run": {},
               "summary": {"fail": 1, "pass": 1},
-              "findings": [{"id": "DLD-MEM-001", "status": "fail", "title": "shm" + forged, "headline": "small" + forged,
-                            "message": "the mount" + forged, "fix": {"summary": "grow it" + forged,
-                                                                     "commands": ["# in the pod spec:\nvolumes: []"]}},
+              "findings": [{"id": "DLD-MEM-001", "status": "fail", "title": "shm" + forged,
+                            "headline": "small" + forged, "message": "the mount" + forged,
+                            "fix": {"summary": "grow it" + forged, "commands": ["# in the pod spec:\nvolumes: []"]}},
                            {"id": "DLD-SYS-001", "status": "pass", "title": "ok", "message": "fine" + forged}]}
     text = terminal.render(report)
     _assert_escaped(text)
