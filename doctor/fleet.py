@@ -200,30 +200,30 @@ def compare(fleet: Fleet) -> Dict[str, Any]:
 
 
 def render_text(result: Dict[str, Any], width: int = 100) -> str:
-    from dl_doctor.reports.terminal import safe_text
+    from dl_doctor.reports.terminal import safe_line
 
     lines = [f"dl-doctor fleet: {result['nodes']} node{'s' if result['nodes'] != 1 else ''} in "
              f"{len(result['groups'])} group{'s' if len(result['groups']) != 1 else ''}"]
     for g in result["groups"]:
         lines.append("")
-        lines.append(f"{safe_text(g['group'])}: {len(g['nodes'])} nodes")
+        lines.append(f"{safe_line(g['group'])}: {len(g['nodes'])} nodes")
         if not g["differences"]:
             lines.append("  every compared fact is the same on every node")
         for d in g["differences"]:
-            odd = ", ".join(f"{safe_text(o['node'])} = {safe_text(str(o['value']))}" for o in d["odd"][:8])
+            odd = ", ".join(f"{safe_line(o['node'])} = {safe_line(o['value'])}" for o in d["odd"][:8])
             more = f" and {len(d['odd']) - 8} more" if len(d["odd"]) > 8 else ""
             have = "node has" if d["majority_count"] == 1 else "nodes have"
             tie = " (no majority)" if d.get("tie") else ""
-            lines.append(f"  DIFFERS {safe_text(d['fact'])}: {d['majority_count']} {have} "
-                         f"{safe_text(str(d['majority']))}{tie}; {odd}{more}")
+            lines.append(f"  DIFFERS {safe_line(d['fact'])}: {d['majority_count']} {have} "
+                         f"{safe_line(d['majority'])}{tie}; {odd}{more}")
     if result["failing"]:
         lines.append("")
         lines.append("Failing checks:")
         for check, nodes in result["failing_by_check"].items():
-            shown = ", ".join(safe_text(n) for n in nodes[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
-            lines.append(f"  FAIL {safe_text(check)} on {len(nodes)} node{'s' if len(nodes) != 1 else ''}: {shown}")
+            shown = ", ".join(safe_line(n) for n in nodes[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
+            lines.append(f"  FAIL {safe_line(check)} on {len(nodes)} node{'s' if len(nodes) != 1 else ''}: {shown}")
     for u in result["unreadable"][:20]:
-        lines.append(f"unreadable: {safe_text(u['source'])}: {safe_text(u['error'])}")
+        lines.append(f"unreadable: {safe_line(u['source'])}: {safe_line(u['error'])}")
     lines.append("")
     lines.append("OK: the nodes agree and none fails" if result["ok"] else
                  "NOT OK: " + "; ".join(p for p in (

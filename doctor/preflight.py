@@ -120,6 +120,24 @@ def _allreduce(dist, torch, backend: str, world: int, timeout: float) -> Dict[st
     return out
 
 
+def verdict_text(result: Dict[str, Any]) -> str:
+    """What rank 0 prints: the fleet comparison and the all-reduce's line. Host names and errors come from the
+    peers, so every value is one escaped line (a peer cannot retitle rank 0's terminal or forge its verdict)."""
+    from dl_doctor import fleet
+    from dl_doctor.reports.terminal import safe_line
+
+    text = fleet.render_text(result)
+    path = result.get("path")
+    if path is not None:
+        line = (f"all-reduce over {safe_line(path['backend'])}: " + (
+            f"ok in {safe_line(path.get('seconds'))} s" if path["ok"] else f"FAILED ({safe_line(path.get('error'))})"))
+        if path.get("failed_pairs_named"):
+            line += "; pairs that cannot reduce: " + ", ".join(f"{safe_line(a)} <-> {safe_line(b)}"
+                                                              for a, b in path["failed_pairs_named"])
+        text = text.rstrip("\n") + "\n" + line + "\n"
+    return "dl-doctor preflight\n" + text
+
+
 def preflight(doctor: Optional[str] = None, timeout: float = 120.0, backend: str = "auto", allreduce: bool = True,
               json_path: Optional[str] = None, stream=None) -> bool:
     """Run on every node's local rank 0 (or every rank of a --nproc-per-node=1 job); True when the nodes agree, none
@@ -155,14 +173,7 @@ def preflight(doctor: Optional[str] = None, timeout: float = 120.0, backend: str
             path["failed_pairs_named"] = [[names.get(a), names.get(b)] for a, b in path.get("failed_pairs", [])]
             result["path"] = path
             result["ok"] = result["ok"] and path["ok"]
-        text = fleet.render_text(result)
-        if path is not None:
-            line = (f"all-reduce over {path['backend']}: " + (f"ok in {path.get('seconds')} s" if path["ok"] else
-                    f"FAILED ({path.get('error')})"))
-            if path.get("failed_pairs_named"):
-                line += "; pairs that cannot reduce: " + ", ".join(f"{a} <-> {b}" for a, b in path["failed_pairs_named"])
-            text = text.rstrip("\n") + "\n" + line + "\n"
-        stream.write("dl-doctor preflight\n" + text)
+        stream.write(verdict_text(result))
         stream.flush()
         if json_path:
             with open(json_path, "w") as fh:
@@ -190,8 +201,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ImportError as exc:
         print(f"dl-doctor preflight: error: needs torch ({exc})", file=sys.stderr)
         return 2
-    except RuntimeError as exc:
-        print(f"dl-doctor preflight: error: {str(exc)[:500]}", file=sys.stderr)
+    except RuntimeError as exc:  # a transport error can quote what a peer sent: one escaped line
+        from dl_doctor.reports.terminal import safe_line
+
+        print(f"dl-doctor preflight: error: {safe_line(str(exc)[:500])}", file=sys.stderr)
         return 2
     return 0 if ok else 1
 

@@ -1,4 +1,6 @@
-"""The HTML report: one self-contained file (inline CSS, no external URL, no JavaScript)."""
+"""The HTML report: one self-contained file (inline CSS, no external URL, no JavaScript). Every page's <head> carries
+a Content-Security-Policy that allows only that inline CSS and data: images, so a value that got past the escaping
+still could not run a script, load anything or send a form."""
 
 from __future__ import annotations
 
@@ -12,12 +14,19 @@ from markupsafe import Markup, escape
 
 from dl_doctor.reports import present, stack
 from dl_doctor.reports.inventory import inventory
-from dl_doctor.reports.terminal import ORDER, headline
+from dl_doctor.reports.terminal import ORDER, headline, safe_text
+
+
+def shown(value: Any) -> Any:
+    """Every value a template prints: text with its control characters and bidirectional overrides escaped, as in
+    a terminal (an override would make a path read as another on the page, a control character can hide text);
+    markup made here and numbers as they are. Autoescaping then escapes the HTML."""
+    return safe_text(value) if isinstance(value, str) and not isinstance(value, Markup) else value
 
 
 def wrap_path(value: Any) -> Markup:
     """The value escaped, with a break opportunity after each '/': a long path wraps at its separators."""
-    return Markup(str(escape("" if value is None else str(value))).replace("/", "/<wbr>"))
+    return Markup(str(escape(safe_text("" if value is None else str(value)))).replace("/", "/<wbr>"))
 
 
 def _compiled_loader() -> "jinja2.BaseLoader | None":
@@ -50,6 +59,7 @@ def _environment(compiled: bool = True) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader([ahead, package]) if ahead is not None else package,
         autoescape=True,  # every value is escaped, whatever the file name
+        finalize=shown,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True,
     )

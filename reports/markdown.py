@@ -23,7 +23,9 @@ STATE_MARK = {"ok": "", "newer": " ⚠️", "optional": " ⚠️", "wrong": " �
 # Markdown's punctuation that can start or end a construct anywhere in a line: emphasis, code, links, images, raw HTML,
 # entities, tables, math, headings, strike-through. '\' first (it escapes the others).
 _INLINE = re.compile(r"([\\`*_\[\]<>&|!#~$])")
-_WORD_JOINER = "\u2060"  # invisible; breaks '@name' mentions and e-mail autolinks without changing what is read
+# invisible; breaks '@name' mentions and e-mail autolinks without changing what is read (a backslash before '@' or '.'
+# does not: cmark-gfm finds e-mail addresses in the text after the escapes are read)
+_WORD_JOINER = "\u2060"
 
 
 def text(value: Any, limit: int = 2000) -> str:
@@ -32,7 +34,7 @@ def text(value: Any, limit: int = 2000) -> str:
     s = re.sub(r"\s+", " ", s).strip()
     s = _INLINE.sub(r"\\\1", s)
     s = re.sub(r":(?=//)", r"\\:", s)                    # no URL autolinks (http://, ftp://)
-    s = re.sub(r"(?i)\bwww\.", "www\\.", s)               # nor www. autolinks
+    s = re.sub(r"(?i)(www)\.", r"\1\\.", s)              # nor www. autolinks (GFM starts one after '_' too)
     s = s.replace("@", "@" + _WORD_JOINER)               # nor @mentions and e-mail autolinks
     s = re.sub(r"^([-+=])", r"\\\1", s)                   # nor a list or a setext underline, at the start
     s = re.sub(r"^(\d+)([.)])", r"\1\\\2", s)             # nor an ordered list

@@ -175,8 +175,10 @@ def render_html(model: Dict[str, Any]) -> str:
     template is compiled on every run, and this part would double its compile time."""
     from markupsafe import escape
 
-    def e(value: Any) -> str:
-        return str(escape("" if value is None else str(value)))
+    from dl_doctor.reports.terminal import safe_text
+
+    def e(value: Any) -> str:  # control characters and bidirectional overrides shown escaped, as in a terminal
+        return str(escape(safe_text("" if value is None else str(value))))
 
     def path(value: Any) -> str:  # a break opportunity after each '/'
         return e(value).replace("/", "/<wbr>")

@@ -16,9 +16,11 @@ WIDTH = 100
 
 
 # C0 and C1 control characters (but newline and tab), DEL, the bidirectional overrides that reorder what a terminal
-# shows, and lone surrogates (names that were not UTF-8): escaped, so nothing from the machine can move the cursor,
-# retitle the window, hide text or smuggle an escape sequence into a terminal, a diff or the login line.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# shows, the Unicode line and paragraph separators (a line break to Python's splitlines and to many editors), and lone
+# surrogates (names that were not UTF-8): escaped, so nothing from the machine can move the cursor, retitle the
+# window, hide text, start a line or smuggle an escape sequence into a terminal, a diff, a page or the login line.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
 
 
 def _escape(m: "re.Match[str]") -> str:
@@ -34,16 +36,21 @@ def safe_text(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
+def safe_line(value: Any) -> str:
+    """``value`` as text for one line of a terminal: :func:`safe_text`, and newlines and tabs escaped too, so a value
+    from the machine (a log line, a peer's host name, an error) cannot forge a line of its own."""
+    return safe_text(str(value)).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def safe_value(obj: Any, one_line: bool = False) -> Any:
     """A copy of a report (or any JSON value) with :func:`safe_text` applied to every string, keys included;
-    ``one_line`` also escapes newlines and tabs (a value then cannot forge a line of its own)."""
+    ``one_line`` applies :func:`safe_line` instead."""
     if isinstance(obj, dict):
         return {safe_value(k, one_line): safe_value(v, one_line) for k, v in obj.items()}
     if isinstance(obj, list):
         return [safe_value(v, one_line) for v in obj]
     if isinstance(obj, str):
-        text = safe_text(obj)
-        return text.replace("\n", "\\n").replace("\t", "\\t") if one_line else text
+        return safe_line(obj) if one_line else safe_text(obj)
     return obj
 
 
@@ -117,13 +124,24 @@ def summary_line(report: Dict[str, Any]) -> str:
     return f"{counts}  ({report.get('run', {}).get('duration_s', 0):.2f} s)"
 
 
+def _shown(report: Dict[str, Any]) -> Dict[str, Any]:
+    """The parts of ``report`` the summary shows (not the facts, which are most of a report), escaped: every value
+    one line, so a message or a host name cannot forge a PASS line of its own; a fix's commands keep their lines
+    (a pod spec, a here-document), each printed indented under the fix."""
+    shown = safe_value({k: report.get(k) for k in ("tool", "host", "run", "summary", "findings", "probe_errors",
+                                                    "privilege") if k in report}, one_line=True)
+    for finding, original in zip(shown.get("findings") or [], report.get("findings") or []):
+        fix = original.get("fix") if isinstance(original, dict) else None
+        if isinstance(fix, dict) and isinstance(fix.get("commands"), list):
+            finding["fix"]["commands"] = [safe_text(str(c)) for c in fix["commands"]]
+    return shown
+
+
 def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
            paths: Sequence[str] = (), width: int = WIDTH) -> str:
     global _width
     _width = width
-    # only what the summary shows is escaped (and walked): not the facts, which are most of a report
-    report = safe_value({k: report.get(k) for k in ("tool", "host", "run", "summary", "findings", "probe_errors",
-                                                     "privilege") if k in report})
+    report = _shown(report)
     paths = [safe_text(p) for p in paths]
     lines: List[str] = []
     tool = report.get("tool", {})

@@ -109,3 +109,36 @@ def test_the_template_compiled_ahead_of_time_is_fresh_and_used(tmp_path):
     finally:
         jinja2.__version__ = real
     assert stamp["jinja2"] == real
+
+
+CSP = ('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'; '
+       'img-src data:; form-action \'none\'; base-uri \'none\'">')
+
+
+def _assert_csp_in_head(page: str, where: str) -> None:
+    """The policy is in <head> once, right after the charset and before the style sheet it allows: a browser then
+    refuses any script, frame, fetch or form a value might still smuggle past the escaping."""
+    head = page[page.index("<head>"):page.index("</head>")]
+    assert page.count(CSP) == 1 and CSP in head, where
+    assert head.index('<meta charset="utf-8">') < head.index(CSP) < head.index("<style>"), where
+
+
+def test_every_html_page_carries_the_content_security_policy(docker_report, run_cli, tmp_path):
+    import json
+    import tarfile
+
+    html, r = docker_report
+    _assert_csp_in_head(html.read_text(), "run --html")
+    [report] = r.reports("json")
+    out = run_cli("report", str(report), "--html", str(tmp_path / "again.html"))
+    assert out.returncode == 0, out.stderr
+    _assert_csp_in_head((tmp_path / "again.html").read_text(), "report --html")
+    out = run_cli("fleet", str(report), "--html", str(tmp_path / "fleet.html"))
+    assert out.returncode in (0, 1), out.stderr
+    _assert_csp_in_head((tmp_path / "fleet.html").read_text(), "fleet --html")
+    out = run_cli("bundle", "--sysroot", str(tmp_path / "root"), "-o", str(tmp_path / "b.tar.gz"))
+    assert out.returncode in (0, 1), out.stderr
+    with tarfile.open(tmp_path / "b.tar.gz") as tar:
+        [member] = [m for m in tar.getmembers() if m.name.endswith("report.html")]
+        _assert_csp_in_head(tar.extractfile(member).read().decode(), "bundle report.html")
+    assert json.loads(report.read_text())["findings"]

@@ -150,6 +150,82 @@ def test_a_hostile_value_cannot_break_out_mention_link_or_inject(dlami_report):
     assert all(r.count("<td>") == 2 for r in re.findall(r"<tr>.*?</tr>", stack_table, re.S)[1:])  # no cell split
 
 
+# what GFM's autolink extension and CommonMark link: www., URL schemes, e-mail addresses (bare and with mailto: or
+# xmpp:), <scheme:...> autolinks; with the punctuation that starts one mid-word ('_', '*', '~', '(')
+AUTOLINKS = ["www.x.org", "x_www.example.org", "Www.Example.org", "x*www.x.org", "(WWW.X.ORG)", "~www.x.org",
+             "http://x.org/a", "see https://x.org/a?b=c", "HTTPS://X.ORG", "ftp://x.org", "x_http://x.org",
+             "user@example.com", "first.last+tag@sub.example.co.uk", "mailto:a@b.co", "xmpp:foo@bar.baz",
+             "<http://x>", "<user@example.com>", "[x](http://x.org)", "![x](http://x.org/i.png)"]
+BEFORE = ["", "_", "__", "*", "**", "~", "~~", "(", "-", ".", ":", "/", "\\", "`", "&", "<", "[", "!", "x", " ", "@"]
+LINKS = ["www.x.org", "WWW.X.ORG", "http://x.org/a", "https://x.org", "ftp://x.org", "a@b.co", "mailto:a@b.co",
+         "xmpp:a@b.co"]
+AFTER = ["", ")", ".", "_", "*", ">", "/b"]
+
+
+def _visible(html: str) -> str:
+    """The text a reader sees in rendered HTML (tags dropped, entities decoded, invisible word joiners removed)."""
+    import html as html_module
+
+    return html_module.unescape(re.sub(r"<[^>]*>", "", html)).replace("\u2060", "").strip()
+
+
+def _with_values(report, value):
+    """``report`` with ``value`` everywhere a machine value reaches the summary's text, tables and code spans."""
+    rep = copy.deepcopy(report)
+    f = next(f for f in rep["findings"] if f["id"] == "DLD-PY-012")
+    f["headline"] = f["title"] = f["message"] = f["fix"]["summary"] = value
+    passed = next(f for f in rep["findings"] if f["status"] == "pass")
+    passed["message"] = value
+    env = rep["facts"]["python_envs"]["environments"][0]
+    env["name"] = value
+    env["consumers"][0]["version"] = value
+    rep["host"]["os"] = rep["host"]["hostname"] = value
+    rep["tool"]["version"] = value
+    return rep
+
+
+@pytest.mark.parametrize("value", AUTOLINKS)
+def test_no_machine_value_becomes_a_link_and_every_character_is_still_read(value):
+    for md in (markdown.text(value), markdown.code(value), markdown.code(value, in_table=True)):
+        html = _gfm(md)
+        assert "<a" not in html and "<img" not in html, (md, html)
+        assert _visible(html) == value, (md, html)  # the escapes render invisibly: nothing lost, no case changed
+
+
+@pytest.mark.parametrize("value", AUTOLINKS)
+def test_the_summary_of_a_report_links_no_machine_value(dlami_report, value):
+    html = _gfm(markdown.render(_with_values(dlami_report[0], value)))
+    assert "<a" not in html and "<img" not in html
+
+
+def test_a_link_behind_any_punctuation_never_links_in_the_summary(dlami_report):
+    """Every link form behind and before each character that can start or end one mid-word (GFM starts a www. link
+    after '_', '*', '~' or '('), through the text, the code spans and the whole summary."""
+    for value in (b + link + a for b in BEFORE for link in LINKS for a in AFTER):
+        assert "<a" not in _gfm(markdown.text(value)) and "<a" not in _gfm(markdown.code(value)), value
+        assert _visible(_gfm(markdown.text(value))) == " ".join(value.split()), value
+        html = _gfm(markdown.render(_with_values(dlami_report[0], value)))
+        assert "<a" not in html, value
+
+
+def test_control_and_bidi_characters_are_shown_escaped_on_every_html_page(dlami_report):
+    """A bidirectional override makes a path read as another on the page and a control character can hide text:
+    both are shown as their escapes, in the template's values, the stack picture and the fleet page alike."""
+    from dl_doctor import fleet
+    from dl_doctor.reports import html as html_report
+
+    evil = "/opt/\u202eos.bin\x1b[8m/venv"
+    page = html_report.render(_with_values(dlami_report[0], evil))
+    assert "\u202e" not in page and "\x1b" not in page
+    stack_part = page[page.index('<section id="stack">'):page.index('<section id="checks">')]
+    assert "\\u202eos.bin\\x1b[8m/" in stack_part.replace("<wbr>", "")  # the environment's name in the picture
+    assert page.replace("<wbr>", "").count("\\u202eos.bin\\x1b[8m/") >= 6
+    failing = [{"id": "DLD-GPU-001", "status": "fail", "headline": evil}]
+    nodes = [fleet.Node(evil, "r", {"version": "1", "identity": {}, "compare": {}, "failing": failing, "warnings": 0})]
+    page = html_report.render_fleet(fleet.compare(fleet.Fleet(nodes=nodes)))
+    assert "\u202e" not in page and "\x1b" not in page and "\\u202eos.bin\\x1b[8m/" in page
+
+
 def test_the_summary_stays_under_the_limit_and_never_leaves_a_block_open(dlami_report):
     report, _ = dlami_report
     big = copy.deepcopy(report)

@@ -24,6 +24,13 @@ from dl_doctor.cli.base import cli
 __all__ = ["cli", "main"]
 
 
+def _error_line(text: str) -> str:
+    """An error as one escaped line: messages quote file names, fields and values from files other people wrote."""
+    from dl_doctor.reports.terminal import safe_line
+
+    return safe_line(" ".join(str(text).split()))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     debug = bool(os.environ.get("DL_DOCTOR_DEBUG"))
     try:
@@ -31,10 +38,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except click.exceptions.Exit as exc:  # pragma: no cover - click returns it in non-standalone mode
         code = exc.exit_code
     except InputProblem as exc:
-        click.echo(f"dl-doctor: error: {' '.join(str(exc).split())}", err=True)
+        click.echo(f"dl-doctor: error: {_error_line(exc)}", err=True)
         code = 2
     except click.ClickException as exc:
-        message = " ".join(exc.format_message().split())
+        message = _error_line(exc.format_message())
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
             message += f" (see '{exc.ctx.command_path} --help')"
         # Bad input is exit 2; an answer of "no such entry" (dl-doctor matrix) is exit 1.
@@ -51,7 +58,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except Exception as exc:  # noqa: BLE001 - never a traceback for users
         if debug:
             traceback.print_exc()
-        click.echo(f"dl-doctor: error: dl-doctor could not run: {type(exc).__name__}: {exc} "
+        click.echo(f"dl-doctor: error: dl-doctor could not run: {type(exc).__name__}: {_error_line(exc)} "
                    f"(set DL_DOCTOR_DEBUG=1 for details)", err=True)
         code = 2
     sys.exit(code if isinstance(code, int) else 0)

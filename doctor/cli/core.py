@@ -38,10 +38,11 @@ def emit_engine(outcome: app.Outcome, kw) -> int:
     from dl_doctor import cluster
     from dl_doctor.engine import exit_code
     from dl_doctor.host import Host
+    from dl_doctor.reports.terminal import safe_line
 
     engine, fail_on = kw["engine"], kw.get("fail_on", "fail")
     for problem in outcome.problems:
-        click.echo(f"dl-doctor: error: {problem}", err=True)
+        click.echo(f"dl-doctor: error: {safe_line(problem)}", err=True)
     if outcome.problems:
         if engine == "npd":
             click.echo("dl-doctor: could not run (see its stderr)")
@@ -60,8 +61,8 @@ def emit_engine(outcome: app.Outcome, kw) -> int:
     except (RuntimeError, OSError) as exc:
         raise app.InputProblem(f"slurm: {exc}")
     s = outcome.report.get("summary") or {}
-    line = (f"dl-doctor: {s.get('fail', 0)} fail, {s.get('warn', 0)} warn on {result['node']}; "
-            f"slurm: {result['action']}" + (f" ({result['reason']})" if result.get("reason") else ""))
+    line = (f"dl-doctor: {s.get('fail', 0)} fail, {s.get('warn', 0)} warn on {safe_line(result['node'])}; "
+            f"slurm: {result['action']}" + (f" ({safe_line(result['reason'])})" if result.get("reason") else ""))
     click.echo(line)
     return code
 
@@ -76,13 +77,13 @@ def emit(outcome: app.Outcome, *, stdout_kind: Optional[str], quiet: bool, no_co
         sys.stdout.flush()
         if not quiet:
             for path in outcome.written:
-                click.echo(f"Report: {path}", err=True)
+                click.echo(f"Report: {terminal.safe_line(path)}", err=True)
     else:
         click.echo(terminal.render(outcome.report, color=use_color(no_color), quiet=quiet,
                                    width=terminal.terminal_width(sys.stdout),
                                    paths=[] if quiet else outcome.written), nl=False)
     for problem in outcome.problems:
-        click.echo(f"dl-doctor: error: {problem}", err=True)
+        click.echo(f"dl-doctor: error: {terminal.safe_line(problem)}", err=True)
     return 2 if outcome.problems else exit_code(outcome.findings, fail_on)
 
 
@@ -153,6 +154,8 @@ def check_cmd(facts_file, **kw) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(as_json) -> int:
     """List every registered check: ID, slug, title, tags."""
+    from dl_doctor.reports.terminal import safe_line
+
     reg = app.registry()
     checks = sorted(reg.checks, key=lambda s: s.id)
     if as_json:
@@ -161,9 +164,11 @@ def list_cmd(as_json) -> int:
                                 "requires": list(s.requires), "module": s.module} for s in checks], indent=2))
     else:
         for s in checks:
-            click.echo(f"{s.id:<14} {s.slug:<28} {s.title}  [{', '.join(s.tags)}]")
+            # a plugin's check names itself: its text is escaped like any other
+            click.echo(f"{safe_line(s.id):<14} {safe_line(s.slug):<28} {safe_line(s.title)}  "
+                       f"[{safe_line(', '.join(s.tags))}]")
     for err in reg.load_errors:
-        click.echo(f"dl-doctor: warning: {err}", err=True)
+        click.echo(f"dl-doctor: warning: {safe_line(err)}", err=True)
     return 0
 
 
@@ -174,6 +179,7 @@ def explain_cmd(key) -> int:
     import textwrap
 
     from dl_doctor.model import Explanation
+    from dl_doctor.reports.terminal import safe_line, safe_text
 
     reg = app.registry()
     spec = reg.find_check(key)
@@ -181,14 +187,15 @@ def explain_cmd(key) -> int:
         hint = reg.closest_checks(key)
         raise app.InputProblem(f"unknown check '{key}'" + (f" (did you mean {', '.join(hint)}?)" if hint else "")
                                + "; see 'dl-doctor list'")
-    click.echo(f"{spec.id} ({spec.slug}): {spec.title}")
-    click.echo(f"tags: {', '.join(spec.tags)}" + (f"; needs facts: {', '.join(spec.requires)}" if spec.requires else ""))
-    click.echo(f"when it finds a problem: {spec.problem or spec.title}; remedy {spec.remedy}"
+    click.echo(f"{safe_line(spec.id)} ({safe_line(spec.slug)}): {safe_line(spec.title)}")
+    click.echo(f"tags: {safe_line(', '.join(spec.tags))}"
+               + (f"; needs facts: {safe_line(', '.join(spec.requires))}" if spec.requires else ""))
+    click.echo(f"when it finds a problem: {safe_line(spec.problem or spec.title)}; remedy {safe_line(spec.remedy)}"
                + ("; a failure drains the node" if spec.drain else ""))
     for attr, heading in Explanation.SECTIONS:
         click.echo("")
         click.echo(heading)
-        click.echo(textwrap.fill(getattr(spec.explanation, attr), width=88, initial_indent="  ",
+        click.echo(textwrap.fill(safe_text(getattr(spec.explanation, attr)), width=88, initial_indent="  ",
                                  subsequent_indent="  "))
     return 0
 

@@ -43,11 +43,15 @@ def _answer(kind: str, query: str, overlays, as_json: bool, lookup: Callable[[An
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
-        click.echo(human(result))
+        from dl_doctor.reports.terminal import safe_line, safe_text
+
+        # an overlay's entry (--matrix-overlay, a site file) is text someone else wrote: escaped (the answer keeps
+        # its own lines)
+        click.echo(safe_text(human(result)))
         if not result.get("verified", True):
             click.echo("note: this entry is marked unverified in the matrix")
         for src in result.get("sources", []):
-            click.echo(f"  source: {src}")
+            click.echo(f"  source: {safe_line(src)}")
     return 0
 
 
@@ -148,11 +152,12 @@ def matrix_instance(instance_type, as_json, overlays) -> int:
 def matrix_validate(files) -> int:
     """Validate matrix files (default: the built-in data and site overlays); exit 1 on errors."""
     from dl_doctor import compat_matrix
+    from dl_doctor.reports.terminal import safe_line
 
     paths = list(files) or compat_matrix.site_overlay_files()
     errors = compat_matrix.validate_files(paths)
     for err in errors:
-        click.echo(err)
+        click.echo(safe_line(err))
     if errors:
         return 1
     names = ", ".join(paths) if paths else "the built-in matrix"

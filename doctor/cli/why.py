@@ -27,6 +27,8 @@ def why_cmd(text, log, report, sysroot, text_only, timeout, as_json) -> int:
 
     Exit codes: 0 a diagnosis (or none matched), 1 this machine's evidence confirms a cause, 2 bad input.
     """
+    from dl_doctor.reports.terminal import safe_line
+
     body = app.read_why_input(text, log)
     result = app.why(body, report=report, evidence=not text_only,
                      collect=None if text_only else app.CollectOptions(sysroot=sysroot, timeout=timeout))
@@ -38,17 +40,19 @@ def why_cmd(text, log, report, sysroot, text_only, timeout, as_json) -> int:
         click.echo("No known signature matches this text. Run 'dl-doctor run' for the whole machine, or paste the "
                    "first error line (not the traceback's last).")
         return 0
+    # every value printed is one escaped line: the log's own line, the evidence, a report's path, even the signature
+    # base (a site can add to it) cannot move the cursor, retitle the window or forge a line
     for m in result["matched"][:3]:
-        click.echo(f"Matched {m['signature']}: {m['meaning']}")
-        click.echo(f"  in: {m['line']}")
+        click.echo(f"Matched {safe_line(m['signature'])}: {safe_line(m['meaning'])}")
+        click.echo(f"  in: {safe_line(m['line'])}")
     where = result.get("evidence_from")
-    click.echo(f"\nLikely causes ({'with evidence from ' + where if where else 'from the text alone'}):")
+    click.echo(f"\nLikely causes ({'with evidence from ' + safe_line(where) if where else 'from the text alone'}):")
     for n, c in enumerate(result["causes"][:6], 1):
-        click.echo(f"{n}. [{c['verdict']}] {c['summary']}")
+        click.echo(f"{n}. [{safe_line(c['verdict'])}] {safe_line(c['summary'])}")
         for e in c["evidence"][:3]:
-            click.echo(f"     evidence: {e}")
+            click.echo(f"     evidence: {safe_line(e)}")
         if n <= 3 or c["verdict"] == "confirmed":
-            click.echo(f"     fix: {c['fix']}")
+            click.echo(f"     fix: {safe_line(c['fix'])}")
         if c["checks"]:
-            click.echo(f"     decided by: {', '.join(c['checks'])} (dl-doctor explain ID)")
+            click.echo(f"     decided by: {safe_line(', '.join(c['checks']))} (dl-doctor explain ID)")
     return 1 if confirmed else 0

@@ -57,30 +57,30 @@ def root(context, missing=missing):
         def t_7(*unused):
             raise TemplateRuntimeError("No filter named 'wrap_path' found.")
     pass
-    yield '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<meta name="viewport" content="width=device-width, initial-scale=1">\n<meta name="generator" content="dl-doctor '
-    yield escape(environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'tool'), 'version'))
+    yield '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'; img-src data:; form-action \'none\'; base-uri \'none\'">\n<meta name="viewport" content="width=device-width, initial-scale=1">\n<meta name="generator" content="dl-doctor '
+    yield escape(environment.finalize(environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'tool'), 'version')))
     yield '">\n<title>dl-doctor report — '
-    yield escape((environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'host'), 'hostname') or 'unknown host'))
+    yield escape(environment.finalize((environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'host'), 'hostname') or 'unknown host')))
     yield '</title>\n<style>\n  :root { --fail:#b42318; --error:#8e24aa; --warn:#b54708; --pass:#067647; --skip:#667085;\n          --bg:#ffffff; --fg:#101828; --muted:#475467; --line:#eaecf0; --code:#f2f4f7; }\n  * { box-sizing: border-box; }\n  body { margin: 0; font: 15px/1.5 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;\n         color: var(--fg); background: var(--bg); }\n  main { max-width: 1100px; margin: 0 auto; padding: 16px; }\n  h1 { font-size: 1.4rem; margin: 0 0 4px; }\n  h2 { font-size: 1.15rem; margin: 28px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }\n  .sub { color: var(--muted); margin: 0 0 12px; overflow-wrap: anywhere; }\n  .counts { display: flex; flex-wrap: wrap; gap: 8px; margin: 12px 0; padding: 0; list-style: none; }\n  .counts li { border: 1px solid var(--line); border-radius: 6px; padding: 4px 12px; font-weight: 600; }\n  .counts li.zero { color: var(--skip); font-weight: 400; }\n  #inventory th { width: 30%; }\n  .badge { display: inline-block; min-width: 3.6em; text-align: center; border-radius: 4px; padding: 0 6px;\n           font-size: .8rem; font-weight: 700; color: #fff; text-transform: uppercase; }\n  .s-fail { background: var(--fail); } .s-error { background: var(--error); } .s-warn { background: var(--warn); }\n  .s-pass { background: var(--pass); } .s-skip { background: var(--skip); }\n  .c-fail { color: var(--fail); } .c-error { color: var(--error); } .c-warn { color: var(--warn); }\n  .c-pass { color: var(--pass); } .c-skip { color: var(--skip); }\n  .finding { border: 1px solid var(--line); border-left-width: 6px; border-radius: 6px; padding: 10px 14px; margin: 12px 0;\n             break-inside: avoid; }\n  .finding.fail { border-left-color: var(--fail); } .finding.error { border-left-color: var(--error); }\n  .finding.warn { border-left-color: var(--warn); }\n  .finding h3 { font-size: 1rem; margin: 0 0 6px; }\n  .finding .id { color: var(--muted); font-weight: 400; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .85rem; }\n  .finding p { margin: 6px 0; overflow-wrap: anywhere; }\n  .fix { background: #f9fafb; border-radius: 4px; padding: 6px 10px; margin-top: 8px; }\n  .fix strong { display: block; }\n  pre { background: var(--code); padding: 8px 10px; border-radius: 4px; overflow-x: auto; margin: 6px 0;\n        font: 13px/1.45 ui-monospace, Menlo, Consolas, monospace; white-space: pre-wrap; overflow-wrap: anywhere; }\n  table { border-collapse: collapse; width: 100%; }\n  th, td { text-align: left; vertical-align: top; padding: 5px 8px; border-bottom: 1px solid var(--line);\n           overflow-wrap: anywhere; }\n  th { font-weight: 600; color: var(--muted); }\n  td.status { white-space: nowrap; width: 1%; }\n  td.id { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .85rem; white-space: nowrap; width: 1%;\n          overflow-wrap: normal; }\n  details { margin: 8px 0; }\n  summary { cursor: pointer; font-weight: 600; }\n  .ok { border: 1px solid var(--line); border-left: 6px solid var(--pass); border-radius: 6px; padding: 10px 14px; }\n  footer { color: var(--muted); font-size: .85rem; margin: 32px 0 8px; }\n  nav.jump { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: .9rem; margin: 4px 0 0; }\n  .finding .check { color: var(--muted); margin: 0 0 6px; font-size: .9rem; }\n  .finding ul.items { margin: 6px 0; padding-left: 1.2em; }\n  .finding ul.items li { margin: 3px 0; overflow-wrap: anywhere; }\n  .path, .mono { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .85rem; }\n  /* the stack */\n  .chain { display: flex; flex-wrap: wrap; align-items: stretch; gap: 6px; margin: 8px 0 14px; }\n  .node { border: 1px solid var(--line); border-radius: 6px; padding: 6px 10px; flex: 1 1 11em; min-width: 0;\n          overflow-wrap: anywhere; }\n  .node .layer { display: block; font-size: .72rem; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); }\n  .node .val { font-weight: 600; }\n  .node .detail { display: block; font-size: .8rem; color: var(--muted); }\n  .node.bad { border-color: var(--fail); border-width: 2px; background: #fef3f2; }\n  .node.unknown { border-style: dashed; }\n  .node.warn { border-color: var(--warn); border-width: 2px; background: #fffaeb; }\n  .chain .to { align-self: center; color: var(--muted); flex: 0 0 auto; }\n  details.env { border: 1px solid var(--line); border-left-width: 6px; border-radius: 6px; padding: 0 10px; margin: 8px 0; }\n  details.env.bad { border-left-color: var(--fail); } details.env.odd { border-left-color: var(--warn); }\n  details.env.ok { border-left-color: var(--pass); }\n  details.env > summary { padding: 8px 0; }\n  details.env > summary .sub { font-weight: 400; }\n  .fw { margin: 4px 0 12px; }\n  .fw h4 { margin: 6px 0 4px; font-size: .95rem; }\n  .fw h4 .sub { font-weight: 400; color: var(--muted); }\n  table.libs td { padding: 3px 6px; font-size: .9rem; }\n  table.libs td.mark { width: 1.6em; font-weight: 700; text-align: center; }\n  table.libs td.soname { white-space: nowrap; width: 1%; }\n  table.libs tr.lib-wrong td, table.libs tr.lib-missing td, table.libs tr.lib-unmet td { background: #fef3f2; }\n  table.libs tr.lib-newer td, table.libs tr.lib-optional td { background: #fffaeb; }\n  .m-ok { color: var(--pass); } .m-wrong, .m-missing, .m-unmet { color: var(--fail); } .m-newer, .m-optional { color: var(--warn); }\n  .via { color: var(--muted); font-size: .8rem; }\n  .legend { color: var(--muted); font-size: .85rem; }\n  @media (max-width: 640px) {\n    main { padding: 10px; }\n    .chain .to { display: none; }\n    table.libs, table.libs tbody, table.libs tr, table.libs td { display: block; width: auto; }\n    table.libs tr { border-bottom: 1px solid var(--line); padding: 4px 0; }\n    table.libs td { border: 0; padding: 1px 4px; }\n    table.libs td.mark { display: inline-block; } table.libs td.soname { display: inline-block; }\n    table.libs thead { display: none; }\n    th, td { padding: 5px 4px; }\n    #inventory th { width: 40%; }\n    .wide th:nth-child(3), .wide td:nth-child(3) { display: none; }\n  }\n  @media print {\n    body { font-size: 11pt; }\n    main { max-width: none; }\n    details::details-content { content-visibility: visible; display: block; }\n    details > summary { list-style: none; }\n    .finding, tr, .node, .fw h4 { break-inside: avoid; }\n    nav.jump { display: none; }\n    #facts details { display: none; }\n    #facts::after { content: "The raw facts are in the JSON report."; color: var(--muted); }\n    pre { white-space: pre-wrap; }\n  }\n</style>\n</head>\n<body>\n<main>\n<header>\n  <h1>dl-doctor report</h1>\n  <p class="sub">'
-    yield escape((undefined(name='headline') if l_0_headline is missing else l_0_headline))
+    yield escape(environment.finalize((undefined(name='headline') if l_0_headline is missing else l_0_headline)))
     yield '</p>\n  <p class="sub">dl-doctor '
-    yield escape(environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'tool'), 'version'))
+    yield escape(environment.finalize(environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'tool'), 'version')))
     yield ' · '
-    yield escape(environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'run'), 'mode'))
+    yield escape(environment.finalize(environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'run'), 'mode')))
     yield ' run started '
-    yield escape(environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'run'), 'started_at'))
+    yield escape(environment.finalize(environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'run'), 'started_at')))
     yield ' · '
-    yield escape(t_2('%.2f', environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'run'), 'duration_s')))
+    yield escape(environment.finalize(t_2('%.2f', environment.getattr(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'run'), 'duration_s'))))
     yield ' s</p>\n  <nav class="jump" aria-label="sections"><a href="#problems">Problems</a><a href="#stack">The stack</a><a href="#checks">Passed and skipped</a><a href="#inventory">Versions</a><a href="#facts">Raw facts</a></nav>\n  <ul class="counts" aria-label="summary">\n'
     for l_1_key in ['fail', 'error', 'warn', 'pass', 'skip']:
         _loop_vars = {}
         pass
         yield '    <li class="'
-        yield escape((markup_join(('c-', l_1_key, )) if context.call(environment.getattr((undefined(name='summary') if l_0_summary is missing else l_0_summary), 'get'), l_1_key, 0, _loop_vars=_loop_vars) else 'zero'))
+        yield escape(environment.finalize((markup_join(('c-', l_1_key, )) if context.call(environment.getattr((undefined(name='summary') if l_0_summary is missing else l_0_summary), 'get'), l_1_key, 0, _loop_vars=_loop_vars) else 'zero')))
         yield '">'
-        yield escape(context.call(environment.getattr((undefined(name='summary') if l_0_summary is missing else l_0_summary), 'get'), l_1_key, 0, _loop_vars=_loop_vars))
+        yield escape(environment.finalize(context.call(environment.getattr((undefined(name='summary') if l_0_summary is missing else l_0_summary), 'get'), l_1_key, 0, _loop_vars=_loop_vars)))
         yield ' '
-        yield escape(l_1_key)
+        yield escape(environment.finalize(l_1_key))
         yield '</li>\n'
     l_1_key = missing
     yield '  </ul>\n</header>\n\n<section id="problems">\n  <h2>Problems</h2>\n'
@@ -91,21 +91,21 @@ def root(context, missing=missing):
             _loop_vars = {}
             pass
             yield '  <article class="finding '
-            yield escape(environment.getattr(l_1_f, 'status'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'status')))
             yield '" id="'
-            yield escape(environment.getattr(l_1_f, 'id'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'id')))
             yield '">\n    <h3><span class="badge s-'
-            yield escape(environment.getattr(l_1_f, 'status'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'status')))
             yield '">'
-            yield escape(environment.getattr(l_1_f, 'status'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'status')))
             yield '</span> '
-            yield escape(t_3(l_1_f))
+            yield escape(environment.finalize(t_3(l_1_f)))
             yield '</h3>\n    <p class="check">'
-            yield escape(environment.getattr(l_1_f, 'title'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'title')))
             yield ' · <span class="id">'
-            yield escape(environment.getattr(l_1_f, 'id'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'id')))
             yield ' · '
-            yield escape(environment.getattr(l_1_f, 'slug'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'slug')))
             yield '</span></p>\n'
             l_1_parts = t_4(l_1_f)
             _loop_vars['parts'] = l_1_parts
@@ -116,19 +116,19 @@ def root(context, missing=missing):
                     _loop_vars = {}
                     pass
                     yield '<li>'
-                    yield escape(t_7(l_2_part))
+                    yield escape(environment.finalize(t_7(l_2_part)))
                     yield '</li>'
                 l_2_part = missing
                 yield '</ul>\n'
             else:
                 pass
                 yield '    <p>'
-                yield escape(t_7(environment.getattr(l_1_f, 'message')))
+                yield escape(environment.finalize(t_7(environment.getattr(l_1_f, 'message'))))
                 yield '</p>\n'
             if environment.getattr(l_1_f, 'fix'):
                 pass
                 yield '    <div class="fix">\n      <strong>Fix: '
-                yield escape(environment.getattr(environment.getattr(l_1_f, 'fix'), 'summary'))
+                yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_f, 'fix'), 'summary')))
                 yield '</strong>\n'
                 if environment.getattr(environment.getattr(l_1_f, 'fix'), 'commands'):
                     pass
@@ -136,7 +136,7 @@ def root(context, missing=missing):
                     for l_2_c in environment.getattr(environment.getattr(l_1_f, 'fix'), 'commands'):
                         _loop_vars = {}
                         pass
-                        yield escape(l_2_c)
+                        yield escape(environment.finalize(l_2_c))
                         yield '\n'
                     l_2_c = missing
                     yield '</pre>'
@@ -144,23 +144,23 @@ def root(context, missing=missing):
             if environment.getattr(l_1_f, 'evidence'):
                 pass
                 yield '    <details>\n      <summary>Evidence</summary>\n      <pre>'
-                yield escape(t_6(environment.getattr(l_1_f, 'evidence')))
+                yield escape(environment.finalize(t_6(environment.getattr(l_1_f, 'evidence'))))
                 yield '</pre>\n    </details>\n'
             yield '  </article>\n'
         l_1_f = l_1_parts = missing
     else:
         pass
         yield '  <p class="ok">No problems found by the '
-        yield escape(context.call(environment.getattr((undefined(name='summary') if l_0_summary is missing else l_0_summary), 'get'), 'pass', 0))
+        yield escape(environment.finalize(context.call(environment.getattr((undefined(name='summary') if l_0_summary is missing else l_0_summary), 'get'), 'pass', 0)))
         yield ' checks that ran'
         if context.call(environment.getattr((undefined(name='summary') if l_0_summary is missing else l_0_summary), 'get'), 'skip'):
             pass
             yield ' ('
-            yield escape(context.call(environment.getattr((undefined(name='summary') if l_0_summary is missing else l_0_summary), 'get'), 'skip'))
+            yield escape(environment.finalize(context.call(environment.getattr((undefined(name='summary') if l_0_summary is missing else l_0_summary), 'get'), 'skip')))
             yield ' skipped)'
         yield '.</p>\n'
     yield '</section>\n\n'
-    yield escape((undefined(name='stack_html') if l_0_stack_html is missing else l_0_stack_html))
+    yield escape(environment.finalize((undefined(name='stack_html') if l_0_stack_html is missing else l_0_stack_html)))
     yield '\n\n<section id="checks">\n  <h2>Passed and skipped checks</h2>\n'
     if (undefined(name='others') if l_0_others is missing else l_0_others):
         pass
@@ -169,17 +169,17 @@ def root(context, missing=missing):
             _loop_vars = {}
             pass
             yield '      <tr id="'
-            yield escape(environment.getattr(l_1_f, 'id'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'id')))
             yield '"><td class="status"><span class="badge s-'
-            yield escape(environment.getattr(l_1_f, 'status'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'status')))
             yield '">'
-            yield escape(environment.getattr(l_1_f, 'status'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'status')))
             yield '</span></td>\n        <td class="id">'
-            yield escape(environment.getattr(l_1_f, 'id'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'id')))
             yield '</td><td>'
-            yield escape(environment.getattr(l_1_f, 'title'))
+            yield escape(environment.finalize(environment.getattr(l_1_f, 'title')))
             yield '</td><td>'
-            yield escape(t_7(environment.getattr(l_1_f, 'message')))
+            yield escape(environment.finalize(t_7(environment.getattr(l_1_f, 'message'))))
             yield '</td></tr>\n'
         l_1_f = missing
         yield '    </tbody>\n  </table>\n'
@@ -191,9 +191,9 @@ def root(context, missing=missing):
         _loop_vars = {}
         pass
         yield '      <tr><th scope="row">'
-        yield escape(l_1_label)
+        yield escape(environment.finalize(l_1_label))
         yield '</th><td>'
-        yield escape(l_1_value)
+        yield escape(environment.finalize(l_1_value))
         yield '</td></tr>\n'
     l_1_label = l_1_value = missing
     yield '    </tbody>\n  </table>\n</section>\n\n'
@@ -207,11 +207,11 @@ def root(context, missing=missing):
                 _loop_vars = {}
                 pass
                 yield '      <tr><td class="id">'
-                yield escape(environment.getattr(l_1_e, 'probe'))
+                yield escape(environment.finalize(environment.getattr(l_1_e, 'probe')))
                 yield '</td><td>'
-                yield escape(context.call(environment.getattr(l_1_e, 'get'), 'kind', '', _loop_vars=_loop_vars))
+                yield escape(environment.finalize(context.call(environment.getattr(l_1_e, 'get'), 'kind', '', _loop_vars=_loop_vars)))
                 yield '</td><td>'
-                yield escape(environment.getattr(l_1_e, 'error'))
+                yield escape(environment.finalize(environment.getattr(l_1_e, 'error')))
                 yield '</td></tr>\n'
             l_1_e = missing
             yield '    </tbody>\n  </table>\n'
@@ -222,9 +222,9 @@ def root(context, missing=missing):
                 _loop_vars = {}
                 pass
                 yield '<li>'
-                yield escape(environment.getattr(l_1_item, 'would_add'))
+                yield escape(environment.finalize(environment.getattr(l_1_item, 'would_add')))
                 yield ' <span class="id">(probe '
-                yield escape(environment.getattr(l_1_item, 'probe'))
+                yield escape(environment.finalize(environment.getattr(l_1_item, 'probe')))
                 yield ')</span></li>'
             l_1_item = missing
             yield '  </ul>\n'
@@ -235,7 +235,7 @@ def root(context, missing=missing):
                 _loop_vars = {}
                 pass
                 yield '<li>'
-                yield escape(l_1_e)
+                yield escape(environment.finalize(l_1_e))
                 yield '</li>'
             l_1_e = missing
             yield '</ul>\n'
@@ -245,23 +245,23 @@ def root(context, missing=missing):
         _loop_vars = {}
         pass
         yield '  <details>\n    <summary>'
-        yield escape(l_1_name)
+        yield escape(environment.finalize(l_1_name))
         yield '</summary>\n    <pre>'
-        yield escape(t_6(l_1_value))
+        yield escape(environment.finalize(t_6(l_1_value)))
         yield '</pre>\n  </details>\n'
     l_1_name = l_1_value = missing
     if context.call(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'get'), 'unavailable'):
         pass
         yield '  <details>\n    <summary>Facts unknown on this host</summary>\n    <pre>'
-        yield escape(t_6(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'unavailable')))
+        yield escape(environment.finalize(t_6(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'unavailable'))))
         yield '</pre>\n  </details>\n'
     yield '</section>\n\n<footer>\n  Secrets were redacted before this page was written'
     if context.call(environment.getattr(context.call(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'get'), 'redaction', {}), 'get'), 'extended'):
         pass
         yield '; host names, addresses and user names too (--redact)'
     yield '.\n  Report schema '
-    yield escape(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'schema_version'))
+    yield escape(environment.finalize(environment.getattr((undefined(name='report') if l_0_report is missing else l_0_report), 'schema_version')))
     yield '. Re-check these facts with newer rules: <code>dl-doctor check FACTS.json</code>.\n</footer>\n</main>\n</body>\n</html>'
 
 blocks = {}
-debug_info = '6=61&7=63&111=65&112=67&115=75&116=79&123=87&124=89&125=94&126=98&127=104&128=110&129=112&130=115&132=126&134=128&136=131&137=133&141=144&144=147&150=154&154=163&158=165&162=168&163=172&164=178&177=190&178=194&184=200&187=203&192=206&193=210&198=218&201=221&204=231&206=234&213=244&215=248&216=250&219=253&222=256&228=259&229=263'
+debug_info = '7=61&8=63&112=65&113=67&116=75&117=79&124=87&125=89&126=94&127=98&128=104&129=110&130=112&131=115&133=126&135=128&137=131&138=133&142=144&145=147&151=154&155=163&159=165&163=168&164=172&165=178&178=190&179=194&185=200&188=203&193=206&194=210&199=218&202=221&205=231&207=234&214=244&216=248&217=250&220=253&223=256&229=259&230=263'
