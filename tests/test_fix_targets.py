@@ -226,3 +226,25 @@ def test_sshd_hardening_of_a_captured_tree_is_for_the_machine_it_came_from(tmp_p
     assert all(c.startswith("#") for c in fix["commands"]), fix["commands"]
     assert fix["commands"][0].startswith("# on gpu-node-7: printf ")
     assert "captured from gpu-node-7" in fix["summary"]
+
+
+def test_a_report_of_an_image_validates_with_its_steps_and_a_step_needs_a_kind():
+    import copy
+
+    import jsonschema
+
+    from dl_doctor.engine import build_report, evaluate, utc_now
+    from dl_doctor.reports import schema
+
+    spec = next(s for s in BUILTIN if s.id == "DLD-DRV-004")
+    case = next(c for c in testing.load_cases(FIXTURES / "checks" / "DLD-DRV-004.json") if c["expect"] == "fail")
+    snap = testing.snapshot(case["facts"], mode="sysroot")
+    report = build_report(snap, evaluate(snap, [spec], MATRIX), mode="sysroot", started_at=utc_now(), duration_s=0.1)
+    fix = report["findings"][0]["fix"]
+    assert [s["kind"] for s in fix["steps"]] == ["write", "initramfs", "reboot"]
+    assert fix["commands"][0].endswith("| sudo chroot /mnt tee /etc/modprobe.d/blacklist-nouveau.conf >/dev/null")
+    jsonschema.validate(report, schema())
+    bad = copy.deepcopy(report)
+    del bad["findings"][0]["fix"]["steps"][0]["kind"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema())
