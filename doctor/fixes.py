@@ -43,7 +43,7 @@ _TREE_OPTION = {"dnf": "--installroot={root}", "yum": "--installroot={root}", "z
 _SHELL_SYNTAX = re.compile(r"[$`|;&<>(){}\n\\]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 # a host name as DNS spells it; anything else in a captured tree's hostname file is not shown
-_HOSTNAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63}){0,8}$")
+_HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9-]{1,63}){0,8}")
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,10 @@ class Step:
     check: str = ""                # service: a command that must succeed first (sshd -t)
     family: Optional[str] = None   # kernel-arg, initramfs: os family (debian: GRUB and update-initramfs)
     note: str = ""                 # a comment after the command
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown fix step kind {self.kind!r} (one of {', '.join(KINDS)})")
 
     def to_dict(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"kind": self.kind}
@@ -185,7 +189,7 @@ def target_of(snapshot: Mapping[str, Any]) -> Target:
         return Target("image", root=root or "/mnt/image")
     system = facts.get("system") if isinstance(facts.get("system"), dict) else {}
     name = system.get("hostname")
-    host = name if isinstance(name, str) and _HOSTNAME.match(name) else "the machine the tree was captured from"
+    host = name if isinstance(name, str) and _HOSTNAME.fullmatch(name) else "the machine the tree was captured from"
     return Target("captured", root=root or "/", host=host)
 
 
@@ -237,7 +241,8 @@ def _kernel_arg_line(step: Step, run: str) -> str:
     """``run`` prefixes each command: ``sudo `` on the machine, ``sudo chroot ROOT `` inside a tree."""
     arg = step.text
     if step.family == "debian":
-        sed = f"s/^(GRUB_CMDLINE_LINUX=\")/\\1{arg} /"
+        literal = re.sub(r"([/&\\])", r"\\\1", arg)  # sed's replacement: the argument as written
+        sed = f"s/^(GRUB_CMDLINE_LINUX=\")/\\1{literal} /"
         return f"{run}sed -i -E {_q(sed)} /etc/default/grub && {run}update-grub"
     return f"{run}grubby --update-kernel=ALL --args={_q(arg)}"
 
@@ -273,10 +278,8 @@ def render_live(step: Step) -> str:
         line = _initramfs_line(step, "sudo ", every_kernel=False)
     elif step.kind == "root-command":
         line = f"sudo {step.text}"
-    elif step.kind == "reboot":
+    else:  # reboot
         line = "sudo reboot"
-    else:
-        line = f"# {step.kind}: {step.text}"
     return _one_line(_with_note(line, step.note))
 
 

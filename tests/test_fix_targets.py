@@ -163,6 +163,7 @@ def test_a_modprobe_option_and_the_initramfs_are_built_for_every_kernel_of_the_i
 
 @pytest.mark.parametrize("hostname,shown", [("gpu-node-7.example.com", "gpu-node-7.example.com"),
                                             ("evil\nsudo rm -rf /", "the machine the tree was captured from"),
+                                            ("gpu-node-7\n", "the machine the tree was captured from"),
                                             ("$(reboot)", "the machine the tree was captured from"),
                                             (7, "the machine the tree was captured from")])
 def test_a_captured_tree_is_named_by_its_hostname_only_when_it_is_a_host_name(hostname, shown):
@@ -248,3 +249,10 @@ def test_a_report_of_an_image_validates_with_its_steps_and_a_step_needs_a_kind()
     del bad["findings"][0]["fix"]["steps"][0]["kind"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema())
+
+
+def test_a_step_of_an_unknown_kind_or_service_action_is_refused():
+    with pytest.raises(ValueError):
+        fixes.Step("format-disk")
+    with pytest.raises(ValueError):
+        fixes.service("isolate", "rescue.target")
