@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import List, Optional
 
-from dl_doctor import versions
+from dl_doctor import fixes, versions
+from dl_doctor.fixes import Step
 from dl_doctor.model import Facts
 from dl_doctor.units import GIB, MIB, human_bytes  # noqa: F401 - re-exported for checks
 
@@ -28,12 +29,8 @@ def os_family(facts: Facts) -> Optional[str]:
 
 
 class PackageManager:
-    """The distribution's package manager, for fixes: ``package_manager(facts).install("pkg")``."""
-
-    COMMANDS = {"apt": ("sudo apt-get install -y", "sudo apt-get install --reinstall -y"),
-                "dnf": ("sudo dnf install -y", "sudo dnf reinstall -y"),
-                "yum": ("sudo yum install -y", "sudo yum reinstall -y"),
-                "zypper": ("sudo zypper install -y", "sudo zypper install -f -y")}
+    """The distribution's package manager, for fixes: ``package_manager(facts).install("pkg")`` is a typed step,
+    rendered for the machine the facts describe (inside an image: ``dnf --installroot``, ``chroot DIR apt-get``)."""
 
     def __init__(self, name: Optional[str]):
         self.name = name
@@ -42,15 +39,11 @@ class PackageManager:
     def known(self) -> bool:
         return self.name is not None
 
-    def install(self, *packages: str) -> str:
-        if self.name is None:
-            return f"# install with this distribution's package manager: {' '.join(packages)}"
-        return f"{self.COMMANDS[self.name][0]} {' '.join(packages)}"
+    def install(self, *packages: str, note: str = "") -> Step:
+        return fixes.install(*packages, manager=self.name, note=note)
 
-    def reinstall(self, *packages: str) -> str:
-        if self.name is None:
-            return f"# reinstall with this distribution's package manager: {' '.join(packages)}"
-        return f"{self.COMMANDS[self.name][1]} {' '.join(packages)}"
+    def reinstall(self, *packages: str, note: str = "") -> Step:
+        return fixes.install(*packages, manager=self.name, reinstall=True, note=note)
 
 
 def package_manager(facts: Facts) -> PackageManager:
@@ -147,15 +140,17 @@ def cuda_consumers(facts: Facts) -> list:
 
 
 def driver_install_commands(facts: Facts, branch: Optional[int]) -> list:
-    """Commands that install an NVIDIA driver of ``branch`` (or newer) on this distribution."""
+    """Steps that install an NVIDIA driver of ``branch`` (or newer) on this distribution."""
     family = os_family(facts)
     b = str(branch) if branch else "<branch>"
     if family in ("rhel", "amzn"):
-        return [f"sudo dnf module install -y nvidia-driver:{b}-dkms   # or: sudo dnf module switch-to -y nvidia-driver:{b}-dkms",
-                "sudo reboot"]
+        return [fixes.root_command(f"dnf module install -y nvidia-driver:{b}-dkms",
+                                   note=f"or: sudo dnf module switch-to -y nvidia-driver:{b}-dkms"),
+                fixes.reboot()]
     if family == "debian":
-        return [f"sudo apt-get install -y nvidia-driver-{b}-server   # ubuntu-drivers list --gpgpu shows the choices",
-                "sudo reboot"]
+        return [fixes.install(f"nvidia-driver-{b}-server", manager="apt",
+                              note="ubuntu-drivers list --gpgpu shows the choices"),
+                fixes.reboot()]
     return [f"# install an NVIDIA data center driver of branch R{b} or newer for this distribution, then reboot"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dl_doctor.checks.common import nvidia_gpus, package_manager
+from dl_doctor.fixes import root_command, service
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -93,7 +94,7 @@ def container_toolkit(facts: Facts) -> Result:
     if gpus == 0:
         return skip("no NVIDIA GPU on this host", **evidence)
     install = package_manager(facts).install("nvidia-container-toolkit")
-    configure = ("sudo nvidia-ctk runtime configure --runtime=docker", "sudo systemctl restart docker",
+    configure = (root_command("nvidia-ctk runtime configure --runtime=docker"), service("restart", "docker"),
                  "docker run --rm --gpus all ubuntu nvidia-smi")
     if not ct.get("binaries"):
         return fail("Docker is installed but the NVIDIA container toolkit is not: 'docker run --gpus all' fails with "

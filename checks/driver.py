@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Dict, List
 
 from dl_doctor.checks.common import needs_nvidia_gpu, nvidia_gpus, os_family, package_manager
+from dl_doctor.fixes import Step, initramfs, install, load_module, reboot, root_command, write_file
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -29,7 +31,7 @@ def _install_method(facts: Facts) -> str:
     return "unknown"
 
 
-def _headers(facts: Facts, kernel: str) -> str:
+def _headers(facts: Facts, kernel: str) -> Step:
     pm = package_manager(facts)
     if pm.name == "apt":
         return pm.install(f"linux-headers-{kernel}")
@@ -40,25 +42,28 @@ def _headers(facts: Facts, kernel: str) -> str:
 
 def _build_fix(facts: Facts, kernel: str, method: str, other_kernels: List[str]) -> Fix:
     fallback = [f"# or boot a kernel that has the module: {', '.join(other_kernels)}"] if other_kernels else []
+    load = (load_module("nvidia"), "nvidia-smi")
     if method == "dkms":
         return Fix(f"Build the module for {kernel} with DKMS (it needs the matching kernel headers), then load it.",
-                   (_headers(facts, kernel), f"sudo dkms autoinstall -k {kernel}", "sudo modprobe nvidia && nvidia-smi",
-                    *fallback))
+                   (_headers(facts, kernel), root_command(f"dkms autoinstall -k {kernel}"), *load, *fallback))
     if method == "akmods":
         return Fix(f"Have akmods build the module for {kernel}, then load it.",
-                   (_headers(facts, kernel), f"sudo akmods --force --kernels {kernel}", "sudo modprobe nvidia", *fallback))
+                   (_headers(facts, kernel), root_command(f"akmods --force --kernels {kernel}"), load_module("nvidia"),
+                    *fallback))
     if method == "rhel-precompiled":
         stream = (facts.get("kmod.dnf_module") or {}).get("stream")
         return Fix("The precompiled kmod stream has no package for this kernel (NVIDIA publishes them only for released "
                    "kernels); switch to the DKMS stream so the module is built for any kernel, or boot a supported one.",
-                   (f"sudo dnf module switch-to -y nvidia-driver:{stream}-dkms" if stream and stream[:1].isdigit()
-                    else "sudo dnf module switch-to -y nvidia-driver:latest-dkms",
-                    _headers(facts, kernel), "sudo reboot", *fallback))
+                   (root_command(f"dnf module switch-to -y nvidia-driver:{stream}-dkms"
+                                 if stream and stream[:1].isdigit()
+                                 else "dnf module switch-to -y nvidia-driver:latest-dkms"),
+                    _headers(facts, kernel), reboot(), *fallback))
     if method == "ubuntu-precompiled":
         pkgs = [p["package"] for p in facts.get("kmod.dpkg_packages") or [] if p["package"].startswith("linux-modules-nvidia")]
         branch = pkgs[0].split("-")[3] if pkgs and len(pkgs[0].split("-")) > 3 else "<branch>"
         return Fix(f"Install the precompiled NVIDIA modules for {kernel}.",
-                   (f"sudo apt-get install -y linux-modules-nvidia-{branch}-{kernel}", "sudo modprobe nvidia", *fallback))
+                   (install(f"linux-modules-nvidia-{branch}-{kernel}", manager="apt"), load_module("nvidia"),
+                    *fallback))
     if method == "runfile":
         return Fix("The driver was installed with the .run installer without DKMS; reinstall it with --dkms so that "
                    "kernel updates rebuild it.",
@@ -149,9 +154,11 @@ def next_boot_kernel(facts: Facts) -> Result:
     fix = _build_fix(facts, default, method, [])
     keep = []
     if running and running != default:
-        keep = [f"sudo grubby --set-default /boot/vmlinuz-{running}" if os_family(facts) != "debian"
-                else "sudo apt-mark hold linux-image-$(uname -r)   # and make it the GRUB default"]
-    fix = Fix(fix.summary + " Or keep booting the current kernel.", fix.commands + tuple(keep))
+        keep = [root_command(f"grubby --set-default {shlex.quote('/boot/vmlinuz-' + running)}")
+                if os_family(facts) != "debian"
+                else root_command(f"apt-mark hold {shlex.quote('linux-image-' + running)}",
+                                  note="and make it the GRUB default")]
+    fix = Fix(fix.summary + " Or keep booting the current kernel.", fix.steps + tuple(keep))
     if method == "dkms":
         message = (f"the next boot kernel {default} has no NVIDIA module yet; DKMS builds it at boot only if "
                    f"kernel-devel/headers for {default} are installed")
@@ -194,19 +201,20 @@ def driver_library_mismatch(facts: Facts) -> Result:
         return skip("the module or the user-space driver version is unknown", **evidence)
     if len(versions) > 1:
         pm = package_manager(facts)
-        reinstall = (pm.reinstall("$(dpkg -l | awk '/^ii +(libnvidia|nvidia)/{print $2}')") if pm.name == "apt"
-                     else pm.reinstall("nvidia-driver\\*"))
+        # the package list comes from dpkg on the machine itself: a command of its own, not a package step
+        reinstall = ("sudo apt-get install --reinstall -y $(dpkg -l | awk '/^ii +(libnvidia|nvidia)/{print $2}')"
+                     if pm.name == "apt" else pm.reinstall("nvidia-driver*"))
         return fail(f"several user-space driver versions are installed ({', '.join(versions)}; module {module}): "
                     "two installers were mixed", evidence,
                     Fix("Remove the .run-file install and reinstall the driver packages, then reboot.",
                         ("ls -l " + " ".join(sorted({lib['path'] for lib in libs})),
-                         "sudo nvidia-uninstall   # if a .run installer was used", reinstall, "sudo reboot")))
+                         "sudo nvidia-uninstall   # if a .run installer was used", reinstall, reboot())))
     user = versions[0]
     if user != module or "mismatch" in (nvml_error or "").lower():
         running = facts.get("kmod.running_kernel")
         on_disk = [m.get("version") for m in facts.get("kmod.nvidia_modules") or []
                    if m["kernel"] == running and m.get("version")]
-        commands = ["sudo reboot",
+        commands = [reboot(),
                     "# or, with no GPU processes left: sudo systemctl stop nvidia-persistenced nvidia-fabricmanager; "
                     "sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia"]
         summary = "Reboot so the module matching the user space is loaded (or reload the modules)."
@@ -242,10 +250,9 @@ def nouveau_active(facts: Facts) -> Result:
         loaded = "nouveau" in (facts.get("nvidia_driver.modules") or []) or None
     blacklisted = facts.get("kmod.nouveau.blacklisted")
     evidence = {"gpus_bound_to_nouveau": bound, "kmod.nouveau": facts.get("kmod.nouveau")}
-    regen = "sudo update-initramfs -u" if os_family(facts) == "debian" else "sudo dracut --force"
     fix = Fix("Blacklist nouveau, rebuild the initramfs and reboot.",
-              ("printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee /etc/modprobe.d/blacklist-nouveau.conf",
-               regen, "sudo reboot"))
+              (write_file("/etc/modprobe.d/blacklist-nouveau.conf", "blacklist nouveau\noptions nouveau modeset=0\n"),
+               initramfs(os_family(facts)), reboot()))
     if bound or loaded:
         what = f"nouveau is bound to {', '.join(bound)}" if bound else "the nouveau module is loaded"
         return fail(f"{what}: the NVIDIA driver cannot take the GPUs", evidence, fix)
@@ -287,7 +294,7 @@ def secure_boot_blocks_module(facts: Facts) -> Result:
     evidence["unsigned_modules"] = unsigned
     fix = Fix("Enroll the module signing key and confirm it at the console on the next boot (or disable Secure Boot).",
               ("mokutil --sb-state", "sudo mokutil --import /var/lib/dkms/mok.pub   # akmods: /etc/pki/akmods/certs/public_key.der",
-               "sudo reboot   # confirm the key on the MOK screen (serial console on a cloud VM)"))
+               reboot("confirm the key on the MOK screen (serial console on a cloud VM)")))
     if unsigned:
         return fail(f"Secure Boot is on and {unsigned[0]} is not signed: the kernel refuses to load it", evidence, fix)
     if facts.get("kernel_log.module_key_rejected"):

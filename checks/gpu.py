@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from dl_doctor.checks.common import needs_nvidia_gpu, os_family
+from dl_doctor.fixes import load_module, root_command
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
 def _driver_fix(facts: Facts) -> Fix:
     family = os_family(facts)
-    cmds = ["sudo modprobe nvidia && nvidia-smi",
+    cmds = [load_module("nvidia"), "nvidia-smi",
             "sudo dmesg | grep -iE 'NVRM|nvidia' | tail -20"]
     if family in ("rhel", "amzn"):
         cmds.append("# if the module is missing for this kernel (uname -r), reinstall the driver, e.g.:")
-        cmds.append("sudo dnf module install -y nvidia-driver:latest-dkms")
+        cmds.append(root_command("dnf module install -y nvidia-driver:latest-dkms"))
     elif family == "debian":
         cmds.append("# if the module is missing for this kernel (uname -r), reinstall the driver, e.g.:")
         cmds.append("sudo apt-get install -y linux-headers-$(uname -r) && sudo ubuntu-drivers install")

@@ -7,6 +7,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from dl_doctor.checks.common import human_bytes, needs_nvidia_gpu
+from dl_doctor.fixes import service
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, warn
 
 
@@ -51,7 +52,7 @@ def persistence_mode(facts: Facts) -> Result:
     if off:
         return warn(f"persistence mode is off on {len(off)} of {len(devs)} GPUs: every CUDA start re-initialises them",
                     evidence, Fix("Enable the persistence daemon.",
-                                  ("sudo systemctl enable --now nvidia-persistenced", "# or: sudo nvidia-smi -pm 1")))
+                                  (service("enable", "nvidia-persistenced", now=True), "# or: sudo nvidia-smi -pm 1")))
     return passed(f"persistence mode is on for all {len(devs)} GPUs", **evidence)
 
 

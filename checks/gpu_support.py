@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from dl_doctor import fixes
 from dl_doctor.checks.common import cuda_consumers, driver_branch, driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
@@ -139,7 +140,7 @@ def instance_gpu_mismatch(facts: Facts, matrix) -> Result:
     fix = Fix("Reboot; if GPUs are still missing, stop and start the instance (new host) and open a support case with "
               "the kernel log lines.",
               ("sudo dmesg | grep -iE 'NVRM|Xid|RmInitAdapter|fallen off' | tail -30", "lspci -d 10de: -nn",
-               "sudo reboot", "aws ec2 stop-instances --instance-ids <id> && aws ec2 start-instances --instance-ids <id>"))
+               fixes.reboot(), "aws ec2 stop-instances --instance-ids <id> && aws ec2 start-instances --instance-ids <id>"))
     n = expected["gpu_count"]
     if len(gpus) < n or len(matching) < len(gpus):
         wrong = [f"10de:{g.get('device_id')}" for g in gpus if g.get("device_id") not in want_ids]
@@ -181,9 +182,9 @@ def fabric_manager(facts: Facts, matrix) -> Result:
     evidence = {"gpu_services.fabric_manager": fm, "driver": driver,
                 "gpu_pci.nvswitch_count": facts.get("gpu_pci.nvswitch_count")}
     branch = driver_branch(driver)
-    install = (f"sudo apt-get install -y nvidia-fabricmanager-{branch}={driver}-1" if os_family(facts) == "debian"
-               else f"sudo dnf install -y nvidia-fabric-manager-{driver}")
-    start = "sudo systemctl enable --now nvidia-fabricmanager"
+    install = (fixes.install(f"nvidia-fabricmanager-{branch}={driver}-1", manager="apt") if os_family(facts) == "debian"
+               else fixes.install(f"nvidia-fabric-manager-{driver}", manager="dnf"))
+    start = fixes.service("enable", "nvidia-fabricmanager", now=True)
     problems = []
     if not fm.get("installed"):
         problems.append("nvidia-fabricmanager is not installed")
@@ -198,7 +199,7 @@ def fabric_manager(facts: Facts, matrix) -> Result:
                 return fail(f"nvidia-fabricmanager {version} matches the newly installed driver, but the loaded module "
                             f"is still {driver}: the fabric manager cannot start until the new module is loaded",
                             evidence, Fix("Reboot to load the new driver (see DLD-DRV-003); the fabric manager then "
-                                          "starts with it.", ("sudo reboot", "systemctl status nvidia-fabricmanager --no-pager")))
+                                          "starts with it.", (fixes.reboot(), "systemctl status nvidia-fabricmanager --no-pager")))
     if problems:
         return fail("; ".join(problems) + ": the NVSwitch fabric is not initialised (CUDA error 802)", evidence,
                     Fix("Install the fabric manager of the driver's exact version and start it.",

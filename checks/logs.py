@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Dict, List
 
 from dl_doctor.checks.common import first_heading
+from dl_doctor.fixes import service
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -65,7 +67,7 @@ def kernel_log_events(facts: Facts, matrix) -> Result:
         severity = "warn" if severity == "pass" else severity
         notes.append(f"the host suspended after the NVIDIA module was loaded ({after[-1]['line']}) and "
                      f"nvidia-suspend/nvidia-resume are not enabled: GPU memory was not preserved")
-        fixes.append("sudo systemctl enable nvidia-suspend.service nvidia-resume.service nvidia-hibernate.service")
+        fixes.append(service("enable", "nvidia-suspend.service", "nvidia-resume.service", "nvidia-hibernate.service"))
     evidence = {"events": rows[:50], "boot": boot}
     cut = " (the byte cap cut off the start of this boot: judged what was read)" if boot.get("cut_by_cap") else ""
     fix = Fix("Deal with the cause each event names.", tuple(dict.fromkeys(fixes)) or ("dl-doctor why --log /var/log/kern.log",))
@@ -145,7 +147,8 @@ def gpu_service_failed(facts: Facts, matrix) -> Result:
         problems.append(f"{name} is {state}{where}{reason}")
         heads.append(f"{name} is {state}" + (f": {found[0].signature['meaning']}" if found else ""))
         rows.append({"unit": name, "active": state, "journal_tail": tail[-10:]})
-        fixes.append(f"sudo systemctl restart {name}.service && journalctl -b -u {name} -n 50 --no-pager")
+        fixes.append(service("restart", f"{name}.service"))
+        fixes.append(f"journalctl -b -u {shlex.quote(name)} -n 50 --no-pager")
     if problems:
         return fail("; ".join(problems), {"units": rows}, Fix("Get the NVIDIA services running again.",
                                                               tuple(dict.fromkeys(fixes))),

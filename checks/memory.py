@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from dl_doctor.checks.common import GIB, MIB, container_kind, human_bytes
+from dl_doctor.fixes import write_file
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 # Policy thresholds (not version facts): below SHM_FAIL nothing multi-process works
@@ -31,7 +32,7 @@ def _shm_fix(kind: Optional[str], want: int) -> Fix:
     return Fix(
         f"Enlarge /dev/shm to at least {gib} GiB now, and make it persistent in /etc/fstab.",
         (f"sudo mount -o remount,size={gib}G /dev/shm",
-         f"echo 'tmpfs /dev/shm tmpfs defaults,size={gib}G 0 0' | sudo tee -a /etc/fstab"))
+         write_file("/etc/fstab", f"tmpfs /dev/shm tmpfs defaults,size={gib}G 0 0\n", append=True)))
 
 
 @check(

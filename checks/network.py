@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from dl_doctor.fixes import load_module, root_command, write_file
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -132,7 +133,7 @@ def memlock(facts: Facts) -> Result:
     return fail(f"memlock is limited to {value} on an EFA host: libfabric cannot register memory for NCCL", evidence,
                 Fix("Make locked memory unlimited for training processes.",
                     ("docker run --ulimit memlock=-1:-1 ...",) if in_container else
-                    ("echo '* - memlock unlimited' | sudo tee /etc/security/limits.d/90-efa-memlock.conf",
+                    (write_file("/etc/security/limits.d/90-efa-memlock.conf", "* - memlock unlimited\n"),
                      "# log in again (or LimitMEMLOCK=infinity in systemd units / Slurm's PropagateResourceLimits)",
                      "ulimit -l")))
 
@@ -233,7 +234,7 @@ def gpudirect_rdma(facts: Facts, matrix) -> Result:
     failed = [e["line"] for e in events(facts.get("kernel_log.candidates") or [], peermem_sigs)]
     evidence = {"adapters": devices[:16], "nvidia_modules": modules, "autoload": autoload,
                 "flavor": module.get("flavor"), "kernel": kernel, "peermem_load_failures": failed[-5:]}
-    persist = "echo nvidia-peermem | sudo tee /etc/modules-load.d/nvidia-peermem.conf"
+    persist = write_file("/etc/modules-load.d/nvidia-peermem.conf", "nvidia-peermem\n")
     if modules is not None and "nvidia_peermem" in modules:
         return passed(f"nvidia_peermem is loaded: GPUDirect RDMA through {names}", **evidence)
     if dmabuf:
@@ -246,7 +247,7 @@ def gpudirect_rdma(facts: Facts, matrix) -> Result:
                     f"host memory{cause}", evidence,
                     Fix("Install MLNX_OFED/DOCA-OFED, rebuild the NVIDIA modules against it, then load nvidia-peermem "
                         "(or move to the open kernel modules and DMA-BUF).",
-                        ("sudo dkms autoinstall", "sudo modprobe nvidia-peermem", persist)))
+                        (root_command("dkms autoinstall"), load_module("nvidia-peermem"), persist)))
     if modules is None:
         if autoload:
             return passed(f"nvidia_peermem is loaded at boot by {autoload[0]['file']}", **evidence)
@@ -257,4 +258,4 @@ def gpudirect_rdma(facts: Facts, matrix) -> Result:
     return warn(f"nvidia_peermem is not loaded and DMA-BUF is not available here (flavour "
                 f"{module.get('flavor') or 'unknown'}, kernel {kernel or 'unknown'}): GPUDirect RDMA through {names} "
                 f"is off, NCCL stages inter-node transfers through host memory", evidence,
-                Fix("Load nvidia-peermem now and at boot.", ("sudo modprobe nvidia-peermem", persist)))
+                Fix("Load nvidia-peermem now and at boot.", (load_module("nvidia-peermem"), persist)))

@@ -3,10 +3,12 @@ companions, NumPy 2, the user site, CUDA_HOME/nvcc, RHEL 8 system Python."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.checks.common import compatible_copy, first_heading, driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
 from dl_doctor import versions
+from dl_doctor.fixes import install, root_command
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -486,7 +488,7 @@ def cuda_home(facts: Facts) -> Result:
         want = fw[0][1]["cuda"] if fw else None
         match = next((p for p, v in toolkits.items() if want and _vt(v)[:1] == _vt(want)[:1]), None)
         commands = ([f"export CUDA_HOME={match}", f"export PATH={match}/bin:$PATH",
-                     f"sudo ln -sfn {match} /usr/local/cuda"] if match else
+                     root_command(f"ln -sfn {shlex.quote(match)} /usr/local/cuda")] if match else
                     [f"# install a CUDA {want} toolkit, then point CUDA_HOME and PATH at it"])
         return warn("; ".join(problems), evidence, Fix("Make CUDA_HOME, nvcc and the framework agree.", tuple(commands)))
     summary = ", ".join(f"{k} = CUDA {v}" for k, (_, v) in known.items()) or "only one toolkit, not on PATH"
@@ -531,8 +533,9 @@ def rhel8_system_python(facts: Facts, matrix) -> Result:
     evidence = {"rpm_dirs_written_by_pip": overwritten, "usr_local_shadowing_rpm": shadowing,
                 "usr_local_packages": sorted(local), "pip_on_path": pip_entry}
     fix = Fix("Take pip's files out of the system Python and reinstall the RPMs.",
-              tuple([f"sudo pip3 uninstall -y {' '.join(shadowing or overwritten or sorted(local))}"] +
-                    ["sudo dnf reinstall -y " + " ".join(f"python3-{n}" for n in (shadowing or overwritten))]
+              tuple([root_command("pip3 uninstall -y "
+                                  + " ".join(map(shlex.quote, shadowing or overwritten or sorted(local))))] +
+                    [install(*(f"python3-{n}" for n in (shadowing or overwritten)), manager="dnf", reinstall=True)]
                     if (shadowing or overwritten) else []) +
               ("dnf --version   # check that dnf runs again",))
     if overwritten or shadowing:

@@ -3,12 +3,21 @@ and the signs of someone else's miner on the GPUs."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Dict, List, Optional
 
+from dl_doctor.checks.common import os_family
+from dl_doctor.fixes import root_command, service, write_file
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
-SSHD_DROPIN = ("printf 'PermitRootLogin prohibit-password\\nPasswordAuthentication no\\nKbdInteractiveAuthentication no"
-               "\\nPermitEmptyPasswords no\\n' | sudo tee /etc/ssh/sshd_config.d/00-hardening.conf")
+SSHD_DROPIN = write_file("/etc/ssh/sshd_config.d/00-hardening.conf",
+                         "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no"
+                         "\nPermitEmptyPasswords no\n")
+
+
+def _sshd_unit(facts: Facts) -> str:
+    """Debian and Ubuntu name the unit ssh (sshd is only an alias there, absent under socket activation)."""
+    return "ssh" if os_family(facts) == "debian" else "sshd"
 
 
 def _yes(value: Optional[str]) -> bool:
@@ -65,7 +74,7 @@ def ssh_posture(facts: Facts) -> Result:
                                         if _yes(ms.get(k)) or (ms.get(k) or "").lower() == "yes") + " back on")
     evidence = {"settings": s, "sources": sources, "files": sshd.get("files"), "match_blocks": sshd.get("match_blocks")}
     fix = Fix("Refuse root and password logins (keys only): a drop-in read before the others, then reload sshd.",
-              (SSHD_DROPIN, "sudo sshd -t && sudo systemctl reload ssh 2>/dev/null || sudo systemctl reload sshd",
+              (SSHD_DROPIN, service("reload", _sshd_unit(facts), check="sshd -t"),
                "# keep a second session open until a key login works"))
     if problems:
         return fail("; ".join(problems + notes), evidence, fix)
@@ -197,8 +206,8 @@ def docker_exposed(facts: Facts) -> Result:
                 "containers": d.get("containers")}
     fix = Fix("Keep the daemon on its Unix socket (or TLS with client certificates); keep the docker group small.",
               ("# /etc/docker/daemon.json: remove the tcp:// entries from \"hosts\" (and -H tcp://... from the unit)",
-               "sudo systemctl daemon-reload && sudo systemctl restart docker",
-               *(f"sudo gpasswd -d {u} docker" for u in members[:5])))
+               service("daemon-reload"), service("restart", "docker"),
+               *(root_command(f"gpasswd -d {shlex.quote(u)} docker") for u in members[:5])))
     if problems:
         return fail("; ".join(problems + notes), evidence, fix)
     if notes:

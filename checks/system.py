@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, List
 
 from dl_doctor.checks.common import os_family
+from dl_doctor.fixes import kernel_arg, reboot, write_file
 from dl_doctor.model import Facts, Fix, Result, check, passed, warn
 
 
@@ -44,7 +45,7 @@ def os_identified(facts: Facts, matrix=None) -> Result:
                             f"updated without a reboot, or the kernel is held back (NVIDIA's precompiled kmod streams "
                             f"and DKMS builds follow the release's kernel)", evidence,
                             Fix("Boot the release's kernel (or pin the release to the kernel you keep).",
-                                ("grubby --default-kernel", "sudo reboot   # into the newest installed kernel",
+                                ("grubby --default-kernel", reboot("into the newest installed kernel"),
                                  f"# or keep {kernel}: sudo subscription-manager release --set="
                                  f"{release['release']}")))
             note = "" if release.get("verified", True) else ", unverified"
@@ -77,13 +78,12 @@ def os_identified(facts: Facts, matrix=None) -> Result:
 def kernel_settings(facts: Facts) -> Result:
     iommu = facts.get("limits.iommu_cmdline") or []
     problems = []
-    cmds: List[str] = []
+    cmds: List[Any] = []
     enabled = any(t in ("intel_iommu=on", "amd_iommu=on", "amd_iommu=force") for t in iommu)
     if enabled and "iommu=pt" not in iommu and (facts.get("gpu_pci.gpu_count") or 0) > 1:
         problems.append(f"the IOMMU translates DMA ({' '.join(iommu)}) on a {facts.get('gpu_pci.gpu_count')}-GPU host: "
                         "peer-to-peer traffic can hang NCCL")
-        cmds.append("sudo grubby --update-kernel=ALL --args=iommu=pt" if os_family(facts) != "debian" else
-                    "# add iommu=pt to GRUB_CMDLINE_LINUX in /etc/default/grub, then: sudo update-grub")
+        cmds.append(kernel_arg("iommu=pt", os_family(facts)))
     gov = facts.get("limits.cpu_governor")
     if gov == "powersave":
         problems.append("the CPU frequency governor is powersave")
@@ -91,11 +91,12 @@ def kernel_settings(facts: Facts) -> Result:
     nofile = ((facts.get("limits.rlimits") or {}).get("nofile") or {}).get("soft")
     if isinstance(nofile, int) and nofile < 8192:
         problems.append(f"the open-files limit is {nofile} (DataLoader workers need more)")
-        cmds.append("echo '* - nofile 1048576' | sudo tee /etc/security/limits.d/90-nofile.conf   # then log in again")
+        cmds.append(write_file("/etc/security/limits.d/90-nofile.conf", "* - nofile 1048576\n",
+                               note="then log in again"))
     if facts.get("limits.numa_balancing") == 1 and (facts.get("limits.numa_nodes") or 1) > 1 and \
             (facts.get("gpu_pci.gpu_count") or 0) > 0:
         problems.append("automatic NUMA balancing is on (kernel.numa_balancing=1) on a multi-socket GPU host")
-        cmds.append("echo 'kernel.numa_balancing = 0' | sudo tee /etc/sysctl.d/90-numa.conf && sudo sysctl --system")
+        cmds += [write_file("/etc/sysctl.d/90-numa.conf", "kernel.numa_balancing = 0\n"), "sudo sysctl --system"]
     evidence = {"iommu_cmdline": iommu, "cpu_governor": gov, "nofile": nofile,
                 "numa_balancing": facts.get("limits.numa_balancing"), "numa_nodes": facts.get("limits.numa_nodes"),
                 "transparent_hugepage": facts.get("limits.transparent_hugepage")}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from dl_doctor.fixes import reboot, service
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 from dl_doctor.units import PCIE_GBPS_PER_LANE
 
@@ -252,7 +253,7 @@ def allreduce(facts: Facts) -> Result:
     pairs = [p for p in v.get("pairs") or [] if len(p.get("gpus") or []) == 2]
     broken = [p for p in pairs if p.get("error") or p.get("correct") is False]
     fix = Fix("Check NVLink and the fabric manager, then reset the GPUs or reboot.",
-              ("nvidia-smi nvlink --status", "dl-doctor run --only DLD-GPU-004,DLD-GPU-008", "sudo reboot"))
+              ("nvidia-smi nvlink --status", "dl-doctor run --only DLD-GPU-004,DLD-GPU-008", reboot()))
     if err or (isinstance(ar, dict) and not ar.get("correct")):
         where = "; ".join(f"pair {p['gpus']}: {p.get('error') or 'wrong sum'}" for p in broken[:4])
         return fail(f"the all-reduce across GPUs {ar.get('gpus') if ar else '?'} "
@@ -343,7 +344,7 @@ def dcgm_diag(facts: Facts) -> Result:
         return fail(f"dcgmi {d.get('command')} could not run its tests: {d['runtime_error']}",
                     {"shape": d.get("shape"), "runtime_error": d["runtime_error"]},
                     Fix("Start DCGM's host engine and rerun the diagnostic.",
-                        ("sudo systemctl start nvidia-dcgm", "dcgmi diag -r 1")))
+                        (service("start", "nvidia-dcgm"), "dcgmi diag -r 1")))
     results = d.get("results") or []
     failed = [r for r in results if r.get("status") == "fail"]
     warned = [r for r in results if r.get("status") == "warn"]

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from dl_doctor import __version__
+from dl_doctor.fixes import for_target, target_of
 from dl_doctor.host import Host
 from dl_doctor.model import (DISPLAY_ORDER, FACTS_SCHEMA_VERSION, KEY_RE, REMEDIES, REPORT_SCHEMA_VERSION, CheckSpec, Facts,
                           Finding, Result, Status, iter_statuses)
@@ -272,13 +273,12 @@ def evaluate(snapshot: Mapping[str, Any], checks: Sequence[CheckSpec], matrix: A
     """Every check's findings; ``context`` offers extra keyword arguments (``expectations``) to checks that name them."""
     facts = Facts(snapshot)
     findings = [f for spec in checks for f in run_check_all(spec, facts, matrix, context)]
-    # An image that has not booted (a tree without /proc/mounts): nothing runs there, so fixes change the tree.
-    # A tree captured from a running machine or container keeps the fixes for that machine.
-    if snapshot.get("mode") == "sysroot" and "mounts" not in (snapshot.get("facts") or {}):
-        from dl_doctor.fixes import for_image
-
+    # A fix acts on the machine the facts describe: an image, a node through --host-root or a captured tree gets its
+    # steps rendered for that machine, never as commands that would change the one running dl-doctor.
+    target = target_of(snapshot)
+    if not target.live:
         for f in findings:
-            f.fix = for_image(f.fix, snapshot.get("sysroot"))
+            f.fix = for_target(f.fix, target)
     return sort_findings(findings)
 
 

@@ -43,13 +43,32 @@ FAIL_ON_LEVEL = {"warn": 1, "fail": 2, "never": None}
 
 @dataclass(frozen=True)
 class Fix:
-    """What a person should do: one sentence and commands they can paste."""
+    """What a person should do: one sentence and the steps to take.
+
+    ``commands`` may hold typed steps (``dl_doctor.fixes``: write a file, install a package, reload a service...)
+    and free text; each becomes a step, and ``commands`` becomes the steps rendered for the running machine. The
+    engine renders them again for the machine the facts describe (an image, a node, a captured tree), passing the
+    rendered lines beside the same ``steps``.
+    """
 
     summary: str
-    commands: Tuple[str, ...] = ()
+    commands: Tuple[Any, ...] = ()
+    steps: Tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        from dl_doctor.fixes import as_step, render_live
+
+        if self.steps:
+            object.__setattr__(self, "steps", tuple(as_step(s) for s in self.steps))
+            if not self.commands:
+                object.__setattr__(self, "commands", tuple(render_live(s) for s in self.steps))
+            return
+        steps = tuple(as_step(c) for c in self.commands)
+        object.__setattr__(self, "steps", steps)
+        object.__setattr__(self, "commands", tuple(render_live(s) for s in steps))
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"summary": self.summary, "commands": list(self.commands)}
+        return {"summary": self.summary, "commands": list(self.commands), "steps": [s.to_dict() for s in self.steps]}
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,14 @@ def test_kernel_updated_module_only_for_the_old_kernel(run_cli, tree):
     spec[f"lib/modules/{NEW_K}/modules.dep"] = ""
     spec["boot/grub2/grubenv"] = f"saved_entry=0123abcd-{NEW_K}\n"
     spec[f"boot/loader/entries/0123abcd-{NEW_K}.conf"] = f"linux /vmlinuz-{NEW_K}\n"
-    f, _ = _run(run_cli, tree, spec, "DLD-DRV-001", "DLD-GPU-001")
+    f, report = _run(run_cli, tree, spec, "DLD-DRV-001", "DLD-GPU-001")
     drv = f["DLD-DRV-001"]
     assert drv["status"] == "fail"
     assert drv["message"] == f"no NVIDIA kernel module for the running kernel {NEW_K}; modules exist only for {RHEL_K}"
-    assert f"sudo dkms autoinstall -k {NEW_K}" in drv["fix"]["commands"]
-    assert f"sudo dnf install -y kernel-devel-{NEW_K} kernel-headers-{NEW_K}" in drv["fix"]["commands"]
+    # the tree was captured from the running machine: its fix is for that machine, never for this one
+    on = f"# on {report['host']['hostname']}: "
+    assert on + f"sudo dkms autoinstall -k {NEW_K}" in drv["fix"]["commands"]
+    assert on + f"sudo dnf install -y kernel-devel-{NEW_K} kernel-headers-{NEW_K}" in drv["fix"]["commands"]
     assert f["DLD-GPU-001"]["status"] == "fail"
 
 

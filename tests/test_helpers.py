@@ -4,6 +4,7 @@ import pytest
 
 from dl_doctor import versions
 from dl_doctor.checks.common import package_manager
+from dl_doctor.fixes import render_live
 from dl_doctor.model import Facts
 from dl_doctor.testing import snapshot
 
@@ -23,7 +24,7 @@ def facts_of(os_release):
     ({"id": "arch"}, "# install with this distribution's package manager: nvidia-container-toolkit"),
 ])
 def test_package_manager_per_distribution(os_release, command):
-    assert package_manager(facts_of(os_release)).install("nvidia-container-toolkit") == command
+    assert render_live(package_manager(facts_of(os_release)).install("nvidia-container-toolkit")) == command
 
 
 def test_the_container_toolkit_fix_no_longer_tells_mint_or_sles_to_run_dnf():
@@ -68,17 +69,21 @@ def test_version_order_and_kernels():
     assert sorted(kernels, key=versions.kernel_key)[-1] == "5.15.0-1051-aws"
 
 
-def test_fixes_for_an_image_change_the_tree_and_drop_what_needs_a_running_system():
-    from dl_doctor.fixes import for_image
+def test_fixes_for_an_image_change_the_tree_and_leave_the_running_system_for_its_boot():
+    from dl_doctor import fixes
     from dl_doctor.model import Fix
 
-    fix = Fix("Install the toolkit and restart Docker.", ("sudo apt-get install -y nvidia-container-toolkit",
-                                                          "sudo systemctl restart docker", "sudo modprobe nvidia",
+    fix = Fix("Install the toolkit and restart Docker.", (fixes.install("nvidia-container-toolkit", manager="apt"),
+                                                          fixes.service("restart", "docker"),
+                                                          fixes.load_module("nvidia"), "sudo apt-get install -y x",
                                                           "# a note stays"))
-    out = for_image(fix, "/mnt/ami")
-    assert out.commands == ("sudo chroot /mnt/ami apt-get install -y nvidia-container-toolkit   # or add 'apt-get "
-                            "install -y nvidia-container-toolkit' to the image's build", "# a note stays")
-    assert "takes effect when the image boots" in out.summary
+    out = fixes.for_target(fix, fixes.Target("image", root="/mnt/ami"))
+    assert out.commands == ("sudo chroot /mnt/ami apt-get install -y nvidia-container-toolkit",
+                            "# boot the image, then: sudo systemctl restart docker",
+                            "# boot the image, then: sudo modprobe nvidia",
+                            "# boot the image, then: sudo apt-get install -y x",  # free text is never run here
+                            "# a note stays")
+    assert out.steps == fix.steps and "marked for when the image boots" in out.summary
 
 
 def test_an_unbooted_image_gets_image_fixes(run_cli, tree):

@@ -89,7 +89,9 @@ def test_docker_on_tcp_without_tls_fails_and_the_group_warns(tmp_path):
     assert sec["status"] == "fail" and "tcp://0.0.0.0:2375 without TLS (/etc/docker/daemon.json)" in sec["message"]
     assert "docker group (root-equivalent): alice, bob" in sec["message"]
     assert "container abcdef012345 is configured privileged and with the host's / mounted" in sec["message"]
-    assert "sudo gpasswd -d alice docker" in sec["fix"]["commands"]
+    # the tree is an image: the group is changed inside it, not on the machine doing the inspection
+    assert f"sudo chroot {tmp_path / 'bad'} gpasswd -d alice docker" in sec["fix"]["commands"]
+    assert {"kind": "root-command", "text": "gpasswd -d alice docker"} in sec["fix"]["steps"]
     f = _findings(tmp_path, "good", {"usr/bin/dockerd": "", "etc/group": "docker:x:999:\n"})
     assert f["DLD-SEC-003"]["status"] == "pass" and "Unix socket only" in f["DLD-SEC-003"]["message"]
 
