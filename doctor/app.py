@@ -267,6 +267,27 @@ def snapshot_and_findings(path: str, reg=None) -> Tuple[Dict[str, Any], List[Dic
     return snapshot, [f.to_dict() for f in findings]
 
 
+def _step(raw: Any) -> Optional[Dict[str, Any]]:
+    """One ``fix.steps`` entry of a saved report, kept only in its shape (a kind, strings, flags, lists of strings)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("kind"), str):
+        return None
+    out: Dict[str, Any] = {}
+    for key, value in list(raw.items())[:16]:
+        if not isinstance(key, str):
+            continue
+        if isinstance(value, bool):
+            out[key[:40]] = value
+        elif isinstance(value, str):
+            out[key[:40]] = _s(value, 4000)
+        elif isinstance(value, list):
+            out[key[:40]] = [_s(v, 400) for v in value[:50] if isinstance(v, str)]
+    return out
+
+
+def _steps(raw: List[Any]) -> List[Dict[str, Any]]:
+    return [s for s in (_step(r) for r in raw[:50]) if s is not None]
+
+
 def _s(value: Any, limit: int = 4000) -> str:
     return str(value)[:limit] if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
 
@@ -299,7 +320,8 @@ def load_report(path: str) -> Dict[str, Any]:
             "status": f["status"], "message": _s(f["message"], 100_000),
             "evidence": f.get("evidence") if isinstance(f.get("evidence"), dict) else {},
             "fix": {"summary": _s(fix.get("summary"), 4000) or "See the finding.",
-                    "commands": [_s(c, 4000) for c in fix.get("commands") or [] if isinstance(c, str)][:50]}
+                    "commands": [_s(c, 4000) for c in fix.get("commands") or [] if isinstance(c, str)][:50],
+                    **({"steps": _steps(fix["steps"])} if isinstance(fix.get("steps"), list) else {})}
             if fix else None,
             "tags": [_s(t, 100) for t in f.get("tags") or [] if isinstance(t, str)][:20],
             **({"headline": _s(f["headline"], 300)} if isinstance(f.get("headline"), str) and f["headline"] else {}),

@@ -256,3 +256,23 @@ def test_a_step_of_an_unknown_kind_or_service_action_is_refused():
         fixes.Step("format-disk")
     with pytest.raises(ValueError):
         fixes.service("isolate", "rescue.target")
+
+
+def test_a_saved_report_read_again_keeps_its_steps(tmp_path):
+    """`report`, `why --report` and `diff` read a saved report through load_report: the steps survive, in shape."""
+    from dl_doctor.app import load_report
+
+    root = build_tree(tmp_path / "img", SSHD_TREE)
+    out = tmp_path / "r.json"
+    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--only", "DLD-SEC-001", "--json", str(out),
+                        "--html", "/dev/null", "--fail-on", "never", "--no-env-scan", "-q"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    saved = json.loads(out.read_text())["findings"][0]["fix"]
+    doc = json.loads(out.read_text())
+    doc["findings"][0]["fix"]["steps"].append({"kind": "write", "path": {"nested": "no"}, "names": ["a", 3]})
+    doc["findings"][0]["fix"]["steps"].append("not a step")
+    out.write_text(json.dumps(doc))
+    fix = load_report(str(out))["findings"][0]["fix"]
+    assert fix["steps"][:len(saved["steps"])] == saved["steps"]
+    assert fix["steps"][len(saved["steps"]):] == [{"kind": "write", "names": ["a"]}]
