@@ -45,7 +45,7 @@ _SECRET_PARTS = set(RULES["names"]["parts"])
 _SECRET_SUFFIXES = tuple(RULES["names"]["suffixes"])
 _NOT_SECRET = set(RULES["names"]["not_secret"])
 _SECRET_QUERY = {q.lower() for q in RULES["urls"]["query"]}
-_FLAG_NOT_SECRET = tuple(RULES["commands"]["flag_not_secret"])
+_FLAG_NOT_SECRET = set(RULES["commands"]["flag_not_secret"])
 _USER_SCHEMES = set(RULES["urls"]["user_schemes"])
 MAX_NAME = 128
 
@@ -121,6 +121,7 @@ def _masked_group(m: "re.Match[str]") -> str:
 
 # the option's name up to the keyword: `--hf-`, `--NotebookApp.`, `--IdentityProvider.hashed_`
 _FLAG_HEAD = re.compile(r"[A-Za-z0-9._-]{0,64}$")
+_FLAG_PARTS = re.compile(r"[-_.]")
 _QUOTED_EMPTY = ("''", '""')
 
 
@@ -138,7 +139,7 @@ def _flag(m: "re.Match[str]") -> str:
         return m.group(0)
     sep, value = m.group(1), m.group(2)
     name = m.group(0)[: m.start(1) - m.start()].lower()
-    if name.endswith(_FLAG_NOT_SECRET) or _TRIVIAL.match(value) or value in _QUOTED_EMPTY:
+    if _FLAG_NOT_SECRET.intersection(_FLAG_PARTS.split(name)) or _TRIVIAL.match(value) or value in _QUOTED_EMPTY:
         return m.group(0)
     if sep != "=" and value.startswith("-"):
         return m.group(0)
@@ -169,7 +170,7 @@ _SEPARATED: List[Tuple[Pattern[str], Any]] = [
     # user:password@ and TOKEN@ in URLs
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)([^/\s:@]{0,256}):([^/\s@]{1,512})@"),
      lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@"),
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)([^/\s:@\[\"'<>,{}\\|^`]{1,256})@"), _url_user),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)([^/?#\s:@\[\"'<>,{}\\|^`]{1,256})@"), _url_user),
     # ?token=... &password=... ;sig=... in URLs (before the assignments, which would read `https:` as a name)
     (re.compile(r"([?&;])([A-Za-z0-9_.\[\]-]{1,64})=([^&#\s\"'<>]{0,2048})"), _query),
     # command lines (data: secrets.toml [[commands.flag]])
@@ -221,6 +222,7 @@ def mask_private_keys(text: str) -> str:
 # Keys whose value is an argument list (the security probe's servers, a bundle's commands, a kernel spec).
 _COMMAND_KEYS = {"argv", "cmdline", "command", "args"}
 MAX_ARGS = 4096
+MAX_IN_PLACE_WORK = 1 << 25  # characters scanned to mask a structured file's secrets where they are written
 _KEYED_SUFFIXES = (".ini", ".cfg", ".conf", ".cnf", ".yaml", ".yml", ".env", ".properties", ".netrc", "/.pgpass")
 
 
@@ -437,9 +439,12 @@ class Redactor:
         if not secrets:
             return text
         out = text
-        for secret in sorted(secrets, key=len, reverse=True):
-            for form in _written_forms(kind, secret):
-                out = out.replace(form, form[0] + MASK + form[-1])
+        # each secret is looked for in the whole file: bounded, so a file of thousands of secrets is not quadratic
+        # (it goes to the parsed, masked content below, which is linear)
+        if len(secrets) * len(text) <= MAX_IN_PLACE_WORK:
+            for secret in sorted(secrets, key=len, reverse=True):
+                for form in _written_forms(kind, secret):
+                    out = out.replace(form, form[0] + MASK + form[-1])
         # what is still there (a TOML escape such as \u0041) is usually on its key's line
         for attempt in (out, _KEY_LINE.sub(_key_line, out)):
             try:
