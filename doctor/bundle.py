@@ -91,7 +91,7 @@ def _masked_copy(red: Redactor, path: str, data: bytes) -> Optional[str]:
     for binary content. A process's environment and command line are NUL-separated: each variable is masked as the
     one value it is (a key in a variable is many lines) and the arguments as the one command line they are (an
     option's value is the next argument); the copy has one of them a line."""
-    if path.endswith(("/environ", "/cmdline")):
+    if path.endswith(("/environ", "/cmdline")) and b"\0" in data:  # not the kernel's /proc/cmdline, one line
         entries = data.decode("utf-8", errors="replace").split("\0")
         if entries and entries[-1] == "":
             entries.pop()
