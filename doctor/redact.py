@@ -223,7 +223,7 @@ def mask_private_keys(text: str) -> str:
 _COMMAND_KEYS = {"argv", "cmdline", "command", "args"}
 MAX_ARGS = 4096
 MAX_IN_PLACE_WORK = 1 << 25  # characters scanned to mask a structured file's secrets where they are written
-_KEYED_SUFFIXES = (".ini", ".cfg", ".conf", ".cnf", ".yaml", ".yml", ".env", ".properties", ".netrc", "/.pgpass")
+_KEYED_SUFFIXES = (".ini", ".cfg", ".conf", ".cnf", ".yaml", ".yml", ".env", ".properties")
 
 
 def _parse_toml(text: str) -> Any:
