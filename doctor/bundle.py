@@ -3,7 +3,9 @@
 While the probes run, a :class:`Capture` attached to the Host keeps every text file a probe read (up to a size
 limit) and every command's output, with which probe asked. The bundle then passes the report, the facts, the
 manifest and every raw text through one :class:`~doctor.redact.Redactor`, so ``--redact`` placeholders agree
-across all of them and a secret masked in the facts is masked in the raw copies too.
+across all of them and a secret masked in the facts is masked in the raw copies too. Each raw copy is redacted as a
+whole (never line by line: a key block spans lines, a JSON config nests its token, an option's value is the next
+argument).
 
 Layout (one top-level directory, so unpacking never spills into the current directory)::
 
@@ -79,15 +81,30 @@ class Capture:
 
 def _as_text(path: str, data: bytes) -> Optional[str]:
     """The file as text, or None for binary content (an ELF, ld.so.cache)."""
-    if path.endswith(("/environ", "/cmdline")):
-        data = data.replace(b"\0", b"\n")
     if b"\0" in data[:65536]:
         return None
     return data.decode("utf-8", errors="replace")
 
 
-def _per_line(red: Redactor, text: str) -> str:
-    return "".join(red.text(line) for line in text.splitlines(keepends=True))
+def _masked_copy(red: Redactor, path: str, data: bytes) -> Optional[str]:
+    """The raw copy of a file, redacted as a whole (a key block spans lines, a JSON config nests its token), or None
+    for binary content. A process's environment and command line are NUL-separated: each variable is masked as the
+    one value it is (a key in a variable is many lines) and the arguments as the one command line they are (an
+    option's value is the next argument); the copy has one of them a line."""
+    if path.endswith(("/environ", "/cmdline")) and b"\0" in data:  # not the kernel's /proc/cmdline, one line
+        entries = data.decode("utf-8", errors="replace").split("\0")
+        if entries and entries[-1] == "":
+            entries.pop()
+        masked = red.command(entries) if path.endswith("/cmdline") else [_variable(red, e) for e in entries]
+        return "".join(m + "\n" for m in masked)
+    text = _as_text(path, data)
+    return None if text is None else red.file(path, text)
+
+
+def _variable(red: Redactor, entry: str) -> str:
+    """``NAME=value`` from an environment: the whole value masked under a secret-looking name (as in the facts)."""
+    name, eq, value = entry.partition("=")
+    return f"{red.text(name)}={red.value(value, name)}" if eq else red.text(entry)
 
 
 def _member_name(path: str) -> str:
@@ -107,25 +124,23 @@ def build(capture: Capture, snapshot: Dict[str, Any], report: Dict[str, Any], ht
         if entry.get("skipped"):
             item["skipped"] = entry["skipped"]
         else:
-            text = _as_text(path, entry["data"])
-            if text is None:
+            masked = _masked_copy(red, path, entry["data"])
+            if masked is None:
                 item["skipped"] = "binary content"
             else:
                 name = f"raw/files/{_member_name(red.text(path))}"
-                # line by line: a log (the syslog copy) is masked per line, so no pattern spans two records
-                masked = "".join(red.text(line) for line in text.splitlines(keepends=True))
                 members.append((name, masked.encode("utf-8", errors="replace")))
                 item["archived_as"] = name
         files_manifest.append(item)
 
     commands_manifest: List[Dict[str, Any]] = []
     for n, cmd in enumerate(capture.commands, 1):
-        argv = [red.text(a) for a in cmd["argv"]]
+        argv = red.command(cmd["argv"])
         program = re.sub(r"[^A-Za-z0-9._-]", "_", argv[0].rsplit("/", 1)[-1])[:40] or "command"
         name = f"raw/commands/{n:03d}-{program}.txt"
         body = (f"$ {' '.join(argv)}\n# returncode: {cmd['returncode']}  duration: {cmd['duration_s']}s  "
                 f"timed out: {cmd['timed_out']}" + (f"  error: {red.text(cmd['error'])}" if cmd["error"] else "")
-                + f"\n--- stdout ---\n{_per_line(red, cmd['stdout'])}\n--- stderr ---\n{_per_line(red, cmd['stderr'])}\n")
+                + f"\n--- stdout ---\n{red.text(cmd['stdout'])}\n--- stderr ---\n{red.text(cmd['stderr'])}\n")
         members.append((name, body.encode("utf-8", errors="replace")))
         commands_manifest.append({"argv": argv, "probe": cmd["probe"], "returncode": cmd["returncode"],
                                   "duration_s": cmd["duration_s"], "timed_out": cmd["timed_out"],

@@ -4,7 +4,10 @@ Always on: values of variables and keys whose names look secret (``*KEY*``,
 ``*SECRET*``, ``*TOKEN*``, ``*PASSWORD*``, ``*CREDENTIAL*``, ...) and strings that
 look like credentials wherever they appear (AWS access key IDs and session
 tokens, bearer tokens, passwords in URLs, ``NAME=secret`` assignments, private
-keys, common API token formats).
+keys, common API token formats). A command line is redacted as the one line it is
+(:meth:`Redactor.command`: an option's value is often the next argument), and a
+file as a whole (:meth:`Redactor.file`: a key block spans lines; JSON and TOML are
+parsed, so a secret-named key is found wherever it is nested).
 
 With ``extended=True`` (``--redact``): host names, IPv4/IPv6 and MAC addresses,
 user names and the user part of home paths are replaced by consistent
@@ -16,19 +19,22 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import json
 import re
 from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
 
 MASK = "[REDACTED]"
 
 
+try:
+    import tomllib  # type: ignore[import-not-found]
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
 def _load_rules() -> Dict[str, Any]:
     from importlib import resources
 
-    try:
-        import tomllib  # type: ignore[import-not-found]
-    except ModuleNotFoundError:  # Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
     text = resources.files("dl_doctor").joinpath("data/secrets.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)
 
@@ -39,6 +45,8 @@ _SECRET_PARTS = set(RULES["names"]["parts"])
 _SECRET_SUFFIXES = tuple(RULES["names"]["suffixes"])
 _NOT_SECRET = set(RULES["names"]["not_secret"])
 _SECRET_QUERY = {q.lower() for q in RULES["urls"]["query"]}
+_FLAG_NOT_SECRET = set(RULES["commands"]["flag_not_secret"])
+_USER_SCHEMES = set(RULES["urls"]["user_schemes"])
 MAX_NAME = 128
 
 
@@ -70,14 +78,19 @@ _TRIVIAL = re.compile(r"^(?:\d{1,4}|true|false|yes|no|none|null|on|off)$", re.I)
 _NAME = r"[A-Za-z_][A-Za-z0-9_.-]{0,127}"
 
 
+def _mask_span(m: "re.Match[str]", group: str) -> str:
+    """The match with only ``group`` replaced by the mask."""
+    start, end = m.span(group)
+    base = m.start()
+    text = m.group(0)
+    return text[: start - base] + MASK + text[end - base:]
+
+
 def _secret_assignment(m: "re.Match[str]") -> str:
-    name, sep = m.group("name"), m.group("sep")
-    for group, quote in (("dq", '"'), ("sq", "'"), ("bare", "")):
-        value = m.group(group)
-        if value is not None:
-            break
-    if looks_secret_name(name) and value and value != MASK and not _TRIVIAL.match(value):
-        return f"{name}{sep}{quote}{MASK}{quote}"
+    group = next(g for g in ("dq", "sq", "bare") if m.group(g) is not None)
+    value = m.group(group)
+    if looks_secret_name(m.group("name")) and value and value != MASK and not _TRIVIAL.match(value):
+        return _mask_span(m, group)
     return m.group(0)
 
 
@@ -93,23 +106,30 @@ _TOKENISH = re.compile(r"^(?=.{0,256}[0-9])[A-Za-z0-9_-]{12,256}$|^[A-Za-z0-9_-]
 
 
 def _url_user(m: "re.Match[str]") -> str:
-    """``https://TOKEN@host/``: a user name that is a token (long, or long with digits) is masked."""
-    user = m.group(2)
-    return f"{m.group(1)}{MASK}@" if _TOKENISH.match(user) else m.group(0)
+    """``https://USER@host/``: the user part alone is how a registry mirror, a git remote or a package index carries
+    a token, whatever its length, so it is masked; only where a user name is the norm (``ssh://git@host``) is a
+    user name that does not look like a token kept."""
+    scheme, user = m.group(1)[:-3].lower(), m.group(2)
+    if scheme in _USER_SCHEMES and not _TOKENISH.match(user):
+        return m.group(0)
+    return f"{m.group(1)}{MASK}@"
 
 
 def _masked_group(m: "re.Match[str]") -> str:
-    start, end = m.span("secret")
-    base = m.start()
-    text = m.group(0)
-    return text[: start - base] + MASK + text[end - base:]
+    return _mask_span(m, "secret")
 
 
-_FLAG_HEAD = re.compile(r"[A-Za-z0-9-]{0,64}$")
+# the option's name up to the keyword: `--hf-`, `--NotebookApp.`, `--IdentityProvider.hashed_`
+_FLAG_HEAD = re.compile(r"[A-Za-z0-9._-]{0,64}$")
+_FLAG_PARTS = re.compile(r"[-_.]")
+_QUOTED_EMPTY = ("''", '""')
 
 
 def _flag(m: "re.Match[str]") -> str:
-    """The keyword must sit in a command-line flag: ``-``/``--`` then letters, digits and dashes up to it."""
+    """The keyword must sit in a command-line option: ``-``/``--`` then letters, digits, dots, underscores and dashes
+    up to it. Kept: an option that names where the secret is rather than the secret (``--password-stdin``,
+    ``--token-file``), an empty value (``--NotebookApp.token ''``: the notebook check needs to see it), and, after a
+    blank, the next option rather than a value."""
     before = m.string[max(0, m.start() - 64):m.start()]
     head = _FLAG_HEAD.search(before)
     word = head.group(0) if head else ""
@@ -117,10 +137,15 @@ def _flag(m: "re.Match[str]") -> str:
         return m.group(0)
     if len(word) == 64 and m.start() > 64 and m.string[m.start() - 65] not in " \t\n\"'=":
         return m.group(0)
-    if _TRIVIAL.match(m.group(2)):
+    sep, value = m.group(1), m.group(2)
+    name = m.group(0)[: m.start(1) - m.start()].lower()
+    if _FLAG_NOT_SECRET.intersection(_FLAG_PARTS.split(name)) or _TRIVIAL.match(value) or value in _QUOTED_EMPTY:
         return m.group(0)
-    start = m.start(2) - m.start()
-    return m.group(0)[:start] + MASK
+    if sep != "=" and value.startswith("-"):
+        return m.group(0)
+    if value[0] in "'\"" and len(value) > 1 and value[-1] == value[0]:
+        return m.group(0)[: m.start(2) - m.start()] + value[0] + MASK + value[0]
+    return m.group(0)[: m.start(2) - m.start()] + MASK
 
 
 # (pattern, replacement) applied to every string, in order. Private keys are handled first, by hand (mask_private_keys).
@@ -130,8 +155,10 @@ _TOKENS: List[Tuple[Pattern[str], Any]] = [
      MASK),
     (re.compile(r"(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdzE|FQoGZXIvYXdzE)[A-Za-z0-9/+=]{16,4096}"), MASK),
     (re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{30,255}"
-                r"|glpat-[A-Za-z0-9_-]{20,255}|xox[abposr]-[A-Za-z0-9-]{10,255}|hf_[A-Za-z0-9]{30,255}"
-                r"|sk-[A-Za-z0-9_-]{20,255}|AIza[0-9A-Za-z_-]{35}|npm_[A-Za-z0-9]{36})"), MASK),
+                r"|gl(?:pat|dt|rt|ptt|cbt|imt|soat|oas|ffct|agent)-[A-Za-z0-9_-]{20,255}"
+                r"|(?:xox[abposr]|xapp)-[A-Za-z0-9-]{10,255}|hf_[A-Za-z0-9]{30,255}"
+                r"|sk-[A-Za-z0-9_-]{20,255}|AIza[0-9A-Za-z_-]{35}|npm_[A-Za-z0-9]{36}"
+                r"|[sr]k_(?:live|test)_[A-Za-z0-9]{16,255}|hv[sbr]\.[A-Za-z0-9_-]{24,512})"), MASK),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{8,4096}\.[A-Za-z0-9_-]{8,4096}\.[A-Za-z0-9_-]{8,4096}"), MASK),
 ]
 _BEARER = (re.compile(r"(?i)\b(bearer|basic|token)([ \t]{1,16})[A-Za-z0-9\-._~+/]{8,4096}={0,3}"),
@@ -143,14 +170,18 @@ _SEPARATED: List[Tuple[Pattern[str], Any]] = [
     # user:password@ and TOKEN@ in URLs
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)([^/\s:@]{0,256}):([^/\s@]{1,512})@"),
      lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@"),
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)([^/\s:@\[]{1,256})@"), _url_user),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)([^/?#\s:@\[\"'<>,{}\\|^`]{1,256})@"), _url_user),
     # ?token=... &password=... ;sig=... in URLs (before the assignments, which would read `https:` as a name)
     (re.compile(r"([?&;])([A-Za-z0-9_.\[\]-]{1,64})=([^&#\s\"'<>]{0,2048})"), _query),
     # command lines (data: secrets.toml [[commands.flag]])
     *[(re.compile(rule["pattern"]), _masked_group) for rule in RULES["commands"]["flag"]],
     # --password=..., --hf-token ...: found by the keyword (a literal, cheap to scan for), then checked to be a flag
-    (re.compile(r"(?i)(?:password|passwd|passphrase|token|secret|api-key|apikey)[a-z0-9-]{0,64}"
-                r"(=|[ \t]{1,8})(?!\[REDACTED\])(\S{1,4096})"), _flag),
+    (re.compile(r"(?i)(?:password|passwd|passphrase|token|secret|api-key|apikey)[a-z0-9_-]{0,64}"
+                r"(=|[ \t]{1,8})(?!\[REDACTED\])('[^'\n]{0,1024}'|\"[^\"\n]{0,1024}\"|\S{1,4096})"), _flag),
+    # "client_secret": "...", 'password': '...' (JSON, Python and YAML mappings written into text)
+    (re.compile(r"(?P<kq>[\"'])(?P<name>" + _NAME + r")(?P=kq)(?P<sep>[ \t]{0,8}[:=][ \t]{0,8})"
+                r"(?:\"(?P<dq>(?:[^\"\\\n]|\\.){0,1024})\"|'(?P<sq>[^'\n]{0,1024})'"
+                r"|(?P<bare>[^\s\"',;&\[\]{}]{1,4096}))"), _secret_assignment),
     # NAME=value, NAME: value, NAME = "a quoted value with spaces" (not `scheme://`)
     (re.compile(r"(?<![A-Za-z0-9_.-])(?P<name>" + _NAME + r")(?P<sep>[ \t]{0,8}(?:=|:(?!//))[ \t]{0,8})"
                 r"(?:\"(?P<dq>[^\"\n]{0,1024})\"|'(?P<sq>[^'\n]{0,1024})'|(?P<bare>[^\s\"',;&]{1,4096}))"),
@@ -163,13 +194,14 @@ _SEPARATORS = re.compile(r"[=:@?&;\s]")
 _SELF_IDENTIFYING = _TOKENS + _URL_PATHS
 
 
-_PRIVATE_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----")
-_PRIVATE_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----")
+_PRIVATE_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PRIVATE_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 
 
 def mask_private_keys(text: str) -> str:
-    """Every PEM private key block, from its BEGIN line to its END line (or to the end of the text)."""
-    if "PRIVATE KEY-----" not in text:
+    """Every PEM or PGP private key block, from its BEGIN line to its END line (or to the end of the text), whether
+    its lines are separate, joined by escaped newlines (``\\n`` in JSON) or inside one variable's value."""
+    if "PRIVATE KEY" not in text:
         return text
     out: List[str] = []
     pos = 0
@@ -183,6 +215,80 @@ def mask_private_keys(text: str) -> str:
         pos = end.end() if end else len(text)
     out.append(text[pos:])
     return "".join(out)
+
+
+# -- whole files ----------------------------------------------------------------------------------------------------
+
+# Keys whose value is an argument list (the security probe's servers, a bundle's commands, a kernel spec).
+_COMMAND_KEYS = {"argv", "cmdline", "command", "args"}
+MAX_ARGS = 4096
+MAX_IN_PLACE_WORK = 1 << 25  # characters scanned to mask a structured file's secrets where they are written
+_KEYED_SUFFIXES = (".ini", ".cfg", ".conf", ".cnf", ".yaml", ".yml", ".env", ".properties")
+
+
+def _parse_toml(text: str) -> Any:
+    return tomllib.loads(text)
+
+
+_PARSERS = {"json": json.loads, "toml": _parse_toml}
+
+
+def _config_kind(path: str, text: str) -> Optional[str]:
+    """How a file is structured, from its name (and, for JSON without the suffix, its first character)."""
+    name = path.lower()
+    if name.endswith(".toml"):
+        return "toml"
+    if name.endswith(_KEYED_SUFFIXES):
+        return "keyed"
+    if name.endswith((".json", ".ipynb")) or text.lstrip()[:1] == "{":
+        return "json"
+    return None
+
+
+def _secret_strings(doc: Any) -> set:
+    """Every non-trivial string held under a secret-named key (directly or in a list), at any depth. Walked with a
+    stack, not recursion: a parsed file can nest as deep as its parser allowed."""
+    found = set()
+    stack: List[Tuple[Any, Optional[str]]] = [(doc, None)]
+    while stack:
+        obj, key = stack.pop()
+        if isinstance(obj, dict):
+            stack.extend((v, k if isinstance(k, str) else None) for k, v in obj.items())
+        elif isinstance(obj, list):
+            stack.extend((v, key) for v in obj)
+        elif isinstance(obj, str) and key is not None and obj and obj != MASK and not _TRIVIAL.match(obj) \
+                and looks_secret_name(key):
+            found.add(obj)
+    return found
+
+
+def _written_forms(kind: str, value: str) -> List[str]:
+    """How a string can be written in a JSON or TOML file, quotes included (masking the quoted form touches
+    nothing else of the file)."""
+    escaped = {json.dumps(value), json.dumps(value, ensure_ascii=False)}
+    forms = set(escaped)
+    if kind == "json":
+        forms |= {e.replace("/", "\\/") for e in escaped}
+    else:
+        forms |= {"'" + value + "'", "'''" + value + "'''", "'''\n" + value + "'''",
+                  '"""' + value + '"""', '"""\n' + value + '"""'}
+    return sorted(forms, key=len, reverse=True)
+
+
+# `key = value`, `key: value`, `"key": value`, `- key: value` at the start of a line (INI, YAML, .env)
+_KEY_LINE = re.compile(r"(?m)^(?P<lead>[ \t]{0,64}(?:-[ \t]{1,8})?(?:export[ \t]{1,8})?)(?P<kq>[\"']?)"
+                       r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,127})(?P=kq)(?P<sep>[ \t]{0,8}[:=][ \t]{0,8})"
+                       r"(?P<value>[^\s][^\r\n]{0,4095})")
+
+
+def _key_line(m: "re.Match[str]") -> str:
+    """The rest of the line after a secret-named key, masked (in the value's own quotes, so TOML stays TOML)."""
+    value = m.group("value").rstrip()
+    bare = value.strip("\"'")
+    if looks_secret_name(m.group("name")) and bare and bare != MASK and not _TRIVIAL.match(bare):
+        quote = value[0] if value[0] in "\"'" else ""
+        return m.group(0)[: m.start("value") - m.start()] + quote + MASK + quote
+    return m.group(0)
 
 
 _MAC = re.compile(r"(?<![0-9A-Fa-f:])[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}(?![0-9A-Fa-f:])")
@@ -293,6 +399,64 @@ class Redactor:
             return text
         return self._placeholder("IP", text)
 
+    # -- command lines and files -----------------------------------------------------
+
+    def command(self, argv: List[str]) -> List[str]:
+        """An argument list redacted as the one command line it is: a secret option's value is often the next
+        argument (``--NotebookApp.token VALUE``, ``docker login -p VALUE``, ``htpasswd -b FILE USER VALUE``), which
+        no argument shows alone. The arguments are joined by tabs (a blank to every rule, and rarely inside an
+        argument), so the masked line splits back into the same arguments; where a mask spans arguments (a key
+        block) the masked line is kept as the one element."""
+        line = "\t".join(argv)
+        masked = self.text(line)
+        if masked == line:
+            return list(argv)
+        parts = masked.split("\t")
+        return parts if len(parts) == len(argv) else [masked.replace("\t", " ")]
+
+    def file(self, path: str, text: str) -> str:
+        """A whole file's text, redacted as one string, never line by line: a key block spans lines. JSON and TOML
+        are parsed first, so the value of every secret-named key is masked wherever it is nested and however it
+        is written; INI, YAML, .env and .properties files mask the rest of a line after a secret-named key."""
+        kind = _config_kind(path, text)
+        if kind in _PARSERS:
+            text = self._structured(kind, text)
+        elif kind == "keyed":
+            text = _KEY_LINE.sub(_key_line, text)
+        return self.text(text)
+
+    def _structured(self, kind: str, text: str) -> str:
+        """Each secret-named key's string value, masked where it is written (the file keeps its layout), and the
+        result parsed again to prove it. Where a value cannot be found as written (an unusual escape), the rest of
+        its key's line is masked; where that is not enough, the file is replaced by its parsed content, masked, as
+        JSON: the layout is lost, the secret is not kept."""
+        parse = _PARSERS[kind]
+        try:
+            doc = parse(text)
+        except (ValueError, RecursionError, UnicodeError):
+            return text  # not this format after all: the text rules apply
+        secrets = _secret_strings(doc)
+        if not secrets:
+            return text
+        out = text
+        # each secret is looked for in the whole file: bounded, so a file of thousands of secrets is not quadratic
+        # (it goes to the parsed, masked content below, which is linear)
+        if len(secrets) * len(text) <= MAX_IN_PLACE_WORK:
+            for secret in sorted(secrets, key=len, reverse=True):
+                for form in _written_forms(kind, secret):
+                    out = out.replace(form, form[0] + MASK + form[-1])
+        # what is still there (a TOML escape such as \u0041) is usually on its key's line
+        for attempt in (out, _KEY_LINE.sub(_key_line, out)):
+            try:
+                if not _secret_strings(parse(attempt)):
+                    return attempt
+            except (ValueError, RecursionError, UnicodeError):
+                pass
+        try:
+            return json.dumps(self.value(doc), indent=2, ensure_ascii=False, default=str) + "\n"
+        except (RecursionError, ValueError):
+            return f"{MASK} (a {kind.upper()} file with secrets that could not be masked in place)\n"
+
     # -- structures -------------------------------------------------------------
 
     def value(self, obj: Any, key: Optional[str] = None) -> Any:
@@ -300,6 +464,8 @@ class Redactor:
             return {self.text(k) if isinstance(k, str) else k: self.value(v, k if isinstance(k, str) else None)
                     for k, v in obj.items()}
         if isinstance(obj, list):
+            if key in _COMMAND_KEYS and 0 < len(obj) <= MAX_ARGS and all(isinstance(v, str) for v in obj):
+                return self.command(obj)
             return [self.value(v, key) for v in obj]
         if isinstance(obj, str):
             if key is not None and obj and looks_secret_name(key) and obj != MASK and not _TRIVIAL.match(obj):

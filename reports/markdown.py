@@ -185,9 +185,13 @@ def render(report: Dict[str, Any], max_chars: int = GITHUB_LIMIT) -> str:
 def summary(report: Dict[str, Any], snapshot: Optional[Dict[str, Any]] = None, extended_already: bool = False,
             max_chars: int = GITHUB_LIMIT) -> str:
     """The Markdown summary of a report, with the extended redaction (host names, addresses, users) always on: it is
-    written to be pasted in public."""
+    written to be pasted in public. Every text value goes through the redaction pass here, whatever the report says
+    of itself (a saved report is a file anyone may have written or edited): the extended pass, or, where the caller
+    has just applied it to this very report (``extended_already``), the secrets pass alone."""
     from dl_doctor.redact import redact
 
-    if not extended_already and not (report.get("redaction") or {}).get("extended"):
-        report = redact(report, extended=True, snapshot=dict(snapshot) if snapshot else None)
+    done = report.get("redaction")
+    report = redact(report, extended=not extended_already, snapshot=dict(snapshot) if snapshot else None)
+    if extended_already:
+        report["redaction"] = done
     return render(report, max_chars)

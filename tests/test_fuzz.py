@@ -289,3 +289,71 @@ def test_a_privilege_entry_without_its_fields_is_bad_input_not_a_crash(workdir):
     _write(facts, doc)
     code, _, err = _cli(["check", str(facts), "-q", "--html", str(workdir / "p.html")])
     assert code == 2 and err.strip() == f"dl-doctor: error: {facts}: privilege.limited[0].probe is missing"
+
+
+# -- structured config redaction ----------------------------------------------------------------------------------------
+
+from dl_doctor.redact import Redactor, looks_secret_name  # noqa: E402
+
+SECRET_KEYS = ["password", "api_key", "token", "client_secret", "DB_PASS", "hashed_password", "auth.token",
+               "my-secret", "PrivateKey", "credentials"]
+plain_keys = st.from_regex(r"\A[a-z][a-z_]{0,7}\Z").filter(lambda k: not looks_secret_name(k))
+config_text = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=10)
+config_scalars = config_text | st.integers(-10 ** 6, 10 ** 6) | st.booleans()
+configs = st.recursive(st.dictionaries(plain_keys, config_scalars, max_size=4),
+                       lambda inner: st.dictionaries(plain_keys, inner | st.lists(config_scalars, max_size=3)
+                                                     | st.lists(inner, max_size=2), max_size=4), max_leaves=20)
+tokens = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=8, max_size=40).filter(
+    lambda t: t.strip() == t and any(c.isalnum() for c in t) and "REDACTED" not in t)
+
+
+def _toml_key(key: str) -> str:
+    return json.dumps(key, ensure_ascii=False)
+
+
+def _toml_value(value: Any, literal: bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return f"'{value}'" if literal and "'" not in value and "\n" not in value else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v, literal) for v in value) + "]"
+    return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v, literal)}" for k, v in value.items()) + "}"
+
+
+def _toml(doc: Dict[str, Any], literal: bool, prefix: tuple = ()) -> List[str]:
+    """A small TOML writer (the standard library only reads TOML): scalars first, then one table per mapping."""
+    lines = [f"{_toml_key(k)} = {_toml_value(v, literal)}" for k, v in doc.items() if not isinstance(v, dict)]
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            lines.append("[" + ".".join(_toml_key(p) for p in prefix + (k,)) + "]")
+            lines += _toml(v, literal, prefix + (k,))
+    return lines
+
+
+@FAST
+@given(doc=configs, path=st.lists(st.tuples(plain_keys, st.booleans()), max_size=4),
+       key=st.sampled_from(SECRET_KEYS), token=tokens, in_list=st.booleans(),
+       form=st.sampled_from(["json", "json-ascii", "json-indent", "toml", "toml-literal"]))
+def test_a_secret_keys_value_never_survives_in_a_structured_config(doc, path, key, token, in_list, form):
+    """Wherever a secret-named key sits in a JSON or TOML config (nested in tables, in lists of tables) and however
+    its value is written, the redacted file does not hold the value, and is still a file of its kind."""
+    doc = copy.deepcopy(doc)
+    here = doc
+    for name, through_list in path:
+        child: Dict[str, Any] = {}
+        here[name] = [child] if through_list else child
+        here = child
+    here[key] = [token] if in_list else token
+    if form.startswith("json"):
+        text = json.dumps(doc, ensure_ascii=form == "json-ascii", indent=2 if form == "json-indent" else None)
+        name = "/home/u/.jupyter/jupyter_server_config.json"
+    else:
+        text = "\n".join(_toml(doc, literal=form == "toml-literal")) + "\n"
+        name = "/etc/app/config.toml"
+        assert tomllib.loads(text) == doc
+    out = Redactor().file(name, text)
+    assert token not in out
+    (json.loads if form.startswith("json") else tomllib.loads)(out)  # masked in place: still JSON, still TOML

@@ -85,3 +85,47 @@ def test_no_secret_form_survives_in_a_bundle(run_cli, tmp_path):
             for info in tar:
                 if info.isfile():
                     _assert_clean(info.name, tar.extractfile(info).read().decode("utf-8", "replace"))
+
+
+# What a bundle's raw copies held after line-by-line masking (issue 23, item 12): each secret, and where it was planted.
+RAW_SECRETS = ["EnvKeyLine2Secret", "EnvKeyLine3Secret", "EscapedKeyLine", "jsontok-0a1b2c", "hashpw-9f8e7d",
+               "dockerpw-7788", "redispw-5566", "htpw-3344", "abcdefghijk"]
+
+
+def test_a_bundles_raw_copies_are_masked_as_whole_files(run_cli, tmp_path):
+    root = tmp_path / "root"
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1EnvKeyLine2Secret\nEnvKeyLine3Secret\n" \
+          "-----END OPENSSH PRIVATE KEY-----"
+    escaped = r'{"private_key": "-----BEGIN PRIVATE KEY-----\nMIIEvQEscapedKeyLine\n-----END PRIVATE KEY-----\n"}'
+    syslog = ("Nov 30 10:00:01 box sudo[9]: alice : COMMAND=/usr/bin/docker login -u bob -p dockerpw-7788 r.example.com\n"
+              "Nov 30 10:00:02 box sudo[9]: alice : COMMAND=/usr/bin/redis-cli -h 10.0.0.5 -a redispw-5566 ping\n"
+              "Nov 30 10:00:03 box sudo[9]: alice : COMMAND=/usr/bin/htpasswd -b /etc/nginx/.htpasswd bob htpw-3344\n"
+              "Nov 30 10:00:04 box kernel: nvidia 0000:00:1e.0: sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b8\n")
+    build_tree(root, {
+        "etc/os-release": UBUNTU2204_OS_RELEASE,
+        "etc/hostname": "box\n",
+        "etc/passwd": "root:x:0:0::/root:/bin/bash\nalice:x:1001:1001::/home/alice:/bin/bash\n",
+        "home/alice/.jupyter/jupyter_server_config.json": json.dumps(
+            {"ServerApp": {"ip": "0.0.0.0", "token": "jsontok-0a1b2c"},
+             "PasswordIdentityProvider": {"hashed_password": "argon2:$argon2id$v=19$hashpw-9f8e7d"}}, indent=2),
+        "etc/docker/daemon.json": json.dumps({"registry-mirrors": ["https://abcdefghijk@mirror.example.com/"]}),
+        "var/log/syslog": syslog,
+        "proc/self/environ": f"PATH=/usr/bin\0SSH_KEY={key}\0GCP_SA={escaped}\0HOME=/root\0",
+    })
+    out = tmp_path / "b.tar.gz"
+    r = run_cli("bundle", "--sysroot", str(root), "-o", str(out), "-q")
+    assert r.returncode in (0, 1), r.stderr
+    with tarfile.open(out) as tar:
+        texts = {info.name.split("/", 1)[1]: tar.extractfile(info).read().decode("utf-8", "replace")
+                 for info in tar if info.isfile()}
+    for planted in ("raw/files/home/alice/.jupyter/jupyter_server_config.json", "raw/files/etc/docker/daemon.json",
+                    "raw/files/var/log/syslog", "raw/files/proc/self/environ"):
+        assert planted in texts, sorted(texts)
+    for name, text in texts.items():
+        leaked = [s for s in RAW_SECRETS if s in text]
+        assert not leaked, f"{name} leaks {leaked}"
+    # the facts in those copies are still there to read
+    assert "mirror.example.com" in texts["raw/files/etc/docker/daemon.json"]
+    assert '"ip": "0.0.0.0"' in texts["raw/files/home/alice/.jupyter/jupyter_server_config.json"]
+    assert "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b8" in texts["raw/files/var/log/syslog"]
+    assert "HOME=/root" in texts["raw/files/proc/self/environ"]

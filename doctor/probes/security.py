@@ -20,6 +20,7 @@ MAX_INCLUDES = 64
 MAX_HOMES = 200
 MAX_PIDS = 4096
 MAX_FD_LINKS = 50_000
+MAX_ARGV = 40
 
 # -- sshd ----------------------------------------------------------------------------------------------------------
 
@@ -290,11 +291,20 @@ def processes(host) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
             suspects.append({"pid": int(pid), "name": comm[:64], "exe": exe[:300], "reasons": reasons})
         if comm.startswith(("python", "jupyter", "code-server", "node")) and len(servers) < 50:
             raw = host.try_read(f"/proc/{pid}/cmdline", 65536) or ""
-            argv = [a for a in raw.split("\0") if a]
+            argv = raw.split("\0")[:-1] if raw.endswith("\0") else raw.split("\0")
             text = " ".join(argv)
             if "jupyter" in text and any(w in text for w in ("notebook", "lab", "server")) or "code-server" in text:
-                servers.append({"pid": int(pid), "argv": [a[:200] for a in argv[:40]]})
+                servers.append({"pid": int(pid), "argv": _masked_argv(argv)})
     return suspects, servers
+
+
+def _masked_argv(argv: List[str]) -> List[str]:
+    """Another user's command line as the facts keep it: redacted as the one line it is, before it is cut to size
+    (``--NotebookApp.token VALUE`` keeps its token out of every output, --redact or not, which no argument masked
+    alone could); empty arguments are kept, since an empty token is what the notebook check looks for."""
+    from dl_doctor.redact import Redactor
+
+    return [a[:200] for a in Redactor().command(argv[:MAX_ARGV])[:MAX_ARGV]]
 
 
 def sshd_live(host) -> Optional[Dict[str, str]]:
