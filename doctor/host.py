@@ -452,7 +452,10 @@ class Host:
                 self.capture.command(CommandResult(argv, None, "", "", 0.0), str(err.strerror))
             raise err
         except OSError as exc:
-            self._record(CommandRecord(argv, None, time.monotonic() - start, False, str(exc)))
+            duration = time.monotonic() - start
+            self._record(CommandRecord(argv, None, duration, False, str(exc)))
+            if self.capture is not None:
+                self.capture.command(CommandResult(argv, None, "", "", duration), str(exc))
             raise
         verdict = prepared.verdict
         try:
