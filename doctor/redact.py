@@ -291,6 +291,29 @@ def _key_line(m: "re.Match[str]") -> str:
     return m.group(0)
 
 
+_BLOCK_SCALAR = re.compile(r"[|>][-+0-9]{0,3}[ \t]{0,64}(?:#[^\r\n]{0,4096})?")
+
+
+def _mask_block_scalars(text: str) -> str:
+    """YAML's ``key: |`` (or ``>``): the secret is on the lines below, more indented than the key; they are masked
+    whole (one pass over the lines, so linear)."""
+    lines = text.split("\n")
+    block_indent: Optional[int] = None
+    for n, line in enumerate(lines):
+        stripped = line.lstrip(" \t")
+        indent = len(line) - len(stripped)
+        if block_indent is not None:
+            if not stripped.strip() or indent > block_indent:
+                if stripped.strip():
+                    lines[n] = line[:indent] + MASK
+                continue
+            block_indent = None
+        m = _KEY_LINE.match(line)
+        if m and looks_secret_name(m.group("name")) and _BLOCK_SCALAR.fullmatch(m.group("value").rstrip()):
+            block_indent = indent
+    return "\n".join(lines)
+
+
 _MAC = re.compile(r"(?<![0-9A-Fa-f:])[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}(?![0-9A-Fa-f:])")
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])")
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
@@ -422,7 +445,7 @@ class Redactor:
         if kind in _PARSERS:
             text = self._structured(kind, text)
         elif kind == "keyed":
-            text = _KEY_LINE.sub(_key_line, text)
+            text = _KEY_LINE.sub(_key_line, _mask_block_scalars(text))
         return self.text(text)
 
     def _structured(self, kind: str, text: str) -> str:

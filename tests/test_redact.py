@@ -312,3 +312,12 @@ def test_a_config_of_thousands_of_secrets_is_masked_in_bounded_time():
     out = Redactor().file("/etc/app/services.json", json.dumps(doc, indent=1))
     assert time.perf_counter() - start < 10
     assert "pw-0" not in out and json.loads(out)["svc7"] == {"password": MASK, "port": 8007}
+
+
+def test_a_yaml_block_scalar_under_a_secret_key_is_masked_line_by_line():
+    text = ("db:\n  password: |\n    hunter2-very-secret\n    second-line-x\n  user: alice\n"
+            "token: >-\n  abc.def.ghi\nother: 1\n")
+    out = Redactor().file("/etc/app/config.yaml", text)
+    for secret in ("hunter2-very-secret", "second-line-x", "abc.def.ghi"):
+        assert secret not in out
+    assert "user: alice" in out and "other: 1" in out and out.count("\n") == text.count("\n")
