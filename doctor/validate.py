@@ -20,6 +20,7 @@ Every walk over a parsed value is iterative with memory proportional to its dept
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
@@ -159,6 +160,27 @@ def load_json_bytes(data: bytes, what: str) -> Any:
     before parsing."""
     surrogates = prescan(data, what)
     return _parse(_decode(data, what), surrogates, what)
+
+
+def load_json_head(data: bytes, what: str) -> Any:
+    """The first JSON value in ``data`` (a section at the head of a report; what follows it is ignored), under the
+    same bounds as :func:`load_json_bytes`: the pre-scan counts the whole of ``data``, so ``data`` is the window the
+    caller chose to read, not the whole file."""
+    surrogates = prescan(data, what)
+    try:
+        # a window may cut a character in two at its end: that tail is left undecoded, a bad byte before it is not
+        text = codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+        value, _ = json.JSONDecoder(parse_constant=_reject_constant).raw_decode(text)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} is not UTF-8 text: {exc.reason} at byte {exc.start}")
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply")
+    except ValueError as exc:
+        raise InputError(f"{what} is not JSON: {exc}")
+    if surrogates:
+        value = _repair_surrogates(value)
+    check_limits(value, what)
+    return value
 
 
 def read_json(fh: BinaryIO, what: str) -> Any:
