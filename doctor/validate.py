@@ -90,32 +90,46 @@ def _too_big(what: str, size: int) -> InputError:
 def prescan(data: bytes, what: str) -> bool:
     """Refuse, before Python's parser allocates anything, a document that would need more than the bounds allow.
 
-    Linear time, in a few passes of C code (one regular expression, ``bytes.count``, ``bytes.replace``). Returns
-    whether the document holds a surrogate escape (which the parsed value then needs repaired)."""
+    Linear time and small memory: one pass of a regular expression over the strings (each one is a value, so the
+    pass stops past MAX_VALUES of them), ``bytes.count`` between them, and the nesting depth from the brackets
+    outside strings. Returns whether the document holds a surrogate escape (which the parsed value then needs
+    repaired)."""
     if len(data) > MAX_DOCUMENT_BYTES:
         raise _too_big(what, len(data))
     wide = _width(data)
     escapes = _WIDE_ESCAPE.search(data) is not None
-    extra = [0]  # bytes beyond one a character that parsed strings can take
-
-    def drop(match: "re.Match[bytes]") -> bytes:
+    text = len(data) * wide + len(data)  # the decoded document, and at most as much again in parsed strings
+    values, strings, at = 1, 0, 0
+    brackets = bytearray()
+    for match in _STRING.finditer(data):
         start, end = match.span()
-        factor = 4 if escapes and _WIDE_ESCAPE.search(data, start, end) else wide
-        extra[0] += (end - start) * (factor - 1)
-        return b""
-
-    # each string is a value, so past MAX_VALUES strings the document is refused anyway: stop there; a plain
-    # ASCII or Latin-1 document (the usual case) needs no look at each string
-    outside, strings = _STRING.subn(drop if wide > 1 or escapes else b"", data, count=MAX_VALUES + 1)
-    values = 1 + sum(outside.count(c) for c in (b"[", b"{", b",", b":"))
-    if strings > MAX_VALUES or values > MAX_VALUES:
-        raise InputError(f"{what} holds more than {MAX_VALUES} values (containers, keys and scalars)")
-    text = len(data) * wide + len(data) + extra[0]  # the decoded document, and at most as much again in strings
+        values += _structure(data, at, start)
+        strings += 1
+        if values > MAX_VALUES or strings > MAX_VALUES:
+            raise _too_many(what)
+        brackets += data[at:start].translate(_BRACKETS, _NOT_BRACKETS)
+        if wide > 1 or escapes:
+            factor = 4 if escapes and _WIDE_ESCAPE.search(data, start, end) else wide
+            text += (end - start) * (factor - 1)
+        at = end
+    values += _structure(data, at, len(data))
+    if values > MAX_VALUES:
+        raise _too_many(what)
     if text > MAX_TEXT_BYTES:
         raise InputError(f"{what} would take {text >> 20} MiB as text (it holds characters beyond Latin-1), over "
                          f"the {MAX_TEXT_BYTES >> 20} MiB limit")
-    _check_depth(outside.translate(_BRACKETS, _NOT_BRACKETS), what)
+    brackets += data[at:].translate(_BRACKETS, _NOT_BRACKETS)
+    _check_depth(bytes(brackets), what)
     return _SURROGATE_ESCAPE.search(data) is not None
+
+
+def _structure(data: bytes, start: int, end: int) -> int:
+    """Opening brackets, commas and colons in ``data[start:end]``: one for each value that follows them."""
+    return sum(data.count(c, start, end) for c in (b"[", b"{", b",", b":"))
+
+
+def _too_many(what: str) -> InputError:
+    return InputError(f"{what} holds more than {MAX_VALUES} values (containers, keys and scalars)")
 
 
 def _width(data: bytes) -> int:
@@ -270,7 +284,7 @@ def check_limits(value: Any, what: str) -> None:
     for path, item in _walk(value):
         nodes += 1
         if nodes > MAX_VALUES:
-            raise InputError(f"{what} holds more than {MAX_VALUES} values (containers, keys and scalars)")
+            raise _too_many(what)
         if isinstance(item, dict):
             if len(path) >= MAX_DEPTH:
                 raise InputError(f"{what}: {_where(path)} is nested more than {MAX_DEPTH} levels deep")
