@@ -24,7 +24,7 @@ HEAD_BYTES = 64 << 10          # the first read of a report; the section is with
 MAX_SECTION_BYTES = 4 << 20
 MAX_FILES = 200_000
 MAX_TAR_MEMBERS = 50_000       # members of one tarball looked at (tarfile keeps each one's header in memory)
-MAX_TAR_BYTES = 4 << 30        # decompressed bytes of one tarball's members read
+MAX_TAR_BYTES = 16 << 30       # decompressed bytes of one tarball gone through (10,000 full reports)
 MAX_COMPARED = 4096            # facts one node's section may compare
 MAX_FAILING = 1000             # failing checks one node's section may list
 MAX_VALUE_CHARS = 1000         # one compared value (dl-doctor writes at most 300)
@@ -203,11 +203,16 @@ def _gather_file(path: str, fh: BinaryIO, fleet: Fleet) -> None:
         except (tarfile.TarError, EOFError, ValueError) as exc:
             fleet.unreadable.append({"source": path, "error": f"not a readable tarball: {exc}"})
         return
-    _add(fleet, path, path, _read_report(fh, head))
+    _add(fleet, path, path, _read_report(fh, head, os.fstat(fh.fileno()).st_size))
 
 
-def _read_report(fh: BinaryIO, head: bytes) -> Optional[Dict[str, Any]]:
+def _read_report(fh: BinaryIO, head: bytes, size: int) -> Optional[Dict[str, Any]]:
+    """The section from the head of a report of ``size`` bytes, or from all of it; one over the input limit is
+    refused before the rest is read."""
     def rest() -> bytes:
+        if size > MAX_DOCUMENT_BYTES:
+            raise InputError(f"the report is {size} bytes, over the {MAX_DOCUMENT_BYTES >> 20} MiB limit for an "
+                             f"input")
         return head + fh.read(MAX_DOCUMENT_BYTES + 1 - len(head))
 
     return read_section(head, rest)
@@ -221,17 +226,17 @@ def _add(fleet: Fleet, source: str, name_source: str, section: Optional[Dict[str
 
 
 def _gather_tar(path: str, raw: BinaryIO, fleet: Fleet) -> None:
-    """The reports in a tarball: at most MAX_TAR_MEMBERS members and MAX_TAR_BYTES read, each report held to the
-    bounds of any input; past a limit the rest of the tarball is named as not read."""
+    """The reports in a tarball: at most MAX_TAR_MEMBERS members and MAX_TAR_BYTES of the decompressed archive, each
+    report held to the bounds of any input; past a limit the rest of the tarball is named as not read."""
     import tarfile
     import zlib
 
-    read = 0
     with tarfile.open(fileobj=raw, mode="r:*") as tar:
         for n, member in enumerate(tar):
-            if n >= MAX_TAR_MEMBERS or read > MAX_TAR_BYTES:
+            # checked before the member is read or skipped: skipping one in a compressed stream inflates it
+            if n >= MAX_TAR_MEMBERS or member.offset_data + member.size > MAX_TAR_BYTES:
                 limit = (f"more than {MAX_TAR_MEMBERS} members" if n >= MAX_TAR_MEMBERS else
-                         f"more than {MAX_TAR_BYTES >> 20} MiB read")
+                         f"past the first {MAX_TAR_BYTES >> 20} MiB of the archive")
                 fleet.unreadable.append({"source": path, "error": f"{limit}; the rest was not read"})
                 return
             if not member.isfile() or not member.name.endswith(".json"):
@@ -246,9 +251,9 @@ def _gather_tar(path: str, raw: BinaryIO, fleet: Fleet) -> None:
             fh = tar.extractfile(member)
             if fh is None:
                 continue
-            read += member.size
             try:
-                _add(fleet, source, member.name.replace("/report.json", ""), _read_report(fh, fh.read(HEAD_BYTES)))
+                _add(fleet, source, member.name.replace("/report.json", ""),
+                     _read_report(fh, fh.read(HEAD_BYTES), member.size))
             except InputError as exc:
                 fleet.unreadable.append({"source": source, "error": str(exc)})
             except zlib.error as exc:
