@@ -181,6 +181,18 @@ MAX_READ_MEMBERS = 20000            # tar members looked at before giving up
 MAX_READ_SCAN_BYTES = 256 << 20     # decompressed bytes scanned to find the member
 
 
+def is_bundle(path: str) -> bool:
+    """Whether ``path`` is a regular file holding a tar archive: looked at through the same non-blocking,
+    descriptor-checked open as every input, so a name swapped for a FIFO cannot hang the check."""
+    from dl_doctor.validate import InputError, open_regular
+
+    try:
+        with open_regular(path) as fh:
+            return tarfile.is_tarfile(fh)
+    except (InputError, OSError):
+        return False  # the JSON read that follows names the problem
+
+
 def read_member(path: str, member: str) -> Dict[str, Any]:
     """One JSON member (``facts.json``, ``manifest.json``) of a bundle, read without unpacking anything to disk.
 
