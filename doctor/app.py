@@ -184,21 +184,17 @@ def read_document(path: str, bundle_member: str = "facts.json") -> Any:
     import tarfile
     import zlib
 
-    from dl_doctor.bundle import BundleError, read_member
-    from dl_doctor.validate import MAX_DOCUMENT_BYTES, InputError, load_json_bytes
+    from dl_doctor.bundle import BundleError, is_bundle, read_member
+    from dl_doctor.validate import InputError, load_json_file
 
     try:
-        if os.path.isfile(path) and tarfile.is_tarfile(path):
+        if is_bundle(path):
             return read_member(path, bundle_member)
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_DOCUMENT_BYTES + 1)
-        return load_json_bytes(data, path)
+        return load_json_file(path)
     except (InputError, BundleError) as exc:
         raise InputProblem(str(exc))
     except FileNotFoundError:
         raise InputProblem(f"cannot read {path}: no such file")
-    except IsADirectoryError:
-        raise InputProblem(f"cannot read {path}: it is a directory")
     except (EOFError, zlib.error, tarfile.TarError) as exc:  # click would report EOFError as "interrupted"
         raise InputProblem(f"{path} is not a readable dl-doctor bundle (truncated or corrupt?): {exc}")
     except OSError as exc:

@@ -190,24 +190,39 @@ class BundleError(ValueError):
     pass
 
 
-# Reading a bundle someone sent: bounded, whatever the archive holds.
+# Reading a bundle someone sent: bounded, whatever the archive holds. dl-doctor writes the JSON members first, so
+# they are found in the first few MiB of any bundle it made.
 MAX_READ_MEMBERS = 20000            # tar members looked at before giving up
-MAX_READ_MEMBER_BYTES = 256 << 20   # one JSON member
-MAX_READ_SCAN_BYTES = 1 << 30       # decompressed bytes scanned to find it
+MAX_READ_SCAN_BYTES = 256 << 20     # decompressed bytes scanned to find the member
+
+
+def is_bundle(path: str) -> bool:
+    """Whether ``path`` is a regular file holding a tar archive: looked at through the same non-blocking,
+    descriptor-checked open as every input, so a name swapped for a FIFO cannot hang the check."""
+    from dl_doctor.validate import InputError, open_regular
+
+    try:
+        with open_regular(path) as fh:
+            return tarfile.is_tarfile(fh)
+    except (InputError, OSError):
+        return False  # the JSON read that follows names the problem
 
 
 def read_member(path: str, member: str) -> Dict[str, Any]:
     """One JSON member (``facts.json``, ``manifest.json``) of a bundle, read without unpacking anything to disk.
 
-    At most MAX_READ_MEMBERS members and MAX_READ_SCAN_BYTES of decompressed archive are scanned; a member over
-    MAX_READ_MEMBER_BYTES is refused. A truncated or corrupt archive is a BundleError (one line, exit 2).
+    The archive is opened only if it is a regular file (non-blocking: a FIFO cannot hang the read). At most
+    MAX_READ_MEMBERS members and MAX_READ_SCAN_BYTES of decompressed archive are scanned; the member is held to
+    the bounds of every JSON input (``validate.MAX_DOCUMENT_BYTES``, values, depth), so a small gzip'd archive that
+    inflates to a huge or deeply nested document is refused before it is parsed. A truncated or corrupt archive is
+    a BundleError (one line, exit 2).
     """
     import zlib
 
-    from dl_doctor.validate import load_json_bytes
+    from dl_doctor.validate import MAX_DOCUMENT_BYTES, InputError, open_regular, read_json
 
     try:
-        with tarfile.open(path, mode="r:*") as tar:
+        with open_regular(path) as raw, tarfile.open(fileobj=raw, mode="r:*") as tar:
             for n, info in enumerate(tar):
                 if n >= MAX_READ_MEMBERS:
                     raise BundleError(f"{path} has more than {MAX_READ_MEMBERS} members before {member}; not a "
@@ -216,16 +231,17 @@ def read_member(path: str, member: str) -> Dict[str, Any]:
                     raise BundleError(f"{path}: {member} not found in the first {MAX_READ_SCAN_BYTES >> 20} MiB")
                 parts = info.name.split("/")
                 if info.isfile() and len(parts) == 2 and parts[1] == member:
-                    if info.size > MAX_READ_MEMBER_BYTES:
+                    if info.size > MAX_DOCUMENT_BYTES:
                         raise BundleError(f"{path}: {member} is {info.size} bytes, over the "
-                                          f"{MAX_READ_MEMBER_BYTES >> 20} MiB limit")
+                                          f"{MAX_DOCUMENT_BYTES >> 20} MiB limit for an input")
                     fh = tar.extractfile(info)
-                    data = fh.read(MAX_READ_MEMBER_BYTES + 1) if fh else b"{}"
-                    return load_json_bytes(data, f"{path}: {member} in the bundle")
+                    return read_json(fh, f"{path}: {member} in the bundle") if fh else {}
     except BundleError:
         raise
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
         raise BundleError(f"{path} is not a readable dl-doctor bundle (truncated or corrupt?): {exc}")
-    except ValueError as exc:
+    except InputError as exc:
         raise BundleError(str(exc))
+    except OSError as exc:
+        raise BundleError(f"{path} is not a readable dl-doctor bundle (truncated or corrupt?): {exc}")
     raise BundleError(f"{path} is a tar archive but not a dl-doctor bundle (no {member})")

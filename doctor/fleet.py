@@ -10,19 +10,26 @@ decodes that section; a report without it (an older report, a facts file) is rea
 from __future__ import annotations
 
 import glob
-import json
 import os
+import stat
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from dl_doctor.fleet_section import FLEET_VERSION, node_section  # noqa: F401 - re-exported
+from dl_doctor.validate import MAX_DOCUMENT_BYTES, InputError, json_type, load_json_bytes, load_json_head, \
+    open_regular
 
 HEAD_BYTES = 64 << 10          # the first read of a report; the section is within it for any report dl-doctor writes
 MAX_SECTION_BYTES = 4 << 20
-MAX_FILE_BYTES = 256 << 20     # the slow path (a whole report or facts file)
 MAX_FILES = 200_000
+MAX_TAR_MEMBERS = 50_000       # members of one tarball looked at (tarfile keeps each one's header in memory)
+MAX_TAR_BYTES = 16 << 30       # decompressed bytes of one tarball gone through (10,000 full reports)
+MAX_COMPARED = 4096            # facts one node's section may compare
+MAX_FAILING = 1000             # failing checks one node's section may list
+MAX_VALUE_CHARS = 1000         # one compared value (dl-doctor writes at most 300)
 _MARK = b'\n  "fleet_node": '
+_SCALARS = (str, int, float, bool, type(None))
 
 
 @dataclass
@@ -38,39 +45,85 @@ class Fleet:
     unreadable: List[Dict[str, str]] = field(default_factory=list)
 
 
+def _a(value: Any) -> str:
+    kind = json_type(value)
+    return kind if kind == "null" else ("an " if kind[0] in "aeiou" else "a ") + kind
+
+
+def conform(section: Any) -> Dict[str, Any]:
+    """One node's fleet section in exactly the shape the comparison relies on (compared values are JSON scalars, a
+    failing check has a string id), or InputError naming the first part that does not fit: a malformed report is
+    left out and named, never guessed at, and never stops the comparison of the others."""
+    if not isinstance(section, dict):
+        raise InputError(f"fleet_node is {_a(section)}, not an object")
+    parts = {"identity": dict, "compare": dict, "failing": list}
+    for key, kind in parts.items():
+        if section.get(key) is not None and not isinstance(section[key], kind):
+            raise InputError(f"fleet_node.{key} is {_a(section[key])}, not "
+                             f"{'an object' if kind is dict else 'an array'}")
+    identity = section.get("identity") or {}
+    for key in ("hostname", "instance_id"):
+        if not isinstance(identity.get(key), _SCALARS):
+            raise InputError(f"fleet_node.identity.{key} is {_a(identity[key])}, not a value")
+    compare = section.get("compare") or {}
+    if len(compare) > MAX_COMPARED:
+        raise InputError(f"fleet_node.compare has more than {MAX_COMPARED} facts")
+    for key, value in compare.items():
+        if not isinstance(value, _SCALARS):
+            raise InputError(f"fleet_node.compare.{key[:100]} is {_a(value)}, not a value")
+        if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+            raise InputError(f"fleet_node.compare.{key[:100]} is longer than {MAX_VALUE_CHARS} characters")
+    failing = section.get("failing") or []
+    if len(failing) > MAX_FAILING:
+        raise InputError(f"fleet_node.failing has more than {MAX_FAILING} checks")
+    for n, item in enumerate(failing):
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            raise InputError(f"fleet_node.failing[{n}] is not a failing check (an object with a string id)")
+    warnings = section.get("warnings")
+    return {"version": str(section.get("version", ""))[:20],
+            "identity": {k: identity.get(k) for k in ("hostname", "instance_id")},
+            "compare": dict(compare),
+            "failing": [{"id": f["id"][:200], "status": str(f.get("status", ""))[:20],
+                         "headline": str(f.get("headline", ""))[:200]} for f in failing],
+            "warnings": warnings if isinstance(warnings, int) and not isinstance(warnings, bool) else 0}
+
+
 def _section_from_document(doc: Any) -> Optional[Dict[str, Any]]:
+    """The section of a whole report (its own, or one summarised from its facts and findings); None when the
+    document is not a report or a facts file."""
     if not isinstance(doc, dict):
         return None
-    if isinstance(doc.get("fleet_node"), dict):
-        return doc["fleet_node"]
+    if "fleet_node" in doc:
+        return conform(doc["fleet_node"])
     if isinstance(doc.get("facts"), dict):
-        return node_section(doc["facts"], doc.get("findings") if isinstance(doc.get("findings"), list) else [])
+        findings = doc.get("findings") if isinstance(doc.get("findings"), list) else []
+        try:
+            return conform(node_section(doc["facts"], findings))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"its facts have an unexpected shape ({type(exc).__name__})")
     return None
 
 
-def read_section(data: bytes, more: Optional[Any] = None) -> Optional[Dict[str, Any]]:
+def read_section(data: bytes, more: Optional[Callable[[], bytes]] = None) -> Optional[Dict[str, Any]]:
     """The fleet section of a report whose first bytes are ``data`` (``more()`` returns the whole file when the
-    section is not in them, or is cut): decoded alone when it can be, else from the whole document."""
+    section is not in them, or is cut): decoded alone when it can be, else from the whole document. None when it
+    is not a dl-doctor report; InputError (the reason) when it is malformed. Every parse is bounded like any input
+    (``validate``)."""
     at = data.find(_MARK)
     if at >= 0:
         start = at + len(_MARK)
-        text = data[start:start + MAX_SECTION_BYTES].decode("utf-8", "replace")
         try:
-            value, _ = json.JSONDecoder().raw_decode(text)
-            if isinstance(value, dict):
-                return value
-        except ValueError:
-            pass  # cut by the head read: read it all below
+            value = load_json_head(data[start:start + MAX_SECTION_BYTES], "fleet_node")
+        except InputError:
+            value = None  # cut by the head read: read it all below
+        if isinstance(value, dict):
+            return conform(value)
     whole = more() if more else data
-    try:
-        return _section_from_document(json.loads(whole))
-    except (ValueError, RecursionError):
-        return None
+    return _section_from_document(load_json_bytes(whole, "the report"))
 
 
 def _name(section: Dict[str, Any], source: str) -> str:
-    ident = section.get("identity") if isinstance(section.get("identity"), dict) else {}
-    host = ident.get("hostname")
+    host = section["identity"].get("hostname")
     if host and not str(host).startswith("[HOST-"):
         return str(host)[:200]
     base = os.path.basename(source)
@@ -93,10 +146,31 @@ def _files(paths: Iterable[str]) -> Iterator[str]:
             yield p
 
 
-def gather(paths: Iterable[str]) -> Fleet:
-    """Every node report under ``paths`` (files, directories, globs, tarballs of reports)."""
-    import tarfile
+def _not_regular(path: str) -> Optional[str]:
+    """Why ``path`` is not read, from its own inode (never opened: opening a FIFO can block, a device can have
+    effects); a symbolic link is followed at the open, where the descriptor is checked again."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return None
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+    return f"it is {kind}, not a regular file; not read"
 
+
+def _looks_like_tar(path: str, head: bytes) -> bool:
+    if path.endswith((".tar", ".tar.gz", ".tgz")):
+        return True
+    return not path.endswith(".json") and head.lstrip()[:1] not in (b"{", b"[")
+
+
+def gather(paths: Iterable[str]) -> Fleet:
+    """Every node report under ``paths`` (files, directories, globs, tarballs of reports). An input that cannot be
+    used (not a regular file, not a report, malformed, over a limit) is listed in ``unreadable`` with the reason,
+    and costs nothing else."""
     fleet = Fleet()
     count = 0
     for path in _files(paths):
@@ -104,49 +178,86 @@ def gather(paths: Iterable[str]) -> Fleet:
         if count > MAX_FILES:
             fleet.unreadable.append({"source": path, "error": f"more than {MAX_FILES} files; the rest were not read"})
             break
+        why = _not_regular(path)
+        if why:
+            fleet.unreadable.append({"source": path, "error": why})
+            continue
         try:
-            if path.endswith((".tar", ".tar.gz", ".tgz")) or (os.path.isfile(path) and tarfile.is_tarfile(path)):
-                _gather_tar(path, fleet)
-                continue
-            with open(path, "rb") as fh:
-                head = fh.read(HEAD_BYTES)
-
-                def rest(fh=fh, head=head) -> bytes:
-                    return head + fh.read(MAX_FILE_BYTES - len(head))
-
-                section = read_section(head, rest)
+            with open_regular(path) as fh:
+                _gather_file(path, fh, fleet)
+        except InputError as exc:
+            fleet.unreadable.append({"source": path, "error": str(exc)})
         except OSError as exc:
             fleet.unreadable.append({"source": path, "error": exc.strerror or str(exc)})
-            continue
-        except tarfile.TarError as exc:
-            fleet.unreadable.append({"source": path, "error": f"not a readable tarball: {exc}"})
-            continue
-        if section is None:
-            fleet.unreadable.append({"source": path, "error": "not a dl-doctor report or facts file"})
-            continue
-        fleet.nodes.append(Node(_name(section, path), path, section))
     return fleet
 
 
-def _gather_tar(path: str, fleet: Fleet) -> None:
+def _gather_file(path: str, fh: BinaryIO, fleet: Fleet) -> None:
     import tarfile
 
-    with tarfile.open(path) as tar:
-        for member in tar:
-            if not member.isfile() or not member.name.endswith(".json") or member.size > MAX_FILE_BYTES:
+    head = fh.read(HEAD_BYTES)
+    if _looks_like_tar(path, head):
+        fh.seek(0)
+        try:
+            _gather_tar(path, fh, fleet)
+        except (tarfile.TarError, EOFError, ValueError) as exc:
+            fleet.unreadable.append({"source": path, "error": f"not a readable tarball: {exc}"})
+        return
+    _add(fleet, path, path, _read_report(fh, head, os.fstat(fh.fileno()).st_size))
+
+
+def _read_report(fh: BinaryIO, head: bytes, size: int) -> Optional[Dict[str, Any]]:
+    """The section from the head of a report of ``size`` bytes, or from all of it; one over the input limit is
+    refused before the rest is read."""
+    def rest() -> bytes:
+        if size > MAX_DOCUMENT_BYTES:
+            raise InputError(f"the report is {size} bytes, over the {MAX_DOCUMENT_BYTES >> 20} MiB limit for an "
+                             f"input")
+        return head + fh.read(MAX_DOCUMENT_BYTES + 1 - len(head))
+
+    return read_section(head, rest)
+
+
+def _add(fleet: Fleet, source: str, name_source: str, section: Optional[Dict[str, Any]]) -> None:
+    if section is None:
+        fleet.unreadable.append({"source": source, "error": "not a dl-doctor report or facts file"})
+    else:
+        fleet.nodes.append(Node(_name(section, name_source), source, section))
+
+
+def _gather_tar(path: str, raw: BinaryIO, fleet: Fleet) -> None:
+    """The reports in a tarball: at most MAX_TAR_MEMBERS members and MAX_TAR_BYTES of the decompressed archive, each
+    report held to the bounds of any input; past a limit the rest of the tarball is named as not read."""
+    import tarfile
+    import zlib
+
+    with tarfile.open(fileobj=raw, mode="r:*") as tar:
+        for n, member in enumerate(tar):
+            # checked before the member is read or skipped: skipping one in a compressed stream inflates it
+            if n >= MAX_TAR_MEMBERS or member.offset_data + member.size > MAX_TAR_BYTES:
+                limit = (f"more than {MAX_TAR_MEMBERS} members" if n >= MAX_TAR_MEMBERS else
+                         f"past the first {MAX_TAR_BYTES >> 20} MiB of the archive")
+                fleet.unreadable.append({"source": path, "error": f"{limit}; the rest was not read"})
+                return
+            if not member.isfile() or not member.name.endswith(".json"):
                 continue
             if member.name.endswith(("manifest.json", "facts.json")) and "/" in member.name:
                 continue  # a support bundle: its report.json speaks for it
+            source = f"{path}:{member.name}"
+            if member.size > MAX_DOCUMENT_BYTES:
+                fleet.unreadable.append({"source": source, "error": f"{member.size} bytes, over the "
+                                                                    f"{MAX_DOCUMENT_BYTES >> 20} MiB limit"})
+                continue
             fh = tar.extractfile(member)
             if fh is None:
                 continue
-            data = fh.read(MAX_FILE_BYTES)
-            section = read_section(data[:HEAD_BYTES], lambda data=data: data)
-            source = f"{path}:{member.name}"
-            if section is None:
-                fleet.unreadable.append({"source": source, "error": "not a dl-doctor report or facts file"})
-            else:
-                fleet.nodes.append(Node(_name(section, member.name.replace("/report.json", "")), source, section))
+            try:
+                _add(fleet, source, member.name.replace("/report.json", ""),
+                     _read_report(fh, fh.read(HEAD_BYTES), member.size))
+            except InputError as exc:
+                fleet.unreadable.append({"source": source, "error": str(exc)})
+            except zlib.error as exc:
+                raise tarfile.TarError(str(exc))
 
 
 def _group_key(section: Dict[str, Any]) -> str:
@@ -222,8 +333,14 @@ def render_text(result: Dict[str, Any], width: int = 100) -> str:
         for check, nodes in result["failing_by_check"].items():
             shown = ", ".join(safe_line(n) for n in nodes[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
             lines.append(f"  FAIL {safe_line(check)} on {len(nodes)} node{'s' if len(nodes) != 1 else ''}: {shown}")
-    for u in result["unreadable"][:20]:
-        lines.append(f"unreadable: {safe_line(u['source'])}: {safe_line(u['error'])}")
+    if result["unreadable"]:
+        lines.append("")
+        count = len(result["unreadable"])
+        lines.append(f"Skipped {count} input{'s' if count != 1 else ''} (not compared):")
+        for u in result["unreadable"][:20]:
+            lines.append(f"  SKIPPED {safe_line(u['source'])}: {safe_line(u['error'])}")
+        if count > 20:
+            lines.append(f"  and {count - 20} more (all of them are in --json)")
     lines.append("")
     lines.append("OK: the nodes agree and none fails" if result["ok"] else
                  "NOT OK: " + "; ".join(p for p in (

@@ -26,6 +26,8 @@ from datetime import timedelta
 from typing import Any, Dict, List, Optional
 
 MAX_PAIR_TESTS = 16  # nodes up to which a failed all-reduce is narrowed down to the pairs that cannot talk
+MAX_PAYLOAD_BYTES = 4 << 20    # one node's summary (dl-doctor's are tens of KiB)
+MAX_GATHER_BYTES = 256 << 20   # all the summaries, as every rank holds them
 
 
 def _doctor_command(doctor: Optional[str], host=None) -> List[str]:
@@ -67,20 +69,85 @@ def node_section(doctor: Optional[str] = None, timeout: float = 120.0, extra: Op
                 "warnings": 0}
 
 
+class PreflightError(RuntimeError):
+    """The preflight cannot give a verdict (a peer's payload is refused or malformed, rank 0 could not compare the
+    nodes); raised on every rank alike, so every agent exits 2 instead of some waiting for a verdict that never
+    comes."""
+
+
+def _refused_sizes(sizes: List[int]) -> Optional[str]:
+    """Why the announced payload sizes cannot be gathered (every rank sees the same sizes, so every rank decides
+    the same), before anything is allocated for them; None when they can."""
+    bad = [f"rank {r} announced {n} bytes" for r, n in enumerate(sizes) if not 0 <= n <= MAX_PAYLOAD_BYTES]
+    if bad:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        return f"{', '.join(bad[:5])}{more}: over the {MAX_PAYLOAD_BYTES >> 20} MiB limit for a node's payload"
+    total = len(sizes) * max(sizes, default=0)
+    if total > MAX_GATHER_BYTES:
+        return (f"the payloads of {len(sizes)} ranks would take {total >> 20} MiB on every rank, over the "
+                f"{MAX_GATHER_BYTES >> 20} MiB limit")
+    return None
+
+
 def _gather_json(dist, torch, value: Any) -> List[Any]:
-    """Every rank's JSON-able ``value``, gathered on every rank as bytes tensors (no pickling, no NumPy)."""
+    """Every rank's JSON-able ``value``, gathered on every rank as bytes tensors (no pickling, no NumPy).
+
+    The sizes go first; a size over the limits is refused on every rank before the payloads are allocated, and
+    each payload is parsed under the bounds of any input (``validate``). A PreflightError (on every rank alike)
+    names the ranks whose payload is refused or is not JSON."""
+    from dl_doctor.validate import InputError, load_json_bytes
+
     data = json.dumps(value).encode()
     world = dist.get_world_size()
     size = torch.tensor([len(data)], dtype=torch.int64)
     sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
     dist.all_gather(sizes, size)
-    longest = max(int(s.item()) for s in sizes)
+    announced = [int(s.item()) for s in sizes]
+    refused = _refused_sizes(announced)
+    if refused:
+        raise PreflightError(f"not gathering the nodes' summaries: {refused}")
+    longest = max(announced)
     mine = torch.zeros(longest, dtype=torch.uint8)
     if data:
         mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     parts = [torch.zeros(longest, dtype=torch.uint8) for _ in range(world)]
     dist.all_gather(parts, mine)
-    return [json.loads(bytes(p[:int(n.item())].tolist())) for p, n in zip(parts, sizes)]
+    values, bad = [], []
+    for rank, (part, n) in enumerate(zip(parts, announced)):
+        try:
+            values.append(load_json_bytes(bytes(part[:n].tolist()), f"rank {rank}'s payload"))
+        except InputError as exc:
+            bad.append(str(exc))
+    if bad:
+        raise PreflightError("; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else ""))
+    return values
+
+
+def _payload_nodes(gathered: List[Any]) -> List[Any]:
+    """The fleet nodes in the gathered payloads, each held to the shape the comparison relies on; a
+    PreflightError names every rank whose payload does not fit (decided alike on every rank)."""
+    from dl_doctor import fleet
+    from dl_doctor.validate import InputError
+
+    checked, bad = [], []
+    for rank, g in enumerate(gathered):
+        identity = g.get("identity") if isinstance(g, dict) else None
+        try:
+            if not isinstance(identity, dict) or not isinstance(identity.get("hostname"), str) \
+                    or not all(isinstance(identity.get(k), int) for k in ("agent", "rank")):
+                raise InputError("identity is not a host name, an agent and a rank")
+            checked.append((identity["hostname"][:200], identity["agent"], fleet.conform(g.get("section"))))
+        except InputError as exc:
+            bad.append(f"rank {rank}'s payload: {exc}")
+    if bad:
+        raise PreflightError("; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else ""))
+    hosts = [host for host, _, _ in checked]
+    nodes = []
+    for rank, (host, agent, section) in enumerate(checked):
+        # two agents on one host: the agent's process tells them apart
+        name = f"{host}:agent-{agent}" if hosts.count(host) > 1 else host
+        nodes.append(fleet.Node(name, f"rank {rank}", section))
+    return nodes
 
 
 def _allreduce(dist, torch, backend: str, world: int, timeout: float) -> Dict[str, Any]:
@@ -138,51 +205,67 @@ def verdict_text(result: Dict[str, Any]) -> str:
     return "dl-doctor preflight\n" + text
 
 
+READY, NOT_READY, ERROR = 1, 0, 2  # the verdict rank 0 broadcasts
+
+
 def preflight(doctor: Optional[str] = None, timeout: float = 120.0, backend: str = "auto", allreduce: bool = True,
               json_path: Optional[str] = None, stream=None) -> bool:
     """Run on every node's local rank 0 (or every rank of a --nproc-per-node=1 job); True when the nodes agree, none
-    fails and the all-reduce went through. Rank 0 prints the comparison."""
+    fails and the all-reduce went through. Rank 0 prints the comparison. PreflightError, on every rank, when there
+    is no verdict to give (a peer's payload is refused or malformed, rank 0 could not compare)."""
     import torch
     import torch.distributed as dist
-
-    from dl_doctor import fleet
 
     stream = stream or sys.stdout
     own = not dist.is_initialized()
     if own:
         dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
+    try:
+        return _preflight(dist, torch, doctor, timeout, backend, allreduce, json_path, stream)
+    finally:
+        if own:
+            dist.destroy_process_group()
+
+
+def _preflight(dist, torch, doctor, timeout, backend, allreduce, json_path, stream) -> bool:
     rank, world = dist.get_rank(), dist.get_world_size()
     section = node_section(doctor, timeout)
     identity = {"hostname": socket.gethostname(), "agent": os.getppid(), "rank": rank}
-    gathered = _gather_json(dist, torch, {"identity": identity, "section": section})
+    nodes = _payload_nodes(_gather_json(dist, torch, {"identity": identity, "section": section}))
     chosen = backend if backend != "auto" else ("nccl" if torch.cuda.is_available() and dist.is_nccl_available()
                                                 else "gloo")
     path = _allreduce(dist, torch, chosen, world, min(timeout, 60.0)) if allreduce and world > 1 else None
     verdict = torch.zeros(1, dtype=torch.int64)
+    problem = None
     if rank == 0:
-        hosts = [g["identity"]["hostname"] for g in gathered]
-        nodes = []
-        for g in gathered:
-            name = g["identity"]["hostname"]
-            if hosts.count(name) > 1:  # two agents on one host: the agent's process tells them apart
-                name = f"{name}:agent-{g['identity']['agent']}"
-            nodes.append(fleet.Node(name, f"rank {g['identity']['rank']}", g["section"]))
-        result = fleet.compare(fleet.Fleet(nodes=nodes))
-        if path is not None:
-            names = {i: n.name for i, n in enumerate(nodes)}
-            path["failed_pairs_named"] = [[names.get(a), names.get(b)] for a, b in path.get("failed_pairs", [])]
-            result["path"] = path
-            result["ok"] = result["ok"] and path["ok"]
-        stream.write(verdict_text(result))
-        stream.flush()
-        if json_path:
-            with open(json_path, "w") as fh:
-                json.dump(result, fh, indent=2)
-        verdict[0] = 1 if result["ok"] else 0
+        try:
+            verdict[0] = READY if _report(nodes, path, json_path, stream) else NOT_READY
+        except Exception as exc:  # noqa: BLE001 - whatever it is, the other ranks must hear there is no verdict
+            problem = f"rank 0 could not compare the nodes: {type(exc).__name__}: {str(exc)[:300]}"
+            verdict[0] = ERROR
     dist.broadcast(verdict, src=0)
-    if own:
-        dist.destroy_process_group()
-    return bool(int(verdict.item()))
+    if int(verdict.item()) == ERROR:
+        raise PreflightError(problem or "rank 0 could not compare the nodes (its output says why)")
+    return int(verdict.item()) == READY
+
+
+def _report(nodes, path: Optional[Dict[str, Any]], json_path: Optional[str], stream) -> bool:
+    """Rank 0's comparison, printed (and written to ``json_path``); whether the nodes are ready."""
+    from dl_doctor import fleet
+
+    result = fleet.compare(fleet.Fleet(nodes=nodes))
+    if path is not None:
+        names = {i: n.name for i, n in enumerate(nodes)}
+        path["failed_pairs_named"] = [[names.get(a), names.get(b)] for a, b in path.get("failed_pairs", [])]
+        result["path"] = path
+        result["ok"] = result["ok"] and path["ok"]
+    stream.write(verdict_text(result))
+    stream.flush()
+    if json_path:
+        from dl_doctor.output import write_file
+
+        write_file(json_path, json.dumps(result, indent=2) + "\n")  # refused (another user's file): rank 0 errs
+    return result["ok"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -14,6 +14,7 @@ import pytest
 
 import machines
 from dl_doctor import fleet
+from dl_doctor.validate import InputError
 
 DOCTOR = Path(sys.executable).parent / "dl-doctor"
 
@@ -125,7 +126,9 @@ def test_the_head_read_finds_the_section_and_a_cut_one_falls_back(node_reports):
     assert section["compare"]["driver"] == "550.127.05"
     cut = data[:data.find(b'\n  "fleet_node": ') + 40]  # the section cut mid-way: the whole file is read instead
     assert fleet.read_section(cut, lambda: data)["compare"]["driver"] == "550.127.05"
-    assert fleet.read_section(b"not json", lambda: b"not json") is None
+    with pytest.raises(InputError, match="not a JSON file"):  # the reason, for the list of skipped inputs
+        fleet.read_section(b"not json", lambda: b"not json")
+    assert fleet.read_section(b'{"kind": "something else"}') is None
 
 
 def test_two_reports_with_one_host_name_stay_two_nodes(node_reports, tmp_path):
@@ -149,3 +152,115 @@ def test_a_planted_nccl_library_version_is_named_against_the_majority(node_repor
     diff = next(d for d in json.loads((tmp_path / "f.json").read_text())["groups"][0]["differences"]
                 if d["fact"] == "python.pytorch.torch.libnccl")
     assert diff["majority"] == "2.21.5" and diff["odd"] == [{"node": "node-2.cluster.internal", "value": "2.18.1"}]
+
+
+# -- inputs another user controls: each bad one is skipped with its reason, and the others are still compared ------
+
+
+def _good_pair(node_reports, into):
+    for n in (1, 2):
+        (into / f"node-{n}.json").write_bytes((node_reports / f"node-{n}.json").read_bytes())
+
+
+def _with_section(node_reports, section):
+    doc = json.loads((node_reports / "node-1.json").read_text())
+    doc["fleet_node"] = section
+    return json.dumps(doc, indent=2)
+
+
+def test_fifos_sockets_and_devices_are_skipped_without_blocking(node_reports, tmp_path):
+    import os
+    import socket as sockets
+
+    _good_pair(node_reports, tmp_path)
+    os.mkfifo(tmp_path / "fifo.json")  # nobody writes it: opening it for reading would block forever
+    listener = sockets.socket(sockets.AF_UNIX)
+    listener.bind(str(tmp_path / "sock.json"))
+    (tmp_path / "zero.json").symlink_to("/dev/zero")  # a link to a device: caught on the opened descriptor
+    try:
+        r = subprocess.run([str(DOCTOR), "fleet", str(tmp_path), str(tmp_path / "fifo.json"), "--json",
+                            str(tmp_path / "f.out")], capture_output=True, text=True, timeout=60)
+    finally:
+        listener.close()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 nodes in 1 group" in r.stdout and "OK: the nodes agree" in r.stdout
+    assert f"SKIPPED {tmp_path}/fifo.json: it is a FIFO, not a regular file" in r.stdout
+    assert f"SKIPPED {tmp_path}/sock.json: it is a socket, not a regular file" in r.stdout
+    assert f"SKIPPED {tmp_path}/zero.json: cannot read {tmp_path}/zero.json: it is a device" in r.stdout
+    skipped = {u["source"]: u["error"] for u in json.loads((tmp_path / "f.out").read_text())["unreadable"]}
+    assert "FIFO" in skipped[f"{tmp_path}/fifo.json"] and "socket" in skipped[f"{tmp_path}/sock.json"]
+
+
+@pytest.mark.parametrize("name,content,reason", [
+    ("list.json", lambda r: _with_section(r, []), "fleet_node is an array, not an object"),
+    ("compare.json", lambda r: _with_section(r, {"compare": ["driver"]}), "fleet_node.compare is an array"),
+    ("value.json", lambda r: _with_section(r, {"compare": {"driver": {"v": 1}}}),
+     "fleet_node.compare.driver is an object, not a value"),
+    ("failing.json", lambda r: _with_section(r, {"compare": {}, "failing": ["DLD-GPU-004"]}),
+     "fleet_node.failing[0] is not a failing check"),
+    ("identity.json", lambda r: _with_section(r, {"identity": "node-9"}), "fleet_node.identity is a string"),
+    ("deep.json", lambda r: '{\n  "fleet_node": ' + "[" * 5000 + "]" * 5000 + "\n}", "nested too deeply"),
+    ("many.json", lambda r: '{\n  "fleet_node": {"compare": {}, "x": [' + "[]," * 1_200_000 + "[]]}}",
+     "more than 1000000 values"),
+    ("cut.json", lambda r: (r / "node-1.json").read_text()[:900], "not a JSON file"),
+    ("facts.json", lambda r: json.dumps({"kind": "dl-doctor-facts", "facts": {"network": {"efa_devices": 7}}}),
+     "its facts have an unexpected shape"),
+])
+def test_a_malformed_report_costs_only_itself(node_reports, tmp_path, name, content, reason):
+    """Each of these ended the whole comparison with "could not run: AttributeError" (or hung, or took gigabytes)."""
+    _good_pair(node_reports, tmp_path)
+    (tmp_path / name).write_text(content(node_reports))
+    r = _fleet(tmp_path, "--json", tmp_path / "f.out")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "could not run" not in r.stderr and "2 nodes in 1 group" in r.stdout
+    [bad] = json.loads((tmp_path / "f.out").read_text())["unreadable"]
+    assert bad["source"] == str(tmp_path / name) and reason in bad["error"], bad
+    assert f"SKIPPED {tmp_path / name}: " in r.stdout and reason in r.stdout
+
+
+def test_an_input_over_the_size_limit_is_refused_before_it_is_read(node_reports, tmp_path):
+    _good_pair(node_reports, tmp_path)
+    with open(tmp_path / "huge.json", "wb") as fh:  # sparse: no disk used, and the head holds no section
+        fh.truncate((64 << 20) + 1)
+    r = _fleet(tmp_path, "--json", "-")
+    assert r.returncode == 0, r.stderr
+    [bad] = json.loads(r.stdout)["unreadable"]
+    assert bad["error"] == "the report is 67108865 bytes, over the 64 MiB limit for an input"
+
+
+def test_only_bad_inputs_exit_2_naming_them_on_one_line(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "a.json")
+    (tmp_path / "b.json").write_text('{"fleet_node": 1}')
+    r = _fleet(tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "a.json: it is a FIFO" in r.stderr and "b.json: fleet_node is an integer, not an object" in r.stderr
+
+
+def test_tarball_members_are_bounded_in_number_and_size(node_reports, tmp_path, monkeypatch):
+    import io
+
+    tar = tmp_path / "reports.tar"
+    with tarfile.open(tar, "w") as t:
+        for n in (1, 2):
+            t.add(node_reports / f"node-{n}.json", arcname=f"run/node-{n}.json")
+        big = tarfile.TarInfo("run/big.json")
+        big.size = 3 << 20
+        t.addfile(big, io.BytesIO(b" " * big.size))
+        for n in range(20):
+            t.addfile(tarfile.TarInfo(f"run/x{n}.txt"), io.BytesIO(b""))
+    monkeypatch.setattr(fleet, "MAX_DOCUMENT_BYTES", 2 << 20)
+    monkeypatch.setattr(fleet, "MAX_TAR_MEMBERS", 10)
+    got = fleet.gather([str(tar)])
+    assert [n.source for n in got.nodes] == [f"{tar}:run/node-1.json", f"{tar}:run/node-2.json"]
+    assert got.unreadable == [
+        {"source": f"{tar}:run/big.json", "error": "3145728 bytes, over the 2 MiB limit"},
+        {"source": str(tar), "error": "more than 10 members; the rest was not read"}]
+    monkeypatch.setattr(fleet, "MAX_TAR_MEMBERS", 1000)
+    with tarfile.open(tar) as t:  # the limit falls inside the second report: it is neither read nor skipped
+        second = t.getmember("run/node-2.json")
+    monkeypatch.setattr(fleet, "MAX_TAR_BYTES", second.offset_data + 10)
+    got = fleet.gather([str(tar)])
+    assert len(got.nodes) == 1 and got.unreadable == [
+        {"source": str(tar), "error": "past the first 0 MiB of the archive; the rest was not read"}]

@@ -357,3 +357,80 @@ def test_a_secret_keys_value_never_survives_in_a_structured_config(doc, path, ke
     out = Redactor().file(name, text)
     assert token not in out
     (json.loads if form.startswith("json") else tomllib.loads)(out)  # masked in place: still JSON, still TOML
+
+
+# -- fleet reports and preflight payloads: what other nodes (or their users) send ---------------------------------------
+
+def _fleet_report(doc: Dict[str, Any]) -> Dict[str, Any]:
+    from dl_doctor.fleet_section import node_section
+
+    return {"fleet_node": node_section(doc["facts"], []), "facts": doc["facts"], "findings": []}
+
+
+FLEET_BASES = {name: _fleet_report(doc) for name, doc in BASES.items()}
+
+
+@st.composite
+def mutated_fleet_report(draw):
+    doc = copy.deepcopy(FLEET_BASES[draw(st.sampled_from(sorted(FLEET_BASES)))])
+    for _ in range(draw(st.integers(1, 3))):
+        paths: List[List[Any]] = []
+        _paths(doc["fleet_node"], ["fleet_node"], paths)
+        if draw(st.booleans()):
+            _paths(doc, [], paths, 200)
+        doc = _set(doc, draw(st.sampled_from([p for p in paths if p])), draw(json_values))
+    return doc
+
+
+def test_fleet_never_crashes_on_mutated_reports(workdir):
+    """A mutated report is compared or skipped with its reason; the good report beside it is always compared."""
+    folder = workdir / "fleet"
+    folder.mkdir()
+    _write(folder / "good.json", FLEET_BASES["g5_ubuntu2204"])
+
+    @FAST
+    @given(mutated_fleet_report(), st.booleans())
+    def prop(doc, indented):
+        text = json.dumps(doc, indent=2 if indented else None, ensure_ascii=False)  # the head read or the whole
+        (folder / "bad.json").write_text(text, encoding="utf-8", errors="surrogatepass")
+        code, out, err = _cli(["fleet", str(folder), "--json", "-"])
+        _assert_clean(code, err)
+        assert code in (0, 1), err
+        result = json.loads(out)
+        skipped = {u["source"] for u in result["unreadable"]}
+        assert result["nodes"] + len(skipped) == 2 and str(folder / "good.json") not in skipped
+
+    prop()
+
+
+def test_preflight_payloads_never_crash_a_rank():
+    """Whatever a peer sends (any JSON, any bytes), every rank either gathers the nodes or names the peer, alike."""
+    from test_preflight import FakeDist, FakeTorch, _mine, _payload
+
+    from dl_doctor import fleet, preflight
+
+    section = st.builds(lambda doc: doc["fleet_node"], mutated_fleet_report())
+    payloads = (st.builds(lambda s: _payload(1, section=s), section)
+                | st.builds(lambda v: json.dumps({"identity": v, "section": {}}).encode(), json_values)
+                | st.builds(lambda v: json.dumps(v).encode(), json_values) | hostile_bytes)
+
+    @FAST
+    @given(payloads)
+    def prop(data):
+        outcomes = []
+        for rank in (0, 2):  # rank 1 sends ``data``; ranks 0 and 2 must reach the same outcome
+            peers = {r: (len(p), p) for r, p in {0: _payload(0), 1: data, 2: _payload(2)}.items() if r != rank}
+            try:
+                nodes = preflight._payload_nodes(preflight._gather_json(FakeDist(rank, peers), FakeTorch(),
+                                                                        _mine(rank)))
+            except preflight.PreflightError as exc:
+                assert "rank 1's payload" in str(exc)
+                outcomes.append("refused")
+                continue
+            result = fleet.compare(fleet.Fleet(nodes=nodes))
+            fleet.render_text(result)
+            json.dumps(result, ensure_ascii=False).encode("utf-8")
+            outcomes.append("gathered")
+        assert outcomes in (["refused", "refused"], ["gathered", "gathered"])
+
+    prop()

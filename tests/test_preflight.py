@@ -84,3 +84,193 @@ def test_a_backend_the_nodes_cannot_use_is_named_with_the_pairs(launcher, tmp_pa
     line = next(l for l in report.splitlines() if l.startswith("all-reduce over nccl"))
     assert "FAILED" in line and "pairs that cannot reduce:" in line and " <-> " in line
     assert codes == [1, 1]
+
+
+# -- the payload exchange, with a fake process group: what a hostile or broken peer can send ---------------------------
+
+class FakeTensor:
+    """The little of a torch tensor that the exchange uses, over a list of ints."""
+
+    def __init__(self, values):
+        self.v = list(values)
+
+    def item(self):
+        return self.v[0]
+
+    def tolist(self):
+        return list(self.v)
+
+    def __getitem__(self, part):
+        return FakeTensor(self.v[part])
+
+    def __setitem__(self, part, other):
+        self.v[part] = other.v if isinstance(other, FakeTensor) else other
+
+
+class FakeTorch:
+    int64, uint8 = "int64", "uint8"
+    LARGEST = 64 << 20  # what a test machine may allocate for one tensor
+
+    def __init__(self):
+        self.allocated = []
+
+    def tensor(self, values, dtype):
+        return FakeTensor(values)
+
+    def zeros(self, n, dtype):
+        self.allocated.append(n)
+        assert n <= self.LARGEST, f"allocated a tensor of {n} elements for a peer"
+        return FakeTensor([0] * n)
+
+    def frombuffer(self, data, dtype):
+        return FakeTensor(data)
+
+
+class FakeDist:
+    """One rank of a job whose other ranks send ``peers`` (rank -> (announced size, payload bytes)); rank 0's
+    broadcast verdict is ``verdict`` on the other ranks."""
+
+    def __init__(self, rank, peers, verdict=None):
+        self.rank, self.peers, self.verdict, self.calls = rank, peers, verdict, 0
+
+    def get_rank(self):
+        return self.rank
+
+    def get_world_size(self):
+        return len(self.peers) + 1
+
+    def all_gather(self, out, mine):
+        self.calls += 1
+        for r in range(len(out)):
+            if r == self.rank:
+                out[r].v = list(mine.v)
+            elif self.calls == 1:
+                out[r].v = [self.peers[r][0]]
+            else:
+                data = self.peers[r][1]
+                out[r].v = (list(data) + [0] * len(mine.v))[:len(mine.v)]
+
+    def broadcast(self, tensor, src):
+        if self.rank != src and self.verdict is not None:
+            tensor.v[0] = self.verdict
+
+
+def _payload(rank, section=None, **identity):
+    import json
+
+    ident = {"hostname": f"node-{rank}", "agent": 100 + rank, "rank": rank, **identity}
+    return json.dumps({"identity": ident, "section": section if section is not None else
+                       {"version": "1", "identity": {"hostname": f"node-{rank}"}, "compare": {"driver": "550"},
+                        "failing": [], "warnings": 0}}).encode()
+
+
+def _peers(payloads):
+    return {r: (len(p), p) for r, p in payloads.items()}
+
+
+def _mine(rank):
+    import json
+
+    return json.loads(_payload(rank))
+
+
+def test_honest_payloads_are_gathered_into_nodes():
+    from dl_doctor import preflight
+
+    torch = FakeTorch()
+    dist = FakeDist(0, _peers({1: _payload(1), 2: _payload(2)}))
+    nodes = preflight._payload_nodes(preflight._gather_json(dist, torch, _mine(0)))
+    assert [(n.name, n.source, n.section["compare"]) for n in nodes] == [
+        (f"node-{r}", f"rank {r}", {"driver": "550"}) for r in range(3)]
+
+
+def test_a_huge_announced_payload_is_refused_on_every_rank_before_it_is_allocated():
+    from dl_doctor import preflight
+
+    for rank in (0, 2):
+        torch = FakeTorch()
+        peers = {r: (1 << 40, b"") if r == 1 else (len(_payload(r)), _payload(r)) for r in range(3) if r != rank}
+        dist = FakeDist(rank, peers)
+        with pytest.raises(preflight.PreflightError, match=r"rank 1 announced 1099511627776 bytes: over the 4 MiB"):
+            preflight._gather_json(dist, torch, _mine(rank))
+        assert dist.calls == 1 and max(torch.allocated) == 1  # only the sizes were gathered
+    # many ranks each under the limit, together over what every rank would hold
+    peers = {r: (4 << 20, b"") for r in range(1, 100)}
+    with pytest.raises(preflight.PreflightError, match=r"the payloads of 100 ranks would take 400 MiB"):
+        preflight._gather_json(FakeDist(0, peers), FakeTorch(), _mine(0))
+
+
+@pytest.mark.parametrize("bad,reason", [
+    (b'{"identity": {"hostname": ', "rank 1's payload is not a JSON file"),
+    (b"[" * 10000 + b"]" * 10000, "rank 1's payload is nested too deeply"),
+    (b"\xff\xfe", "rank 1's payload is not UTF-8 text"),
+    (b'{"identity": {"hostname": "n", "agent": 1, "rank": 1}, "section": {"compare": []}}',
+     "rank 1's payload: fleet_node.compare is an array, not an object"),
+    (b'{"identity": "n", "section": {}}', "rank 1's payload: identity is not a host name, an agent and a rank"),
+    (b"[1, 2]", "rank 1's payload: identity is not"),
+])
+def test_a_malformed_peer_payload_is_named_by_its_rank_on_every_rank(bad, reason):
+    from dl_doctor import preflight
+
+    for rank in (0, 2):
+        payloads = {r: _payload(r) for r in range(3) if r != rank}
+        payloads[1] = bad
+        with pytest.raises(preflight.PreflightError) as err:
+            preflight._payload_nodes(preflight._gather_json(FakeDist(rank, _peers(payloads)), FakeTorch(),
+                                                            _mine(rank)))
+        assert reason in str(err.value)
+
+
+@pytest.fixture
+def fake_torch_modules(monkeypatch):
+    """``import torch`` and ``torch.distributed`` answered by the fakes, for main() itself."""
+    import types
+
+    from dl_doctor import preflight
+
+    fake = FakeTorch()
+    torch = types.ModuleType("torch")
+    for name in ("int64", "uint8"):
+        setattr(torch, name, getattr(fake, name))
+    torch.tensor, torch.zeros, torch.frombuffer = fake.tensor, fake.zeros, fake.frombuffer
+    torch.cuda = types.SimpleNamespace(is_available=lambda: False)
+    distributed = types.ModuleType("torch.distributed")
+    torch.distributed = distributed
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", distributed)
+    monkeypatch.setattr(preflight, "node_section", lambda doctor, timeout: _mine(0)["section"])
+
+    def job(dist):
+        for name in ("get_rank", "get_world_size", "all_gather", "broadcast"):
+            setattr(distributed, name, getattr(dist, name))
+        distributed.is_initialized = lambda: True
+        distributed.is_nccl_available = lambda: False
+    return job
+
+
+def test_every_rank_exits_2_naming_the_rank_whose_payload_is_malformed(fake_torch_modules, capsys):
+    from dl_doctor import preflight
+
+    for rank in (0, 1):
+        payloads = {r: _payload(r) for r in range(3) if r != rank}
+        payloads[2] = b'{"identity": '
+        fake_torch_modules(FakeDist(rank, _peers(payloads)))
+        assert preflight.main(["--no-allreduce"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("dl-doctor preflight: error: rank 2's payload is not a JSON"), err
+
+
+def test_when_rank_0_cannot_compare_every_rank_exits_2(fake_torch_modules, tmp_path, capsys):
+    from dl_doctor import preflight
+
+    peers = _peers({1: _payload(1)})
+    fake_torch_modules(FakeDist(0, peers))
+    # rank 0 cannot write its --json (a directory is there: write_file refuses it, as it refuses another user's file)
+    (tmp_path / "r.json").mkdir()
+    assert preflight.main(["--no-allreduce", "--json", str(tmp_path / "r.json")]) == 2
+    assert "rank 0 could not compare the nodes: OutputRefused" in capsys.readouterr().err
+    fake_torch_modules(FakeDist(1, {0: (len(_payload(0)), _payload(0))}, verdict=preflight.ERROR))
+    assert preflight.main(["--no-allreduce"]) == 2  # the verdict it hears is the error, not "ready"
+    assert "rank 0 could not compare the nodes (its output says why)" in capsys.readouterr().err
+    fake_torch_modules(FakeDist(1, {0: (len(_payload(0)), _payload(0))}, verdict=preflight.NOT_READY))
+    assert preflight.main(["--no-allreduce"]) == 1

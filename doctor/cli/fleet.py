@@ -20,14 +20,21 @@ def fleet_cmd(paths, json_path, html_path) -> int:
     (driver, CUDA, torch and its CUDA, NCCL, cuDNN, aws-ofi-nccl, libfabric, GPU model and count, kernel, NCCL_*/FI_*/
     CUDA_* settings, instance type), naming the odd nodes out against the majority.
 
+    An input that cannot be used (a FIFO, socket or device; not a report; malformed; over a limit) is skipped and
+    named with the reason in the text and JSON output; the others are still compared.
+
     Exit codes: 0 the nodes agree and none fails; 1 they differ or one fails; 2 no report could be read."""
     from dl_doctor import fleet
     from dl_doctor.output import OutputRefused, write_file
 
     gathered = fleet.gather(paths)
     if not gathered.nodes:
+        from dl_doctor.reports.terminal import safe_value
+
         why = "; ".join(f"{u['source']}: {u['error']}" for u in gathered.unreadable[:3])
-        raise app.InputProblem("no dl-doctor report found in " + ", ".join(paths[:3]) + (f" ({why})" if why else ""))
+        more = f"; and {len(gathered.unreadable) - 3} more" if len(gathered.unreadable) > 3 else ""
+        raise app.InputProblem(safe_value("no dl-doctor report found in " + ", ".join(paths[:3]) +
+                                          (f" ({why}{more})" if why else ""), True))
     result = fleet.compare(gathered)
     text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
     for path, render in ((json_path, lambda: text), (html_path, lambda: _html(result))):
