@@ -96,6 +96,20 @@ def test_docker_on_tcp_without_tls_fails_and_the_group_warns(tmp_path):
     assert f["DLD-SEC-003"]["status"] == "pass" and "Unix socket only" in f["DLD-SEC-003"]["message"]
 
 
+def test_a_hostile_container_config_costs_only_itself(tmp_path):
+    """A hostconfig.json that is a list or nested past Python's stack (any user with docker access writes them)
+    is skipped; the next container and the rest of the security facts are still read."""
+    deep = "[" * 100_000 + "]" * 100_000
+    f = _findings(tmp_path, "hostile", {"usr/bin/dockerd": "", "etc/docker/daemon.json": deep,
+                                        "etc/group": "docker:x:999:\n",
+                                        "var/lib/docker/containers/aaaa000000000000/hostconfig.json": "[1, 2]",
+                                        "var/lib/docker/containers/bbbb000000000000/hostconfig.json": deep,
+                                        "var/lib/docker/containers/cccc000000000000/hostconfig.json": json.dumps(
+                                            {"Privileged": True, "Binds": ["/:/host"]})})
+    sec = f["DLD-SEC-003"]
+    assert sec["status"] == "warn" and "container cccc00000000 is configured privileged" in sec["message"]
+
+
 def test_live_only_checks_do_not_pretend_to_judge_a_tree(tmp_path):
     f = _findings(tmp_path, "t", {})
     assert f["DLD-SEC-004"]["status"] == "skip" and f["DLD-SEC-005"]["status"] == "skip"

@@ -97,7 +97,7 @@ def parse_jupyter_config(path: str, text: str) -> Dict[str, Any]:
     if path.endswith(".json"):
         try:
             doc = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {"error": "not valid JSON"}
         for section in ("ServerApp", "NotebookApp", "IdentityProvider", "PasswordIdentityProvider"):
             part = doc.get(section) if isinstance(doc, dict) else None
@@ -173,7 +173,7 @@ def docker_facts(host) -> Dict[str, Any]:
     if text:
         try:
             doc = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             doc = None
         if isinstance(doc, dict):
             tls = bool(doc.get("tlsverify") or doc.get("tls"))
@@ -197,7 +197,9 @@ def docker_facts(host) -> Dict[str, Any]:
     for cfg in sorted(host.glob("/var/lib/docker/containers/*/hostconfig.json"))[:64]:
         try:
             doc = json.loads(host.try_read(cfg, MAX_CONFIG) or "{}")
-        except (ValueError, PermissionError):
+        except (ValueError, RecursionError, PermissionError):
+            continue
+        if not isinstance(doc, dict):
             continue
         binds = [b for b in doc.get("Binds") or [] if isinstance(b, str) and b.split(":")[0] == "/"]
         if doc.get("Privileged") or binds:
