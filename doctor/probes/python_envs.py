@@ -269,7 +269,7 @@ class Discovery:
 
     def __init__(self, ctx: ProbeContext, limit: int, *, deadline: float, entry_cap: int = MAX_ENTRIES_PER_OWNER,
                  homes: Optional[List[str]] = None, conda_roots: Optional[List[str]] = None):
-        self.ctx, self.host, self.limit, self.deadline, self.cap = ctx, ctx.host, limit, deadline, entry_cap
+        self.host, self.limit, self.deadline, self.cap = ctx.host, limit, deadline, entry_cap
         self.owners: Dict[int, _Owner] = {}
         self.found: List[Dict[str, Any]] = []
         self.by_prefix: Dict[str, List[Dict[str, Any]]] = {}
@@ -459,7 +459,7 @@ class Discovery:
             self.host.cached("python_envs:denied", list).append("/home")
             names, more = [], False
         if more:
-            root.cut = root.cut or CUT_ENTRIES
+            root.stopped("/home")
         homes = ["/root"] + [f"/home/{n}" for n in names]
         env_home = self.host.environ().get("HOME")
         if env_home and env_home.startswith("/") and env_home not in homes:
@@ -520,19 +520,18 @@ class Discovery:
         self.round_robin()
 
     def round_robin(self) -> None:
-        """Other users' sources, one entry of each user in turn (a source may hand new work to another user)."""
-        finals_added = set()
+        """Other users' sources, one entry of each user in turn (a source may hand new work to another user); an
+        owner whose sources are done then has the kernelspecs inside their environments looked at."""
+        kernels_queued = {0}
         while not self.out_of_time:
-            uids = [uid for uid in sorted(self.pending) if self.pending[uid]]
-            if not uids:
-                undone = [uid for uid in sorted(self.owners) if uid != 0 and uid not in finals_added]
-                if not undone:
-                    break
-                for uid in undone:
-                    finals_added.add(uid)
+            for uid in sorted(set(self.owners) - kernels_queued):
+                if not self.pending.get(uid):
+                    kernels_queued.add(uid)
                     self.pending.setdefault(uid, []).append(self.env_kernels(self.owners[uid]))
-                continue
-            for uid in uids:
+            busy = [uid for uid in sorted(self.pending) if self.pending[uid]]
+            if not busy:
+                break
+            for uid in busy:
                 self.step(self.pending[uid])
         for uid, sources in self.pending.items():
             if sources:
@@ -559,12 +558,11 @@ class Discovery:
         kept.sort(key=lambda e: (0 if e["active"] else 1 if e["role"] == "requested" else 2, e["_tier"], e["_seq"]))
         return [{k: v for k, v in e.items() if not k.startswith("_")} for e in kept]
 
-    def facts(self, started: float) -> Dict[str, Any]:
+    def facts(self) -> Dict[str, Any]:
         """``python_envs.discovery``: per owner what was scanned, found and kept, and why the rest was cut."""
         owners = [o.facts() for uid, o in sorted(self.owners.items())
                   if o.scanned or o.walk_scanned or o.found or o.cut][:MAX_HOMES]
-        return {"entry_cap": self.cap, "out_of_time": self.out_of_time,
-                "duration_s": round(time.monotonic() - started, 3), "owners": owners}
+        return {"entry_cap": self.cap, "out_of_time": self.out_of_time, "owners": owners}
 
 
 def discover(ctx: ProbeContext, limit: int, *, deadline: Optional[float] = None,
@@ -572,8 +570,7 @@ def discover(ctx: ProbeContext, limit: int, *, deadline: Optional[float] = None,
              conda_roots: Optional[List[str]] = None) -> Tuple[List[Dict[str, Any]], bool, Dict[str, Any]]:
     """Candidate environments, at most ``limit``, the ones the session uses first (``active``); whether some were
     cut; and what discovery did per owner (``python_envs.discovery``). ``deadline`` is a time.monotonic() value."""
-    started = time.monotonic()
-    run = Discovery(ctx, limit, deadline=started + 60.0 if deadline is None else deadline, entry_cap=entry_cap,
+    run = Discovery(ctx, limit, deadline=time.monotonic() + 60.0 if deadline is None else deadline, entry_cap=entry_cap,
                     homes=homes, conda_roots=conda_roots)
     host = ctx.host
     named = run.owner(0, "/")
@@ -592,7 +589,7 @@ def discover(ctx: ProbeContext, limit: int, *, deadline: Optional[float] = None,
         run.scan()
     kept = run.keep()
     truncated = len(kept) < len(run.found) or any(o.cut for o in run.owners.values())
-    return kept, truncated, run.facts(started)
+    return kept, truncated, run.facts()
 
 
 # -- static inspection -----------------------------------------------------------------

@@ -84,7 +84,6 @@ MEANINGS = {
     "python_envs.discovery.not_inspected": "environments found but not inspected before the probe's time ran out",
     "python_envs.discovery.owners": "one entry per owner (uid) whose directories discovery looked at, root's first",
     "python_envs.discovery.owners.uid": "the owner: of the home, or of the directory that was listed",
-    "python_envs.discovery.duration_s": "how long discovery took",
     "python_envs.discovery.owners.where": "the home (or first directory) discovery looked at for this owner",
     "python_envs.discovery.owners.entries_scanned": "directory entries (and environments.txt lines) examined",
     "python_envs.discovery.owners.found": "environments found in what was examined",
