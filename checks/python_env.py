@@ -604,7 +604,8 @@ def environments_looked_at(facts: Facts) -> Result:
     discovery = facts.get("python_envs.discovery") or {}
     scan = facts.get("python_envs.scan") or {}
     unseen, limited, walk = _discovery_cuts(discovery)
-    not_inspected = discovery.get("not_inspected") or 0
+    not_inspected = discovery.get("not_inspected")
+    not_inspected = not_inspected if isinstance(not_inspected, int) and not_inspected > 0 else 0
     if not_inspected:
         unseen.append(f"{not_inspected} environment(s) found were not inspected before the probe's time ran out")
     evidence = {"owners": discovery.get("owners"), "not_inspected": not_inspected, "entry_cap": discovery.get(

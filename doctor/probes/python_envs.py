@@ -338,14 +338,15 @@ class Discovery:
 
     # -- sources: each a generator that yields once per entry it examined ---------------
 
-    def conda_root(self, owner: _Owner, root: str, found_by: Optional[str] = None):
+    def conda_root(self, owner: _Owner, root: str):
+        """A conda installation: its base environment and those in its ``envs/``."""
         if self.host.is_dir(f"{root}/conda-meta"):
-            self.add(owner, root, "conda", f"{root}/bin/python", name=f"{posixpath.basename(root)} (base)",
-                     found_by=found_by)
+            self.add(owner, root, "conda", f"{root}/bin/python", name=f"{posixpath.basename(root)} (base)")
         yield
-        yield from self.envs_dir(owner, f"{root}/envs", found_by=f"{found_by} envs/" if found_by else None)
+        yield from self.envs_dir(owner, f"{root}/envs")
 
     def envs_dir(self, owner: _Owner, directory: str, found_by: Optional[str] = None):
+        """The conda environments (a ``conda-meta/``) directly in ``directory``."""
         for name in self.ls(owner, directory):
             if self.host.is_dir(f"{directory}/{name}/conda-meta"):
                 self.add(owner, f"{directory}/{name}", "conda", f"{directory}/{name}/bin/python", name=name,
@@ -353,6 +354,8 @@ class Discovery:
             yield
 
     def environments_txt(self, owner: _Owner, path: str):
+        """The prefixes conda recorded in ``~/.conda/environments.txt`` (each line costs an entry: a file of
+        100,000 lines is another way to fill the budget)."""
         for line in (_read(self.host, path, 1 << 20) or "").splitlines():
             if not owner.take(where=path):
                 return
@@ -370,6 +373,7 @@ class Discovery:
             yield from self.envs_dir(spends, envs_dir, found_by=f"envs_dirs in {rc}")
 
     def pipx(self, owner: _Owner, home: str):
+        """The virtual environments pipx keeps for each application it installed."""
         for pipx in (f"{home}/.local/pipx/venvs", f"{home}/.local/share/pipx/venvs"):
             for name in self.ls(owner, pipx):
                 if self.host.is_file(f"{pipx}/{name}/pyvenv.cfg"):
@@ -423,12 +427,15 @@ class Discovery:
                 yield from self.walk_venvs(owner, path, depth - 1)
 
     def user_site(self, owner: _Owner, home: str):
+        """``~/.local/lib/python3.X``: what ``pip install --user`` put there (listed within the budget: the
+        directory is the user's)."""
         for name in self.ls(owner, f"{home}/.local/lib"):
             if _PY_DIR.match(name) and self.host.is_dir(f"{home}/.local/lib/{name}/site-packages"):
                 self.add(owner, f"{home}/.local/lib/{name}", "user-site", None, name=f"user site of {home}")
             yield
 
     def system_pythons(self, owner: _Owner):
+        """The system's interpreters (root's directories: listed whole, as before)."""
         host = self.host
         for exe in ["/usr/libexec/platform-python"] + host.glob("/usr/bin/python3*") + host.glob("/usr/local/bin/python3*"):
             if re.search(r"(platform-python|python3(\.\d+)?)$", exe) and host.is_file(exe):
@@ -450,6 +457,7 @@ class Discovery:
     # -- the run -------------------------------------------------------------------
 
     def list_homes(self) -> List[str]:
+        """``/root``, the first MAX_HOMES entries of ``/home`` and the session's ``HOME`` (or the homes given)."""
         if self.homes is not None:
             return [h for h in self.homes if self.host.is_dir(h)]
         root = self.owner(0, "/")
@@ -480,6 +488,7 @@ class Discovery:
         return False
 
     def scan_session(self) -> None:
+        """The session's environments (session_environments), and the ``envs/`` of its ``CONDA_EXE``."""
         host = self.host
         for prefix, python, found_by, active in session_environments(host):
             kind = _env_kind(host, prefix)
