@@ -255,3 +255,30 @@ def test_environments_not_inspected_in_time_are_kept_with_the_reason(tree):
     assert "error" not in by_prefix["/opt/conda"] and by_prefix["/opt/conda"]["site_packages"]
     assert by_prefix["/home/bob/.conda/envs/stuck"]["error"] == "not inspected: the probe's time ran out first"
     assert facts["discovery"]["not_inspected"] == 1
+
+
+def test_the_session_comes_before_other_users_and_their_directories_in_opt_are_theirs(tree):
+    """Priority under a small --env-limit: root's and the system's, then the active environment (even one in a
+    user's home), then other users'; a user's directory inside root's /opt is counted in that user's share."""
+    from dl_doctor.host import Host
+    from dl_doctor.probes import ProbeContext
+    from dl_doctor.probes.python_envs import discover
+
+    environ = {"CONDA_PREFIX": "/home/bob/.conda/envs/e00007", "PATH": "/usr/bin:/bin", "HOME": "/root"}
+    root = tree({"etc/os-release": "ID=ubuntu\n", "proc/self/environ": "\0".join(f"{k}={v}" for k, v in environ.items()),
+                 "usr/bin/python3": "", **_conda("/opt/conda"), **_venv("/opt/bobtools/venv"),
+                 **_venv("/home/alice/proj/.venv")})
+    _conda_envs(root / "home/bob/.conda/envs", 20)
+    for path in (root / "home/bob", root / "opt/bobtools"):
+        _give(path, 1001)
+    _give(root / "home/alice", 1002)
+    envs, truncated, facts = discover(ProbeContext(host=Host(sysroot=str(root))), 3)
+    assert [(e["prefix"], e["active"]) for e in envs] == [("/home/bob/.conda/envs/e00007", True), ("/usr", False),
+                                                          ("/opt/conda", False)]
+    by_owner = {o["uid"]: o for o in facts["owners"]}
+    assert by_owner[0] == {**by_owner[0], "found": 2, "kept": 2, "cut_reason": None}
+    assert by_owner[1001] == {**by_owner[1001], "found": 21, "kept": 1, "cut_reason": "env-limit share"}
+    assert by_owner[1002] == {**by_owner[1002], "found": 1, "kept": 0, "cut_reason": "env-limit share"}
+    assert truncated
+    envs, _, facts = discover(ProbeContext(host=Host(sysroot=str(root))), 32)
+    assert "/opt/bobtools/venv" in [e["prefix"] for e in envs]

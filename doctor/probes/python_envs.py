@@ -281,11 +281,18 @@ class Discovery:
     # -- owners, bounded listings ------------------------------------------------
 
     def uid_of(self, path: str) -> int:
-        """Who owns ``path`` (root when it cannot be told: nothing is found there then anyway)."""
-        try:
-            return self.host.stat(path).st_uid
-        except (OSError, ValueError):
-            return 0
+        """Whose ``path`` is: the first user other than root who owns it or a directory above it (that user can
+        rename or replace what is below), else root's; one that cannot be told counts as root's (nothing is found
+        there then anyway)."""
+        parts = [p for p in path.split("/") if p][:64]
+        for depth in range(1, len(parts) + 1):
+            try:
+                uid = self.host.stat("/" + "/".join(parts[:depth])).st_uid
+            except (OSError, ValueError):
+                return 0
+            if uid != 0:
+                return uid
+        return 0
 
     def owner(self, uid: int, where: Optional[str] = None) -> _Owner:
         if uid not in self.owners:
