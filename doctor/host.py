@@ -383,7 +383,8 @@ class Host:
     def scan_names(self, path: str, limit: int) -> Tuple[List[str], bool]:
         """At most ``limit`` entry names of a directory (sorted), and whether it holds more: a directory someone
         filled with 70,000 entries is read only as far as the caller's budget, never listed whole. ``([], False)``
-        when it cannot be listed; PermissionError is raised, as by :meth:`listdir`."""
+        when it cannot be listed (a path with a NUL byte, from someone's .condarc, included); PermissionError is
+        raised, as by :meth:`listdir`."""
         names: List[str] = []
         try:
             with os.scandir(self.resolve(path)) as it:
@@ -393,7 +394,7 @@ class Host:
                     names.append(entry.name)
         except PermissionError:
             raise
-        except OSError:
+        except (OSError, ValueError):
             return [], False
         return sorted(names), False
 

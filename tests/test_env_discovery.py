@@ -1,11 +1,15 @@
-"""The environments the user really uses, found from the session (issue: every CUDA consumer, part 1)."""
+"""The environments the user really uses, found from the session (issue: every CUDA consumer, part 1), and discovery
+bounded per owner, with priority, so that no user can blind the report (issue 23, item 8)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import build_tree
 
@@ -97,8 +101,10 @@ def test_an_unprivileged_run_keeps_the_environments_it_can_see(tree):
 
 def _conda_envs(envs_dir: Path, count: int) -> None:
     """``count`` conda environments (each a directory with conda-meta/) under ``envs_dir``."""
+    envs_dir.mkdir(parents=True, exist_ok=True)
     for n in range(count):
-        os.makedirs(envs_dir / f"e{n:05d}" / "conda-meta")
+        os.mkdir(envs_dir / f"e{n:05d}")
+        os.mkdir(envs_dir / f"e{n:05d}" / "conda-meta")
 
 
 def _give(path: Path, uid: int) -> None:
@@ -106,6 +112,7 @@ def _give(path: Path, uid: int) -> None:
     os.chown(path, uid, uid)
 
 
+@pytest.mark.slow  # 140,000 directories made and removed
 def test_one_user_with_70000_environments_cannot_hide_roots(run_cli, tmp_path):
     """The reported attack: 70,000 directories under one user's ~/.conda/envs made the probe time out and the report
     list no environment at all. Now root's and the system's environments are found first, the other user's are
@@ -124,8 +131,11 @@ def test_one_user_with_70000_environments_cannot_hide_roots(run_cli, tmp_path):
     for path in (root / "home/carol", root / "home/carol/proj"):
         _give(path, 1002)
     started = time.monotonic()
-    r = run_cli("run", "--sysroot", str(root), "--json", "-", "--html", str(tmp_path / "r.html"), "--only",
-                "DLD-PY-015", timeout=300)
+    try:
+        r = run_cli("run", "--sysroot", str(root), "--json", "-", "--html", str(tmp_path / "r.html"), "--only",
+                    "DLD-PY-015", timeout=300)
+    finally:
+        shutil.rmtree(bob_envs)  # not left for pytest to delete at the start of a later session
     assert time.monotonic() - started < 60
     assert r.returncode in (0, 1), r.stderr
     report = json.loads(r.stdout)
@@ -277,8 +287,31 @@ def test_the_session_comes_before_other_users_and_their_directories_in_opt_are_t
                                                           ("/opt/conda", False)]
     by_owner = {o["uid"]: o for o in facts["owners"]}
     assert by_owner[0] == {**by_owner[0], "found": 2, "kept": 2, "cut_reason": None}
-    assert by_owner[1001] == {**by_owner[1001], "found": 21, "kept": 1, "cut_reason": "env-limit share"}
+    assert by_owner[1001] == {**by_owner[1001], "where": "/home/bob", "found": 21, "kept": 1,
+                              "cut_reason": "env-limit share"}
     assert by_owner[1002] == {**by_owner[1002], "found": 1, "kept": 0, "cut_reason": "env-limit share"}
     assert truncated
     envs, _, facts = discover(ProbeContext(host=Host(sysroot=str(root))), 32)
     assert "/opt/bobtools/venv" in [e["prefix"] for e in envs]
+
+
+def test_hostile_condarc_and_environments_txt_cost_only_their_owner(tree):
+    """A NUL byte or a relative path in a .condarc is skipped, and an environments.txt of 100,000 lines costs
+    only that user's own share (what comes after it in their home is theirs to lose)."""
+    from dl_doctor.host import Host
+    from dl_doctor.probes import ProbeContext
+    from dl_doctor.probes.python_envs import discover
+
+    environ = {"HOME": "relative/home", "PATH": "/usr/bin:/bin"}
+    root = tree({"etc/os-release": "ID=ubuntu\n", "proc/self/environ": "\0".join(f"{k}={v}" for k, v in environ.items()),
+                 "usr/bin/python3": "", "etc/conda/condarc": "envs_dirs:\n  - /srv/a\x00b\n  - ~/envs\n",
+                 **_conda("/home/bob/.conda/envs/ok"), "home/bob/.conda/environments.txt": "/nowhere\n" * 100000,
+                 **_conda("/home/carol/.conda/envs/fine")})
+    _give(root / "home/bob", 1001)
+    _give(root / "home/carol", 1002)
+    assert Host(sysroot=str(root)).scan_names("/srv/a\x00b", 10) == ([], False)
+    envs, _, facts = discover(ProbeContext(host=Host(sysroot=str(root))), 32)
+    assert {"/usr", "/home/bob/.conda/envs/ok", "/home/carol/.conda/envs/fine"} <= {e["prefix"] for e in envs}
+    owners = {o["uid"]: o for o in facts["owners"]}
+    assert owners[1001]["cut_reason"] == "entry cap" and owners[1001]["cut_at"] == "/home/bob/.conda/environments.txt"
+    assert owners[1001]["entries_scanned"] == 5000 and owners[1002]["cut_reason"] is None

@@ -376,6 +376,8 @@ class Discovery:
         directory to the budget of the directory's owner."""
         for envs_dir in _condarc_envs_dirs(_read(self.host, rc, 65536) or ""):
             envs_dir = envs_dir.replace("~", home, 1) if envs_dir.startswith("~") else envs_dir
+            if not envs_dir.startswith("/"):  # ~ in a system-wide .condarc, and the session's HOME is relative
+                continue
             spends = owner or self.owner(self.uid_of(envs_dir), envs_dir)
             yield from self.envs_dir(spends, envs_dir, found_by=f"envs_dirs in {rc}")
 
@@ -518,7 +520,10 @@ class Discovery:
             self.pending.setdefault(uid, []).append(self.conda_root(self.owner(uid, conda), conda))
         for home in homes:
             uid = self.uid_of(home)
-            self.pending.setdefault(uid, []).append(self.home_sources(self.owner(uid, home), home))
+            owner = self.owner(uid)
+            if owner.where not in homes:  # a user is named by their home, not by where the session found them first
+                owner.where = home
+            self.pending.setdefault(uid, []).append(self.home_sources(owner, home))
         root_sources: List[Any] = [self.system_pythons(root)] + self.pending.pop(0, [])
         env_home = self.host.environ().get("HOME") or "/root"
         for rc in ["/etc/conda/.condarc", "/etc/conda/condarc"] + [f"{r}/.condarc" for r in self.conda_roots]:
