@@ -618,10 +618,13 @@ def environments_looked_at(facts: Facts) -> Result:
         return warn("not every Python environment was looked at: " + "; ".join(unseen[:8]) + more, evidence,
                     Fix("Look at what fills the directories named, then run again with more time or a larger "
                         "--env-limit.", tuple(cmds)))
-    message = "every Python environment found was looked at"
     if limited:
-        message += f"; --env-limit {scan.get('limit')} left some out, shared by owner (kept of found): " + \
-            ", ".join(limited)
+        owners = [o for o in discovery.get("owners") or [] if isinstance(o, dict)]
+        kept, found = (sum(o[k] for o in owners if isinstance(o.get(k), int)) for k in ("kept", "found"))
+        message = (f"every place where environments are kept was looked at; --env-limit {scan.get('limit')} kept "
+                   f"{_count(kept)} of the {_count(found)} found, shared by owner: " + ", ".join(limited))
+    else:
+        message = "every Python environment found was looked at"
     if walk:
         message += "; the search for virtual environments stopped early in " + ", ".join(walk[:5])
     return passed(message, **evidence)
