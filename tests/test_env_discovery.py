@@ -227,6 +227,37 @@ def test_a_slow_user_costs_only_their_own_time(tmp_path):
     assert 0 < by_owner[1001]["found"] < 200 and by_owner[0]["cut_reason"] is None
 
 
+def test_a_directory_that_hangs_costs_the_rest_of_the_scan_never_the_probe(tmp_path):
+    """A call that never returns (a stuck network home): discovery gives up on the scan at its deadline and keeps
+    what it found, root's first; the user it was scanning is cut by time."""
+    import threading
+
+    from dl_doctor.host import Host
+    from dl_doctor.probes import ProbeContext
+    from dl_doctor.probes.python_envs import discover
+
+    homes = _homes(tmp_path, {0: 1, 1001: 5})
+    release = threading.Event()
+
+    class HungHome(Host):
+        def scan_names(self, path, limit):
+            if path.startswith(homes[1] + "/"):
+                release.wait(30)
+            return super().scan_names(path, limit)
+
+    started = time.monotonic()
+    try:
+        envs, truncated, facts = discover(ProbeContext(host=HungHome()), 32, deadline=started + 1.0, homes=homes,
+                                          conda_roots=[])
+    finally:
+        release.set()
+    assert time.monotonic() - started < 3
+    assert {f"{homes[0]}/.conda/envs/e00000", "/usr"} <= {e["prefix"] for e in envs}
+    by_owner = {o["uid"]: o for o in facts["owners"]}
+    assert facts["out_of_time"] and truncated
+    assert by_owner[1001]["cut_reason"] == "time" and by_owner[0]["cut_reason"] is None
+
+
 def test_a_huge_directory_is_never_listed_whole(tmp_path):
     from dl_doctor.host import Host
 

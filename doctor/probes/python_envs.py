@@ -277,6 +277,10 @@ class Discovery:
         self.pending: Dict[int, List[Any]] = {}  # uid -> that owner's sources not yet done
         self.conda_roots = list(SYSTEM_CONDA_ROOTS if conda_roots is None else conda_roots)
         self.out_of_time = False
+        # Set when the deadline passed while the scan was stuck in a call (a hung network home): nothing found after
+        # that is added, so what is kept is what was found in time.
+        self.closed = False
+        self.lock = threading.Lock()
 
     # -- owners, bounded listings ------------------------------------------------
 
@@ -295,9 +299,10 @@ class Discovery:
         return 0
 
     def owner(self, uid: int, where: Optional[str] = None) -> _Owner:
-        if uid not in self.owners:
-            self.owners[uid] = _Owner(uid, self.cap)
-        owner = self.owners[uid]
+        with self.lock:  # keep() and facts() may read the owners while a scan stuck past the deadline goes on
+            if uid not in self.owners:
+                self.owners[uid] = _Owner(uid, self.cap)
+            owner = self.owners[uid]
         owner.where = owner.where or where
         return owner
 
@@ -329,6 +334,12 @@ class Discovery:
         """One environment found (the same prefix found twice is one environment, found both ways)."""
         prefix = prefix.rstrip("/") or "/"
         tier = tier if tier is not None else TIER_ROOT if owner.uid == 0 else TIER_ACTIVE if active else TIER_USERS
+        with self.lock:
+            if not self.closed:
+                self._add(owner, prefix, kind, python, name, role, found_by, active, tier)
+
+    def _add(self, owner: _Owner, prefix: str, kind: str, python: Optional[str], name: Optional[str],
+             role: Optional[str], found_by: Optional[str], active: bool, tier: int) -> None:
         for e in self.by_prefix.get(prefix, []):
             if e["kind"] == kind or kind in ("conda", "venv"):
                 if found_by and found_by not in e["found_by"]:
@@ -497,7 +508,8 @@ class Discovery:
         return False
 
     def scan_session(self) -> None:
-        """The session's environments (session_environments), and the ``envs/`` of its ``CONDA_EXE``."""
+        """The session's environments (session_environments); the ``envs/`` of its ``CONDA_EXE`` is listed with
+        the sources of that directory's owner."""
         host = self.host
         for prefix, python, found_by, active in session_environments(host):
             kind = _env_kind(host, prefix)
@@ -505,11 +517,8 @@ class Discovery:
             if kind:
                 self.add(owner, prefix, kind, python, found_by=found_by, active=active)
             if found_by == "CONDA_EXE":
-                sources = [self.envs_dir(owner, f"{prefix}/envs", found_by="CONDA_EXE envs/")]
-                while self.step(sources):
-                    pass
-                if sources:
-                    owner.cut = owner.cut or CUT_TIME
+                self.pending.setdefault(owner.uid, []).append(
+                    self.envs_dir(owner, f"{prefix}/envs", found_by="CONDA_EXE envs/"))
 
     def scan(self) -> None:
         """Root's and the system's sources to the end, then other users' round-robin, one entry at a time."""
@@ -524,7 +533,8 @@ class Discovery:
             if owner.where not in homes:  # a user is named by their home, not by where the session found them first
                 owner.where = home
             self.pending.setdefault(uid, []).append(self.home_sources(owner, home))
-        root_sources: List[Any] = [self.system_pythons(root)] + self.pending.pop(0, [])
+        root_sources = self.pending.setdefault(0, [])
+        root_sources.insert(0, self.system_pythons(root))
         env_home = self.host.environ().get("HOME") or "/root"
         for rc in ["/etc/conda/.condarc", "/etc/conda/condarc"] + [f"{r}/.condarc" for r in self.conda_roots]:
             root_sources.append(self.condarc(None, rc, env_home))
@@ -533,12 +543,49 @@ class Discovery:
         root_sources.append(self.walk_venvs(root, "/opt", 3))
         while self.step(root_sources):
             pass
-        root_sources.append(self.env_kernels(root))
-        while self.step(root_sources):
-            pass
-        if root_sources:
-            root.cut = root.cut or CUT_TIME
+        if not self.out_of_time:
+            root_sources.append(self.env_kernels(root))
+            while self.step(root_sources):
+                pass
         self.round_robin()
+        self.mark_unfinished()
+
+    def mark_unfinished(self) -> None:
+        """Owners whose sources were not all done are cut by time."""
+        for uid, sources in list(self.pending.items()):
+            if sources:
+                self.owners[uid].cut = self.owners[uid].cut or CUT_TIME
+
+    def add_named(self, pythons: List[str]) -> None:
+        """dl-doctor's own interpreter (live) and those named with --python: kept before any other."""
+        named = self.owner(0, "/")
+        if self.host.live:
+            self.add(named, sys.prefix, "venv" if sys.prefix != getattr(sys, "base_prefix", sys.prefix)
+                     else "interpreter", sys.executable, role="dl-doctor", tier=TIER_NAMED)
+        for path in pythons:
+            if path.endswith(("/bin/python", "/bin/python3")) or re.search(r"/bin/python3(\.\d+)?$", path):
+                self.add(named, posixpath.dirname(posixpath.dirname(path)), "requested", path, role="requested",
+                         tier=TIER_NAMED)
+            else:
+                self.add(named, posixpath.dirname(path), "requested", path, role="requested", tier=TIER_NAMED)
+
+    def run(self, pythons: List[str]) -> None:
+        """The session's environments, the named ones (``pythons``, add_named) and the scan, on a daemon thread
+        waited for until the deadline: a directory that hangs (a stuck network home) costs the rest of the scan,
+        never the probe."""
+        def work() -> None:
+            self.scan_session()
+            self.add_named(pythons)
+            self.scan()
+
+        worker = threading.Thread(target=work, name="probe-python_envs:discovery", daemon=True)
+        worker.start()
+        worker.join(max(0.0, self.deadline - time.monotonic()) + 0.5)
+        if worker.is_alive():
+            with self.lock:
+                self.closed = True
+            self.out_of_time = True
+            self.mark_unfinished()
 
     def round_robin(self) -> None:
         """Other users' sources, one entry of each user in turn (a source may hand new work to another user); an
@@ -554,12 +601,12 @@ class Discovery:
                 break
             for uid in busy:
                 self.step(self.pending[uid])
-        for uid, sources in self.pending.items():
-            if sources:
-                self.owners[uid].cut = self.owners[uid].cut or CUT_TIME
 
     def keep(self) -> List[Dict[str, Any]]:
         """At most ``limit`` environments: the named, root's and the active ones first, then other users' in turn."""
+        with self.lock:
+            self.closed = True  # what a scan still stuck in a call finds later is not added
+            owners = dict(self.owners)
         first = sorted((e for e in self.found if e["_tier"] < TIER_USERS), key=lambda e: (e["_tier"], e["_seq"]))
         kept = first[:self.limit]
         queues: Dict[int, List[Dict[str, Any]]] = {}
@@ -571,8 +618,8 @@ class Discovery:
                 if queues[uid] and len(kept) < self.limit:
                     kept.append(queues[uid].pop(0))
         for e in kept:
-            self.owners[e["_owner"]].kept += 1
-        for owner in self.owners.values():
+            owners[e["_owner"]].kept += 1
+        for owner in owners.values():
             if owner.kept < owner.found:
                 owner.cut = owner.cut or CUT_SHARE
         # the environments the session uses first, then those named with --python, then the rest by priority
@@ -581,8 +628,9 @@ class Discovery:
 
     def facts(self) -> Dict[str, Any]:
         """``python_envs.discovery``: per owner what was scanned, found and kept, and why the rest was cut."""
-        owners = [o.facts() for uid, o in sorted(self.owners.items())
-                  if o.scanned or o.walk_scanned or o.found or o.cut][:MAX_HOMES]
+        with self.lock:
+            known = sorted(self.owners.items())
+        owners = [o.facts() for uid, o in known if o.scanned or o.walk_scanned or o.found or o.cut][:MAX_HOMES]
         return {"entry_cap": self.cap, "out_of_time": self.out_of_time, "owners": owners}
 
 
@@ -593,24 +641,14 @@ def discover(ctx: ProbeContext, limit: int, *, deadline: Optional[float] = None,
     cut; and what discovery did per owner (``python_envs.discovery``). ``deadline`` is a time.monotonic() value."""
     run = Discovery(ctx, limit, deadline=time.monotonic() + 60.0 if deadline is None else deadline, entry_cap=entry_cap,
                     homes=homes, conda_roots=conda_roots)
-    host = ctx.host
-    named = run.owner(0, "/")
-    if not ctx.options.get("no_env_scan"):
-        run.scan_session()
-    if host.live:
-        run.add(named, sys.prefix, "venv" if sys.prefix != getattr(sys, "base_prefix", sys.prefix) else "interpreter",
-                sys.executable, role="dl-doctor", tier=TIER_NAMED)
-    for path in ctx.options.get("python") or []:
-        if path.endswith(tuple(f"/bin/{n}" for n in ("python", "python3"))) or re.search(r"/bin/python3(\.\d+)?$", path):
-            run.add(named, posixpath.dirname(posixpath.dirname(path)), "requested", path, role="requested",
-                    tier=TIER_NAMED)
-        else:
-            run.add(named, posixpath.dirname(path), "requested", path, role="requested", tier=TIER_NAMED)
-    if not ctx.options.get("no_env_scan"):
-        run.scan()
+    if ctx.options.get("no_env_scan"):
+        run.add_named(ctx.options.get("python") or [])
+    else:
+        run.run(ctx.options.get("python") or [])
     kept = run.keep()
-    truncated = len(kept) < len(run.found) or any(o.cut for o in run.owners.values())
-    return kept, truncated, run.facts()
+    facts = run.facts()
+    truncated = len(kept) < len(run.found) or any(o["cut_reason"] for o in facts["owners"])
+    return kept, truncated, facts
 
 
 # -- static inspection -----------------------------------------------------------------
