@@ -554,3 +554,79 @@ def rhel8_system_python(facts: Facts, matrix) -> Result:
         return warn("; ".join(parts), evidence, Fix("Use a conda environment or venv instead of the system Python.",
                                                     ("python3 -m venv ~/venvs/ml && . ~/venvs/ml/bin/activate",)))
     return passed("the system Python's directories hold only RPM-installed packages", **evidence)
+
+
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def _owner_label(owner: Dict[str, Any]) -> str:
+    uid = owner.get("uid")
+    return "root and the system" if uid == 0 else f"uid {uid} ({owner.get('where') or '?'})"
+
+
+def _discovery_cuts(discovery: Dict[str, Any]) -> Tuple[List[str], List[str], List[str]]:
+    """What discovery could not look at (the time ran out, an entry cap), what --env-limit left out, and where the
+    search for virtual environments stopped early: one phrase per owner."""
+    unseen, limited, walk = [], [], []
+    for owner in [o for o in discovery.get("owners") or [] if isinstance(o, dict)][:64]:
+        label, reason = _owner_label(owner), owner.get("cut_reason")
+        found, kept = _count(owner.get("found")), _count(owner.get("kept"))
+        if reason == "time":
+            unseen.append(f"{label}: the discovery time ran out before all of it was looked at "
+                          f"({kept} of the {found} environments found so far kept)")
+        elif reason == "entry cap":
+            unseen.append(f"{label}: stopped after {_count(discovery.get('entry_cap'))} directory entries, in "
+                          f"{owner.get('cut_at') or '?'} ({kept} of the {found} environments found so far kept)")
+        elif reason == "env-limit share":
+            limited.append(f"{label} {kept} of {found}")
+        if owner.get("venv_search_cut_at"):
+            walk.append(str(owner["venv_search_cut_at"]))
+    return unseen, limited, walk
+
+
+@check(
+    id="DLD-PY-015", slug="environments-not-all-looked-at", title="Every Python environment on the host was looked at",
+    remedy="none", drain=False,
+    problem="Some Python environments were not looked at",
+    tags=("python", "environment", "security"), requires=("python_envs.discovery",),
+    what="""Reads what environment discovery did per owner (python_envs.discovery): root's and the system's
+    environments are looked at first, then the session's active ones, then other users' in turn, each user within a
+    budget of directory entries and a share of the time and of --env-limit. Warns when an owner's environments were
+    cut by that budget or by the time, or when environments found were not inspected before the probe's time ran
+    out; environments left out by --env-limit alone are named in the passing message.""",
+    why="""The checks of Python environments judge only the environments the report lists. A directory with tens of
+    thousands of entries (another user's ~/.conda/envs, by mistake or to blind the report) or a slow network home
+    would otherwise cost the time of every environment, root's included; now it costs only that owner's, and this
+    says which ones were not looked at, so a clean report is not mistaken for a complete one.""",
+    fix="""Look at what fills the directory named (remove what is not an environment), then run again with a longer
+    --timeout or a larger --env-limit to look at the rest.""",
+)
+def environments_looked_at(facts: Facts) -> Result:
+    discovery = facts.get("python_envs.discovery") or {}
+    scan = facts.get("python_envs.scan") or {}
+    unseen, limited, walk = _discovery_cuts(discovery)
+    not_inspected = discovery.get("not_inspected")
+    not_inspected = not_inspected if isinstance(not_inspected, int) and not_inspected > 0 else 0
+    if not_inspected:
+        unseen.append(f"{not_inspected} environment(s) found were not inspected before the probe's time ran out")
+    evidence = {"owners": discovery.get("owners"), "not_inspected": not_inspected, "entry_cap": discovery.get(
+        "entry_cap"), "env_limit": scan.get("limit")}
+    if unseen:
+        dirs = [o.get("cut_at") for o in discovery.get("owners") or [] if isinstance(o, dict) and o.get("cut_at")]
+        cmds = [f"sudo find {shlex.quote(str(d))} -mindepth 1 -maxdepth 1 | wc -l" for d in dirs[:3]]
+        cmds.append(f"sudo dl-doctor run --timeout 120 --env-limit {max(64, 2 * (scan.get('limit') or 32))}")
+        more = f"; and {len(unseen) - 8} more" if len(unseen) > 8 else ""
+        return warn("not every Python environment was looked at: " + "; ".join(unseen[:8]) + more, evidence,
+                    Fix("Look at what fills the directories named, then run again with more time or a larger "
+                        "--env-limit.", tuple(cmds)))
+    if limited:
+        owners = [o for o in discovery.get("owners") or [] if isinstance(o, dict)]
+        kept, found = (sum(o[k] for o in owners if isinstance(o.get(k), int)) for k in ("kept", "found"))
+        message = (f"every place where environments are kept was looked at; --env-limit {scan.get('limit')} kept "
+                   f"{_count(kept)} of the {_count(found)} found, shared by owner: " + ", ".join(limited))
+    else:
+        message = "every Python environment found was looked at"
+    if walk:
+        message += "; the search for virtual environments stopped early in " + ", ".join(walk[:5])
+    return passed(message, **evidence)

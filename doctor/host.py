@@ -381,6 +381,24 @@ class Host:
 
         return socket.gethostname()
 
+    def scan_names(self, path: str, limit: int) -> Tuple[List[str], bool]:
+        """At most ``limit`` entry names of a directory (sorted), and whether it holds more: a directory someone
+        filled with 70,000 entries is read only as far as the caller's budget, never listed whole. ``([], False)``
+        when it cannot be listed (a path with a NUL byte, from someone's .condarc, included); PermissionError is
+        raised, as by :meth:`listdir`."""
+        names: List[str] = []
+        try:
+            with os.scandir(self.resolve(path)) as it:
+                for entry in it:
+                    if len(names) >= limit:
+                        return sorted(names), True
+                    names.append(entry.name)
+        except PermissionError:
+            raise
+        except (OSError, ValueError):
+            return [], False
+        return sorted(names), False
+
     # -- environment --------------------------------------------------------
 
     def environ(self) -> Dict[str, str]:

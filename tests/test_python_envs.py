@@ -116,7 +116,7 @@ def env_tree():
 
 def test_discovery_and_static_inspection_on_a_tree(tree):
     host = Host(sysroot=str(tree(env_tree())))
-    envs, truncated = discover(_ctx(host), 32)
+    envs, truncated, _ = discover(_ctx(host), 32)
     kinds = {(e["prefix"], e["kind"]) for e in envs}
     assert ("/opt/conda", "conda") in kinds and ("/opt/conda/envs/pytorch", "conda") in kinds
     assert ("/home/alice/proj/.venv", "venv") in kinds
@@ -140,9 +140,9 @@ def test_discovery_and_static_inspection_on_a_tree(tree):
 
 def test_env_limit_and_no_scan(tree):
     host = Host(sysroot=str(tree(env_tree())))
-    envs, truncated = discover(_ctx(host), 2)
+    envs, truncated, _ = discover(_ctx(host), 2)
     assert len(envs) == 2 and truncated
-    envs, _ = discover(_ctx(host, no_env_scan=True, python=["/opt/conda/envs/pytorch/bin/python"]), 32)
+    envs, _, _ = discover(_ctx(host, no_env_scan=True, python=["/opt/conda/envs/pytorch/bin/python"]), 32)
     assert [e["prefix"] for e in envs] == ["/opt/conda/envs/pytorch"]
 
 

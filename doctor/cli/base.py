@@ -110,7 +110,8 @@ def collect_options(func):
                      "(dropped privileges) instead of inspecting it from its files only."),
         click.option("--no-env-scan", is_flag=True, help="Inspect only dl-doctor's interpreter and each --python."),
         click.option("--env-limit", type=click.IntRange(1, 1000), default=32, show_default=True, metavar="N",
-                     help="At most this many Python environments."),
+                     help="At most this many Python environments: root's and the system's first, then the "
+                     "session's active ones, then other users' in turn."),
         click.option("--sample-seconds", type=click.FloatRange(0.1, 60.0), default=1.0, show_default=True,
                      metavar="SECONDS", help="How long to sample disk I/O (while the other probes run)."),
         click.option("--ebs-volume-type", "ebs_types", multiple=True, metavar="VOL=TYPE[:IOPS[:MBPS]]",

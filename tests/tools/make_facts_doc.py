@@ -24,7 +24,8 @@ SINCE_OVERRIDES: Dict[str, str] = {"security": "0.2.0", "imds.imdsv1_allowed": "
                                    "gpu_services.other_units": "0.2.0", "gpu_services.suspend_units": "0.2.0", "kernel_log.candidates": "0.2.0",
                                    "kernel_log.suspends": "0.2.0", "kernel_log.module_loaded": "0.2.0",
                                    "kernel_log.boot": "0.2.0", "kernel_log.candidates_dropped": "0.2.0",
-                                   "nvidia_driver.dev_char_links": "0.2.0", "nvidia_driver.gsp_firmware": "0.2.0"}
+                                   "nvidia_driver.dev_char_links": "0.2.0", "nvidia_driver.gsp_firmware": "0.2.0",
+                                   "python_envs.discovery": "0.2.0"}
 
 # What the facts that checks rely on mean (the paths in the built-in checks' requires=, and what the checks read).
 MEANINGS = {
@@ -77,6 +78,22 @@ MEANINGS = {
     "python_processes.processes.cuda_libraries": "the CUDA-family libraries it has mapped: what really loaded",
     "python_envs.environments.active": "the session uses it: CONDA_PREFIX, VIRTUAL_ENV or the first python on PATH",
     "python_envs.environments.found_by": "how it was found (CONDA_PREFIX, PATH, a Jupyter kernel, pipx, .condarc...)",
+    "python_envs.discovery": "what environment discovery did (bounded per owner, with priority; docs/security.md)",
+    "python_envs.discovery.entry_cap": "directory entries discovery examines per owner where environments are listed",
+    "python_envs.discovery.out_of_time": "discovery's share of the probe's time ran out (what it found is kept)",
+    "python_envs.discovery.not_inspected": "environments found but not inspected before the probe's time ran out",
+    "python_envs.discovery.owners": "one entry per owner (uid) whose directories discovery looked at, root's first",
+    "python_envs.discovery.owners.uid": "the owner: of the home, or of the directory that was listed",
+    "python_envs.discovery.owners.where": "the home (or first directory) discovery looked at for this owner",
+    "python_envs.discovery.owners.entries_scanned": "directory entries (and environments.txt lines) examined",
+    "python_envs.discovery.owners.found": "environments found in what was examined",
+    "python_envs.discovery.owners.kept": "environments kept (listed in python_envs.environments)",
+    "python_envs.discovery.owners.cut_reason": "why not all were kept: time, entry cap or env-limit share (null: none"
+                                               " was cut)",
+    "python_envs.discovery.owners.cut_at": "the directory (or environments.txt) where the entry cap stopped it",
+    "python_envs.discovery.owners.venv_search_entries": "entries the search for virtual environments examined (a"
+                                                        " budget of its own)",
+    "python_envs.discovery.owners.venv_search_cut_at": "where that search stopped at its budget",
 }
 
 
