@@ -25,7 +25,8 @@ SINCE_OVERRIDES: Dict[str, str] = {"security": "0.2.0", "imds.imdsv1_allowed": "
                                    "kernel_log.suspends": "0.2.0", "kernel_log.module_loaded": "0.2.0",
                                    "kernel_log.boot": "0.2.0", "kernel_log.candidates_dropped": "0.2.0",
                                    "nvidia_driver.dev_char_links": "0.2.0", "nvidia_driver.gsp_firmware": "0.2.0",
-                                   "python_envs.discovery": "0.2.0"}
+                                   "python_envs.discovery": "0.2.0",
+                                   "python_envs.environments[].live.withheld_env": "0.2.0"}
 
 # What the facts that checks rely on mean (the paths in the built-in checks' requires=, and what the checks read).
 MEANINGS = {
@@ -78,6 +79,9 @@ MEANINGS = {
     "python_processes.processes.cuda_libraries": "the CUDA-family libraries it has mapped: what really loaded",
     "python_envs.environments.active": "the session uses it: CONDA_PREFIX, VIRTUAL_ENV or the first python on PATH",
     "python_envs.environments.found_by": "how it was found (CONDA_PREFIX, PATH, a Jupyter kernel, pipx, .condarc...)",
+    "python_envs.environments.live.withheld_env": "as root: the PYTHONPATH, PYTHONUSERBASE, LD_LIBRARY_PATH and "
+    "LD_PRELOAD entries kept from the interpreter because the trust rule does not pass them, and why "
+    "(docs/security.md)",
     "python_envs.discovery": "what environment discovery did (bounded per owner, with priority; docs/security.md)",
     "python_envs.discovery.entry_cap": "directory entries discovery examines per owner where environments are listed",
     "python_envs.discovery.out_of_time": "discovery's share of the probe's time ran out (what it found is kept)",
