@@ -204,14 +204,23 @@ def make_directories(path: str, mode: int) -> None:
     os.close(open_directory(path, create=True, mode=mode))
 
 
-def _write_fd(fd: int, data: bytes) -> None:
+WRITE_CHUNK = 1 << 20
+
+
+def _write_fd(fd: int, data: Union[str, bytes]) -> None:
+    """Write all of ``data``; text is encoded a piece at a time, so a large report never exists twice in memory (as
+    text and as its bytes)."""
+    if isinstance(data, str):
+        for start in range(0, len(data), WRITE_CHUNK):
+            _write_fd(fd, data[start:start + WRITE_CHUNK].encode("utf-8", errors="surrogateescape"))
+        return
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
         view = view[n:]
 
 
-def _write_through(path: str, data: bytes, dir_fd: Optional[int] = None) -> str:
+def _write_through(path: str, data: Union[str, bytes], dir_fd: Optional[int] = None) -> str:
     """Write into a stream that is already there. With ``dir_fd`` the path is a FIFO found in that directory: what
     is opened must still be a FIFO of this user's (it is checked on the descriptor, before a byte is written)."""
     flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
@@ -334,8 +343,6 @@ def write_file(path: str, data: Union[str, bytes], *, private: bool = True, mode
     ``mode`` replaces the private/public mode less the umask (the login hook's files must be readable by every
     shell whatever the umask of the image bake); ``guard_dir`` holds the directory to the report archive's rule.
     """
-    if isinstance(data, str):
-        data = data.encode("utf-8", errors="surrogateescape")
     if path in _THROUGH or _FD_PATH.match(path):
         return _write_through(path, data)
     directory, name = _split(path)
@@ -357,7 +364,7 @@ def write_file(path: str, data: Union[str, bytes], *, private: bool = True, mode
     return "written"
 
 
-def _replace(dir_fd: int, path: str, name: str, data: bytes, mode: int) -> None:
+def _replace(dir_fd: int, path: str, name: str, data: Union[str, bytes], mode: int) -> None:
     """Write a fresh temporary beside ``name`` and rename it over ``name`` (checked again just before)."""
     for _ in range(16):
         tmp = f".{name[:100]}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import pathlib
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import jinja2
 from markupsafe import Markup, escape
@@ -63,11 +63,28 @@ def _environment(compiled: bool = True) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True,
     )
-    env.filters["pretty_json"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True)
+    env.filters["pretty_json"] = pretty_json
     env.filters["wrap_path"] = wrap_path
     env.filters["heading"] = present.heading
     env.filters["items"] = present.items
     return env
+
+
+MAX_FACT_CHARS = 2 << 20  # of one fact's JSON on the page; the JSON report holds it whole
+
+
+def pretty_json(value: Any, limit: int = MAX_FACT_CHARS) -> str:
+    """A fact as indented JSON for the page, at most ``limit`` characters: encoded a piece at a time and stopped
+    there, so a fact of tens of MB (a facts file someone sent) costs the page 2 MiB, not a copy of itself per step
+    of rendering."""
+    out: List[str] = []
+    size = 0
+    for chunk in json.JSONEncoder(indent=2, ensure_ascii=False, sort_keys=True).iterencode(value):
+        out.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return "".join(out)[:limit] + f"\n… (cut here at {limit // (1 << 20)} MiB: the JSON report holds it whole)"
+    return "".join(out)
 
 
 @functools.lru_cache(maxsize=1)
