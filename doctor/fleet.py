@@ -28,6 +28,7 @@ MAX_TAR_BYTES = 16 << 30       # decompressed bytes of one tarball gone through 
 MAX_COMPARED = 4096            # facts one node's section may compare
 MAX_FAILING = 1000             # failing checks one node's section may list
 MAX_VALUE_CHARS = 1000         # one compared value (dl-doctor writes at most 300)
+MAX_FLEET_CHARS = 64 << 20     # compared keys, values and failing checks of all nodes together (~100 a fact)
 _MARK = b'\n  "fleet_node": '
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -43,6 +44,7 @@ class Node:
 class Fleet:
     nodes: List[Node] = field(default_factory=list)
     unreadable: List[Dict[str, str]] = field(default_factory=list)
+    chars: int = 0  # what the nodes kept so far hold (MAX_FLEET_CHARS)
 
 
 def _a(value: Any) -> str:
@@ -221,8 +223,16 @@ def _read_report(fh: BinaryIO, head: bytes, size: int) -> Optional[Dict[str, Any
 def _add(fleet: Fleet, source: str, name_source: str, section: Optional[Dict[str, Any]]) -> None:
     if section is None:
         fleet.unreadable.append({"source": source, "error": "not a dl-doctor report or facts file"})
-    else:
-        fleet.nodes.append(Node(_name(section, name_source), source, section))
+        return
+    cost = (sum(len(str(k)) + len(str(v)) for k, v in section["compare"].items())
+            + sum(len(f["id"]) + len(f["headline"]) + 20 for f in section["failing"]) + 200)
+    if fleet.chars + cost > MAX_FLEET_CHARS:
+        fleet.unreadable.append({"source": source, "error": f"not compared: the nodes before it already hold "
+                                                            f"{MAX_FLEET_CHARS >> 20} MiB of facts, the comparison's "
+                                                            f"bound"})
+        return
+    fleet.chars += cost
+    fleet.nodes.append(Node(_name(section, name_source), source, section))
 
 
 def _gather_tar(path: str, raw: BinaryIO, fleet: Fleet) -> None:

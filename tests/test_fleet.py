@@ -264,3 +264,19 @@ def test_tarball_members_are_bounded_in_number_and_size(node_reports, tmp_path, 
     got = fleet.gather([str(tar)])
     assert len(got.nodes) == 1 and got.unreadable == [
         {"source": str(tar), "error": "past the first 0 MiB of the archive; the rest was not read"}]
+
+
+def test_the_nodes_together_are_bounded_too(node_reports, monkeypatch):
+    """Each section is bounded, and so is their sum: past MAX_FLEET_CHARS a node is named as not compared, never
+    held (200,000 inputs of 4,096 long facts each would otherwise all be kept)."""
+    from dl_doctor import fleet
+
+    whole = fleet.gather([str(node_reports)])
+    assert len(whole.nodes) == 5 and not whole.unreadable
+    one = whole.chars // 5
+    monkeypatch.setattr(fleet, "MAX_FLEET_CHARS", one * 2 + one // 2)
+    cut = fleet.gather([str(node_reports)])
+    assert len(cut.nodes) == 2 and len(cut.unreadable) == 3
+    assert all("not compared: the nodes before it already hold" in u["error"] for u in cut.unreadable)
+    result = fleet.compare(cut)
+    assert result["nodes"] == 2 and len(result["unreadable"]) == 3
