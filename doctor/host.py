@@ -434,7 +434,15 @@ class Host:
             return None
         from dl_doctor import spawn
 
-        return spawn.which(name, self.environ().get("PATH", os.defpath), self.as_root)
+        return spawn.which(name, None, self.as_root, self.search_dirs())
+
+    def search_dirs(self) -> List[str]:
+        """Where programs are looked up (doctor.spawn.search_dirs), judged once per run: as root each PATH directory
+        goes through the trust rule, and probes look up a dozen programs."""
+        from dl_doctor import spawn
+
+        path = self.environ().get("PATH", os.defpath)
+        return self.cached(("search_dirs", path, self.as_root), lambda: spawn.search_dirs(path, self.as_root))
 
     def run(self, argv: Sequence[str], timeout: Optional[float] = None,
             env: Optional[Mapping[str, str]] = None, *, startup_paths: Sequence[str] = (),
@@ -461,8 +469,7 @@ class Host:
         base_env = dict(env) if env is not None else self.environ()
         try:
             prepared = spawn.prepare(argv, base_env, euid=euid, startup_paths=startup_paths, requested=requested,
-                                     run_as_owner=self.run_as_owner,
-                                     search_path=self.environ().get("PATH", os.defpath))
+                                     run_as_owner=self.run_as_owner, dirs=self.search_dirs())
         except spawn.UntrustedProgram as exc:
             err = UntrustedCommand(str(exc.filename), exc.reason)
             self._record(CommandRecord(argv, None, 0.0, False, str(err.strerror)))

@@ -103,13 +103,15 @@ def search_dirs(path_value: Optional[str], as_root: bool) -> List[str]:
     return out
 
 
-def which(name: str, path_value: Optional[str], as_root: bool) -> Optional[str]:
-    """The absolute path of program ``name`` on the search path (:func:`search_dirs`), or ``None``."""
+def which(name: str, path_value: Optional[str], as_root: bool,
+          dirs: Optional[Sequence[str]] = None) -> Optional[str]:
+    """The absolute path of program ``name`` on the search path (:func:`search_dirs`, or ``dirs`` where the caller
+    computed it already), or ``None``."""
     if "/" in name:
         return name
     if not name or name in (".", ".."):
         return None
-    for directory in search_dirs(path_value, as_root):
+    for directory in dirs if dirs is not None else search_dirs(path_value, as_root):
         candidate = f"{directory}/{name}" if directory != "/" else f"/{name}"
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
@@ -211,15 +213,17 @@ def _open_checked(path: str, verdict: trust.Verdict) -> Optional[int]:
 
 
 def prepare(argv: Sequence[str], environ: Mapping[str, str], *, euid: Optional[int], startup_paths: Sequence[str] = (),
-            requested: bool = False, run_as_owner: bool = False, search_path: Optional[str] = None) -> Prepared:
+            requested: bool = False, run_as_owner: bool = False, search_path: Optional[str] = None,
+            dirs: Optional[Sequence[str]] = None) -> Prepared:
     """Find, check and open the program of ``argv``; raise :class:`FileNotFoundError` when it is not on the search
     path, :class:`UntrustedProgram` when the rule forbids it. ``environ`` is the environment to derive the child's
-    from; ``search_path`` the ``PATH`` to look the program up in (default: ``environ``'s)."""
+    from; ``search_path`` the ``PATH`` to look the program up in (default: ``environ``'s), or ``dirs`` its
+    :func:`search_dirs`, computed once by the caller."""
     argv = [str(a) for a in argv]
     as_root = euid == 0
     path_value = search_path if search_path is not None else environ.get("PATH", os.defpath)
     named = argv[0]
-    program = which(named, path_value, as_root)
+    program = which(named, path_value, as_root, dirs)
     if program is None:
         raise FileNotFoundError(errno.ENOENT, "not found on the trusted search path" if as_root else
                                 "not found on PATH", named)
