@@ -156,13 +156,20 @@ def test_a_decompression_bomb_module_is_read_as_a_bounded_stream(tmp_path):
         for _ in range(1024):  # 1 GiB of zeros in about 1 MiB
             fh.write(chunk)
     assert bomb.stat().st_size < 2 << 20
-    code = ("import json, resource, sys; from doctor.probes.kmod import _module_info; "
-            "from doctor.probes import ProbeContext; from doctor.host import Host; "
-            f"info = _module_info(ProbeContext(host=Host()), {str(bomb)!r}); "
-            "print(json.dumps([info, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    code = ("import json; from dl_doctor.probes.kmod import _module_info; "
+            "from dl_doctor.probes import ProbeContext; from dl_doctor.host import Host; "
+            f"print(json.dumps(_module_info(ProbeContext(host=Host()), {str(bomb)!r})))")
+    # measured from a small parent: a child's own ru_maxrss counts what it inherited from this (large) test process
+    # before its exec
+    parent = ("import json, resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+              "print(json.dumps([r.returncode, r.stdout, r.stderr, "
+              "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))")
+    proc = subprocess.run([sys.executable, "-c", parent, sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
-    info, maxrss_kib = json.loads(proc.stdout)
+    rc, out, err, maxrss_kib = json.loads(proc.stdout)
+    assert rc == 0, err
+    info = json.loads(out)
     assert "stopped there" in info["note"] and info["signed"] is None
     assert maxrss_kib < 300 * 1024  # hundreds of MiB at most (main: 2 GiB)
 

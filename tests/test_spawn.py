@@ -132,16 +132,19 @@ def test_the_prelude_keeps_the_sessions_trusted_module_path_and_user_site(tmp_pa
 
 @pytest.mark.parametrize("path_value", [":/usr/bin", "/usr/bin:", "/usr/bin::/bin", ".:/usr/bin", "rel:/usr/bin"])
 def test_an_empty_or_relative_path_entry_never_finds_the_current_directory(open_dir, monkeypatch, path_value):
+    """The reported form is `scontrol` (or dcgmi, sshd...) planted in the current directory; a name no system
+    directory holds stands for it here (a real scontrol may be installed in /usr/bin)."""
+    name = "dld-planted-scontrol"
     cwd = open_dir()
     marker = cwd / "ran"
-    _script(cwd / "scontrol", f"echo pwned > {marker}\n")
+    _script(cwd / name, f"echo pwned > {marker}\n")
     (cwd / "rel").mkdir()
-    _script(cwd / "rel" / "scontrol", f"echo pwned > {marker}\n")
+    _script(cwd / "rel" / name, f"echo pwned > {marker}\n")
     monkeypatch.chdir(cwd)
     host = Host(environ_override={"PATH": path_value})
-    assert host.which("scontrol") is None
+    assert host.which(name) is None
     with pytest.raises(FileNotFoundError):
-        host.run(["scontrol", "show", "node"])
+        host.run([name, "show", "node"])
     assert not marker.exists()
     assert all(d.startswith("/") for d in spawn.search_dirs(path_value, IS_ROOT))
 
