@@ -165,13 +165,17 @@ def test_depth_and_value_bounds_are_exact():
 ])
 def test_the_prescan_is_linear(unit):
     def seconds(size):
+        """The best of three runs: a busy machine (CI's other stages, a page-in) only ever adds time."""
         data = unit * (size // len(unit))
-        start = time.perf_counter()
-        try:
-            prescan(data, "x")
-        except InputError:
-            pass
-        return time.perf_counter() - start
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            try:
+                prescan(data, "x")
+            except InputError:
+                pass
+            best = min(best, time.perf_counter() - start)
+        return best
 
     small, large = seconds(2 * MIB), seconds(16 * MIB)
     assert large < max(small, 0.01) * 8 * 3, (small, large)  # 8 times the input: at most ~8 times the time
