@@ -156,13 +156,18 @@ def _decode(data: bytes, what: str) -> str:
         raise InputError(f"{what} is not UTF-8 text: {exc.reason} at byte {exc.start}")
 
 
-def _parse(text: str, surrogates: bool, what: str) -> Any:
+def _parse(text: str, surrogates: bool, what: str, head: bool = False) -> Any:
+    """Parse ``text`` (with ``head``, only its first JSON value: what follows is ignored), repair lone surrogates
+    and hold the value to the bounds."""
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        if head:
+            value, _ = json.JSONDecoder(parse_constant=_reject_constant).raw_decode(text)
+        else:
+            value = json.loads(text, parse_constant=_reject_constant)
     except RecursionError:  # unbalanced brackets the depth pass cannot pair up
         raise InputError(f"{what} is nested too deeply")
     except ValueError as exc:
-        raise InputError(f"{what} is not a JSON file: {exc}")
+        raise InputError(f"{what} is not {'JSON' if head else 'a JSON file'}: {exc}")
     if surrogates:
         value = _repair_surrogates(value)
     check_limits(value, what)
@@ -185,17 +190,9 @@ def load_json_head(data: bytes, what: str) -> Any:
     try:
         # a window may cut a character in two at its end: that tail is left undecoded, a bad byte before it is not
         text = codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
-        value, _ = json.JSONDecoder(parse_constant=_reject_constant).raw_decode(text)
     except UnicodeDecodeError as exc:
         raise InputError(f"{what} is not UTF-8 text: {exc.reason} at byte {exc.start}")
-    except RecursionError:
-        raise InputError(f"{what} is nested too deeply")
-    except ValueError as exc:
-        raise InputError(f"{what} is not JSON: {exc}")
-    if surrogates:
-        value = _repair_surrogates(value)
-    check_limits(value, what)
-    return value
+    return _parse(text, surrogates, what, head=True)
 
 
 def read_json(fh: BinaryIO, what: str) -> Any:
