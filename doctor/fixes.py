@@ -258,29 +258,38 @@ def render_live(step: Step) -> str:
     """The command a person pastes on the running machine the facts describe."""
     if step.kind == "command":
         return step.text
-    if step.kind in ("write", "module-option"):
-        tee = "tee -a" if step.append else "tee"
-        line = f"{_printf(step.content)} | sudo {tee} {_q(step.path)} >/dev/null"
-    elif step.kind == "edit":
-        line = f"sudo sed -i -E {_q(step.text)} {_q(step.path)}"
-    elif step.kind in ("install", "remove"):
-        line = _package_line(step)
-    elif step.kind == "service":
+    line = _file_change(step, "sudo ", every_kernel=False) or _running_system_line(step)
+    return _one_line(_with_note(line, step.note))
+
+
+def _running_system_line(step: Step) -> str:
+    """The live host's command for a step that does not change files (packages, services, modules, reboot)."""
+    if step.kind in ("install", "remove"):
+        return _package_line(step)
+    if step.kind == "service":
         verb = f"{step.action} --now" if step.now and step.action in ("enable", "disable") else step.action
         line = f"sudo systemctl {verb} {_words(step.names)}".rstrip()
-        if step.check:
-            line = f"sudo {step.check} && {line}"
-    elif step.kind == "kernel-arg":
-        line = _kernel_arg_line(step, "sudo ")
-    elif step.kind == "load-module":
-        line = " && ".join(f"sudo modprobe {_q(m)}" for m in step.names)
-    elif step.kind == "initramfs":
-        line = _initramfs_line(step, "sudo ", every_kernel=False)
-    elif step.kind == "root-command":
-        line = f"sudo {step.text}"
-    else:  # reboot
-        line = "sudo reboot"
-    return _one_line(_with_note(line, step.note))
+        return f"sudo {step.check} && {line}" if step.check else line
+    if step.kind == "load-module":
+        return " && ".join(f"sudo modprobe {_q(m)}" for m in step.names)
+    return "sudo reboot"
+
+
+def _file_change(step: Step, run: str, every_kernel: bool) -> Optional[str]:
+    """The steps that change files, run through ``run`` (``sudo `` on the live host, ``sudo chroot ROOT `` inside an
+    image or the node's root); ``None`` for the other kinds."""
+    if step.kind in ("write", "module-option"):
+        tee = "tee -a" if step.append else "tee"
+        return f"{_printf(step.content)} | {run}{tee} {_q(step.path)} >/dev/null"
+    if step.kind == "edit":
+        return f"{run}sed -i -E {_q(step.text)} {_q(step.path)}"
+    if step.kind == "kernel-arg":
+        return _kernel_arg_line(step, run)
+    if step.kind == "initramfs":
+        return _initramfs_line(step, run, every_kernel=every_kernel)
+    if step.kind == "root-command":
+        return f"{run}{step.text}"
+    return None
 
 
 def _comment(prefix: str, text: str) -> str:
@@ -296,25 +305,16 @@ def _in_root(step: Step, target: Target) -> str:
     """``step`` for the files under ``target.root`` (an image, or the node's root): changes run inside that tree;
     what needs the running system is an instruction for it ("boot the image, then: ...", "on the node: ...")."""
     root, image = target.root, target.kind == "image"
-    run = f"sudo chroot {_q(root)} "
-    if step.kind in ("write", "module-option"):
-        tee = "tee -a" if step.append else "tee"
-        line = f"{_printf(step.content)} | {run}{tee} {_q(step.path)} >/dev/null"
-    elif step.kind == "edit":
-        line = f"{run}sed -i -E {_q(step.text)} {_q(step.path)}"
-    elif step.kind in ("install", "remove"):
+    line = _file_change(step, f"sudo chroot {_q(root)} ", every_kernel=True)
+    if line is not None:
+        return _one_line(_with_note(line, step.note))
+    if step.kind in ("install", "remove"):
         line = _package_line(step, root)
     elif step.kind == "service" and step.action in _UNIT_FILE_ACTIONS:
         line = f"sudo systemctl --root={_q(root)} {step.action} {_words(step.names)}"
         if step.now:
             line += "   # it starts when the image boots" if image else \
                 f"   # on the node: sudo systemctl start {_words(step.names)}"
-    elif step.kind == "kernel-arg":
-        line = _kernel_arg_line(step, run)
-    elif step.kind == "initramfs":
-        line = _initramfs_line(step, run, every_kernel=True)
-    elif step.kind == "root-command":
-        line = f"{run}{step.text}"
     elif step.kind == "reboot" and image:  # an image's next boot is its first
         return _one_line("# boot the image" + (f": {step.note}" if step.note else ""))
     else:  # free text, services to (re)start, modules to load, the node's reboot: the running system's business
