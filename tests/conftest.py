@@ -118,3 +118,18 @@ def run_cli(tmp_path):
 
     (tmp_path / "home").mkdir(exist_ok=True)
     return run
+
+
+def set_access_acl(path, user_uid: int, mask: int = 7) -> bool:
+    """Give ``path`` a POSIX access ACL that grants ``user_uid`` rwx (with that ``mask``), as the kernel stores it:
+    version 2, then (tag, perm, id) entries. False where the file system has no ACLs."""
+    import struct
+
+    entries = [(0x01, 7, 0xFFFFFFFF), (0x02, 7, user_uid), (0x04, 5, 0xFFFFFFFF), (0x10, mask, 0xFFFFFFFF),
+               (0x20, 5, 0xFFFFFFFF)]
+    raw = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+    try:
+        os.setxattr(str(path), "system.posix_acl_access", raw)
+    except OSError:
+        return False
+    return True

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import dl_doctor_exe
+from conftest import dl_doctor_exe, set_access_acl
 from dl_doctor.output import OutputRefused, prune_reports, reserve_unique, write_file
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -309,18 +309,11 @@ def test_run_refuses_an_output_dir_another_user_controls(tmp_path, kind):
 @needs_root
 def test_run_refuses_an_output_dir_whose_acl_lets_another_user_write(tmp_path):
     """Root's 0755 directory, but a POSIX ACL entry grants another user write: that user controls the archive."""
-    import struct
-
     tree = tmp_path / "sysroot"
     tree.mkdir()
     out = tmp_path / "out"
     out.mkdir(mode=0o755)
-    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in (
-        (0x01, 7, 0xFFFFFFFF), (0x02, 7, OTHER_UID), (0x04, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF),
-        (0x20, 5, 0xFFFFFFFF)))
-    try:
-        os.setxattr(str(out), "system.posix_acl_access", acl)
-    except OSError:
+    if not set_access_acl(out, OTHER_UID):
         pytest.skip("this file system has no POSIX ACLs")
     r = _cli("run", "--sysroot", str(tree), "-q", "--output-dir", str(out), cwd=tmp_path)
     assert r.returncode == 2, r.stderr

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import pytest
 
 from dl_doctor import spawn, trust
 from dl_doctor.host import Host, UntrustedCommand
-from conftest import dl_doctor_exe
+from conftest import dl_doctor_exe, set_access_acl
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 OTHER_UID = 4242
@@ -47,22 +46,6 @@ def _script(path: Path, body: str, mode: int = 0o755) -> Path:
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(mode)
     return path
-
-
-def _acl(entries):
-    """A POSIX access ACL as the kernel stores it (version 2, then tag/perm/id entries)."""
-    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, ident) for tag, perm, ident in entries)
-
-
-def _set_acl(path: Path, user_uid: int) -> bool:
-    """Grant ``user_uid`` rwx on ``path`` through an ACL; False where the file system has no ACLs."""
-    entries = [(0x01, 7, 0xFFFFFFFF), (0x02, 7, user_uid), (0x04, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF),
-               (0x20, 5, 0xFFFFFFFF)]
-    try:
-        os.setxattr(str(path), "system.posix_acl_access", _acl(entries))
-    except OSError:
-        return False
-    return True
 
 
 # -- 1. the current directory is never on an interpreter's module path -------------------------------------------
@@ -183,7 +166,7 @@ def test_an_acl_that_grants_another_user_write_fails_the_trust_rule(open_dir):
     d = open_dir()
     prog = _script(d / "prog", "true\n")
     assert trust.check([str(prog)]).allowed
-    if not _set_acl(prog, OTHER_UID):
+    if not set_access_acl(prog, OTHER_UID):
         pytest.skip("this file system has no POSIX ACLs")
     assert trust.acl_writers(str(prog)) == [f"uid {OTHER_UID}"]
     verdict = trust.check([str(prog)])
@@ -193,7 +176,7 @@ def test_an_acl_that_grants_another_user_write_fails_the_trust_rule(open_dir):
     sub.mkdir(mode=0o755)
     inner = _script(sub / "prog", "true\n")
     assert trust.check([str(inner)]).allowed
-    _set_acl(sub, OTHER_UID)
+    set_access_acl(sub, OTHER_UID)
     assert "through its ACL" in trust.check([str(inner)]).reason
     with pytest.raises(UntrustedCommand):
         Host().run([str(inner)])
@@ -203,11 +186,7 @@ def test_an_acl_that_grants_another_user_write_fails_the_trust_rule(open_dir):
 def test_a_mask_without_write_leaves_an_acl_harmless(open_dir):
     d = open_dir()
     prog = _script(d / "prog", "true\n")
-    entries = [(0x01, 7, 0xFFFFFFFF), (0x02, 7, OTHER_UID), (0x04, 5, 0xFFFFFFFF), (0x10, 5, 0xFFFFFFFF),
-               (0x20, 5, 0xFFFFFFFF)]
-    try:
-        os.setxattr(str(prog), "system.posix_acl_access", _acl(entries))
-    except OSError:
+    if not set_access_acl(prog, OTHER_UID, mask=5):
         pytest.skip("this file system has no POSIX ACLs")
     assert trust.acl_writers(str(prog)) == [] and trust.check([str(prog)]).allowed
 
