@@ -88,8 +88,19 @@ class CliResult:
         return json.loads(files[0].read_text())
 
 
+def _to_corpus(request, n: int, doc: Dict[str, Any]) -> None:
+    """With DLD_REPORT_CORPUS set, keep each report for tests/tools/report_corpus.py --compare."""
+    corpus = os.environ.get("DLD_REPORT_CORPUS")
+    if not corpus:
+        return
+    sys.path.insert(0, str(HERE / "tools"))
+    from report_corpus import write
+
+    write(Path(corpus), f"cli-{Path(str(request.node.fspath)).stem}-{request.node.name}-{n}", doc)
+
+
 @pytest.fixture
-def run_cli(tmp_path):
+def run_cli(tmp_path, request):
     """Run the installed `dl-doctor` with a clean environment; validate every JSON report it writes."""
     counter = {"n": 0}
 
@@ -110,10 +121,12 @@ def run_cli(tmp_path):
         result = CliResult(proc, out)
         for path in result.reports("json"):
             validate_report(json.loads(path.read_text()))
+            _to_corpus(request, counter["n"], json.loads(path.read_text()))
         if proc.stdout.lstrip().startswith("{"):
             doc = json.loads(proc.stdout)
             if ("findings" in doc and "schema_version" in doc) or doc.get("kind") == "dl-doctor-facts":
                 validate_report(doc)
+                _to_corpus(request, counter["n"], doc)
         return result
 
     (tmp_path / "home").mkdir(exist_ok=True)
