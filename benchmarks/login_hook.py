@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dl_doctor.login_hook import profile_snippet
+from dl_doctor.integrations.login_hook import profile_snippet
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from typing import List, Optional
 from dl_doctor import fixes, versions
 from dl_doctor.fixes import Step
 from dl_doctor.model import Facts
-from dl_doctor.units import GIB, MIB, human_bytes  # noqa: F401 - re-exported for checks
+from dl_doctor.util.units import GIB, MIB, human_bytes  # noqa: F401 - re-exported for checks
 
 
 def os_family(facts: Facts) -> Optional[str]:

@@ -6,9 +6,9 @@ import re
 import shlex
 from typing import Any, Dict, List, Optional
 
-from dl_doctor.expect import environment_of, evaluate, is_range
+from dl_doctor.judge.expect import environment_of, evaluate, is_range
 from dl_doctor.model import Facts, Fix, Result, Status, check, skip
-from dl_doctor.stack import stack
+from dl_doctor.facts.flat import stack
 
 _REFRESH = "dl-doctor expect --from REPORT.json > expect.toml   # when the change is intended"
 

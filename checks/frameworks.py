@@ -1,5 +1,5 @@
 """Every CUDA consumer in every environment: the libraries each framework distribution needs and whether they load,
-the CUDA major of what loads against the build, and symbol versions (the consumer model, dl_doctor.consumers)."""
+the CUDA major of what loads against the build, and symbol versions (the consumer model, dl_doctor.readers.consumers)."""
 
 from __future__ import annotations
 

@@ -216,7 +216,7 @@ def docker_exposed(facts: Facts) -> Result:
     return passed(f"the Docker daemon: {where}; the docker group has no user", **evidence)
 
 
-from dl_doctor.ports import RISKY_PORTS  # noqa: E402 - shared with the probe
+from dl_doctor.util.ports import RISKY_PORTS  # noqa: E402 - shared with the probe
 
 
 @check(

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.fixes import reboot, service
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
-from dl_doctor.units import PCIE_GBPS_PER_LANE
+from dl_doctor.util.units import PCIE_GBPS_PER_LANE
 
 # A GPU below half of its dense (datasheet) peak for a dtype, or below 80% of the node's best GPU for it, warns
 # (docs/verify.md). For comparison, DCGM's own diagnostic sets each SKU's SM-stress target at 0.75 of what a healthy
@@ -14,7 +14,7 @@ from dl_doctor.units import PCIE_GBPS_PER_LANE
 # cuBLAS reaches roughly 0.7-0.8 of the dense peak on a healthy GPU, so half the peak is about DCGM's margin or looser
 PEAK_FLOOR = 0.5
 PEER_FLOOR = 0.8
-# A pinned copy reaching less than half of the PCIe link's width x its per-lane rate (dl_doctor.units) warns
+# A pinned copy reaching less than half of the PCIe link's width x its per-lane rate (dl_doctor.util.units) warns
 COPY_FLOOR = 0.5
 # Under load (NVML watched during the workloads): these clock event reasons mean the GPU slowed down for a cause
 # other than the work's own power budget (sw_power_cap is what a GPU at full load normally shows); seen in at least

@@ -148,7 +148,7 @@ def check_value(kind: FieldType, value: Any, sources: Optional[set] = None) -> O
     if kind == "str":
         return None if isinstance(value, str) and value.strip() else "must be a non-empty string"
     if kind == "signature_pattern":
-        from dl_doctor.signatures import PatternError, compile_pattern
+        from dl_doctor.compat_matrix.signatures import PatternError, compile_pattern
 
         if not isinstance(value, str):
             return "must be a string"

@@ -164,7 +164,7 @@ def _load_matrix(overlays: Tuple[str, ...]):
 def load_expectations(path: Optional[str]) -> Optional[Dict[str, Any]]:
     if not path:
         return None
-    from dl_doctor.expect import ExpectationError, load
+    from dl_doctor.judge.expect import ExpectationError, load
 
     try:
         return load(path)
@@ -184,8 +184,8 @@ def read_document(path: str, bundle_member: str = "facts.json") -> Any:
     import tarfile
     import zlib
 
-    from dl_doctor.bundle import BundleError, is_bundle, read_member
-    from dl_doctor.validate import InputError, load_json_file
+    from dl_doctor.integrations.bundle import BundleError, is_bundle, read_member
+    from dl_doctor.facts.validate import InputError, load_json_file
 
     try:
         if is_bundle(path):
@@ -204,7 +204,7 @@ def read_document(path: str, bundle_member: str = "facts.json") -> Any:
 def snapshot_of(path: str, data: Any) -> Dict[str, Any]:
     """The facts snapshot in a facts file or a report (``path`` names it in errors), validated."""
     from dl_doctor.model import FACTS_SCHEMA_VERSION
-    from dl_doctor.validate import InputError, validate_snapshot
+    from dl_doctor.facts.validate import InputError, validate_snapshot
 
     if not isinstance(data, dict):
         raise InputProblem(f"{path} is not a dl-doctor facts file or report")
@@ -292,7 +292,7 @@ def load_report(path: str) -> Dict[str, Any]:
     """A saved report (a JSON report, or the report in a support bundle), rebuilt from its validated parts so the
     renderers only ever see the shapes they expect, whatever the file holds."""
     from dl_doctor.model import Status
-    from dl_doctor.validate import InputError, check_limits
+    from dl_doctor.facts.validate import InputError, check_limits
 
     doc = read_document(path, bundle_member="report.json")
     if not isinstance(doc, dict) or not isinstance(doc.get("findings"), list):
@@ -417,7 +417,7 @@ def safe_name(text: Optional[str]) -> str:
 def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: OutputOptions, *, mode: str,
                   started: _dt.datetime, t0: float, extra_options: Optional[Dict[str, Any]] = None) -> Outcome:
     """Judge, redact once, and write every output asked for (only those: nothing is rendered for nothing)."""
-    from dl_doctor.output import OutputRefused, prune_reports, reserve_unique, write_file
+    from dl_doctor.host.output import OutputRefused, prune_reports, reserve_unique, write_file
     from dl_doctor.redact import redact
     from dl_doctor.reports import to_json
 
@@ -474,7 +474,7 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
 
 def _archive_problem(directory: str, exc: OSError) -> str:
     """One line for an output directory that cannot be used: the path that decided it, and why."""
-    from dl_doctor.output import OutputRefused
+    from dl_doctor.host.output import OutputRefused
 
     if isinstance(exc, OutputRefused):
         what = "it" if os.path.normpath(exc.filename) == os.path.normpath(directory) else exc.filename
@@ -496,14 +496,14 @@ def _render(kind: str, report: Dict[str, Any]) -> str:
         from dl_doctor.reports import prometheus
 
         return prometheus.render(report)
-    from dl_doctor.login_hook import status_line
+    from dl_doctor.integrations.login_hook import status_line
 
     return status_line(report) + "\n"
 
 
 def write_or_refuse(path: str, data: Any, private: bool = True) -> None:
     """One output file; a refused target or a failed write is an InputProblem."""
-    from dl_doctor.output import OutputRefused, write_file
+    from dl_doctor.host.output import OutputRefused, write_file
 
     try:
         write_file(path, data, private=private)
@@ -517,7 +517,7 @@ def write_or_refuse(path: str, data: Any, private: bool = True) -> None:
 
 def read_why_input(text: Optional[str], log: Optional[str]) -> str:
     """The error text: the argument, or a log file's end (``-`` is stdin), bounded; bad input is exit 2."""
-    from dl_doctor.signatures import MAX_TEXT
+    from dl_doctor.compat_matrix.signatures import MAX_TEXT
 
     if (text is None) == (log is None):
         raise InputProblem("give the error text, or --log FILE (- for stdin), not both")
@@ -572,7 +572,7 @@ def why(text: str, *, report: Optional[str] = None, collect: Optional[CollectOpt
     """Match ``text`` against the signature base and rank the candidate causes: from the text alone, or against a
     report someone sent (``report``), or against this machine (``collect``: the facts, then only the checks that
     decide between the candidate causes)."""
-    from dl_doctor.signatures import match, rank
+    from dl_doctor.compat_matrix.signatures import match, rank
 
     matrix = load_matrix(())
     matches = match(text, matrix.signatures())

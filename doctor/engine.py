@@ -303,7 +303,7 @@ def host_summary(snapshot: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def fleet_section(snapshot: Mapping[str, Any], findings: Sequence[Finding]) -> Dict[str, Any]:
-    from dl_doctor.fleet_section import node_section
+    from dl_doctor.facts.fleet_section import node_section
 
     return node_section(snapshot.get("facts") or {}, [f.to_dict() for f in findings])
 

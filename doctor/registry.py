@@ -193,7 +193,7 @@ def load_group(registry: Registry, group: str, kind: Type, add) -> None:
 
 
 def _schema_facts() -> dict:
-    from dl_doctor.reports import facts_schema
+    from dl_doctor.facts import schema as facts_schema
 
     return (facts_schema().get("properties", {}).get("facts", {}) or {}).get("properties", {}) or {}
 

@@ -53,6 +53,6 @@ def at_least(found: Any, wanted: Any) -> Optional[bool]:
 
 def kernel_key(release: str) -> List[Any]:
     """Sort key for kernel releases the way rpm/dpkg order them in practice (numbers numerically)."""
-    from dl_doctor.parse import isnum
+    from dl_doctor.util.parse import isnum
 
     return [(0, int(p)) if isnum(p) else (1, p) for p in re.split(r"[.\-_+~]", release) if p]

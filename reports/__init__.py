@@ -16,11 +16,6 @@ def schema() -> Dict[str, Any]:
     return json.loads(text)
 
 
-def facts_schema() -> Dict[str, Any]:
-    """The JSON Schema of a facts snapshot (``reports/schema/facts-v1.json``)."""
-    text = resources.files("dl_doctor.reports").joinpath("schema/facts-v1.json").read_text(encoding="utf-8")
-    return json.loads(text)
-
 
 def to_json(document: Dict[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False) + "\n"

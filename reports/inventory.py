@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from dl_doctor.units import human_bytes
+from dl_doctor.util.units import human_bytes
 
 
 def _get(facts: Dict[str, Any], path: str) -> Any:

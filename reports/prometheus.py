@@ -6,7 +6,7 @@ import datetime as _dt
 from typing import Any, Dict, List
 
 from dl_doctor.model import Facts, iter_statuses
-from dl_doctor.stack import stack
+from dl_doctor.facts.flat import stack
 
 STATUS_VALUE = {"pass": 0, "skip": 0, "warn": 1, "fail": 2, "error": 3}
 

@@ -64,7 +64,8 @@ def dl_doctor_exe() -> str:
 def validate_report(doc: Dict[str, Any]) -> None:
     import jsonschema
 
-    from dl_doctor.reports import facts_schema, schema
+    from dl_doctor.facts import schema as facts_schema
+    from dl_doctor.reports import schema
 
     if doc.get("kind") == "dl-doctor-facts":
         jsonschema.validate(doc, facts_schema())

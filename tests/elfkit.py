@@ -1,7 +1,7 @@
 """Small, valid ELF shared objects for sysroot trees: what the loader reads (SONAME, DT_NEEDED, DT_RPATH/RUNPATH,
 DT_VERNEED, DT_VERDEF, the machine) and nothing else. 64-bit little-endian; x86_64 or aarch64.
 
-The struct reader (dl_doctor.elf) and pyelftools read these files the same way (tests/test_elf_reader.py)."""
+The struct reader (dl_doctor.readers.elf) and pyelftools read these files the same way (tests/test_elf_reader.py)."""
 
 from __future__ import annotations
 

@@ -138,7 +138,7 @@ class FakeNVML:
     def nvmlDeviceGetUtilizationRates(self, h):
         return SimpleNamespace(gpu=self._get(h, "utilization"), memory=0)
 
-    # -- under load (doctor/gpuwatch.py): device["load"] = {"sm_clock": [...], "throttle": [...], "power_mw": [...],
+    # -- under load (doctor/probes/verify/gpuwatch.py): device["load"] = {"sm_clock": [...], "throttle": [...], "power_mw": [...],
     # "temperature": [...], "ecc_after": {"corrected", "uncorrected"}, "xid": [...]}, read in turn, the last repeated
     def _load(self, h, key, default):
         load = h.get("load") or {}

@@ -294,7 +294,7 @@ def test_expectations_on_an_unbooted_image_hold_what_the_files_say(run_cli, tree
 
 
 def test_environment_names_with_dots_and_spaces_keep_their_expectations_apart():
-    from dl_doctor.expect import evaluate
+    from dl_doctor.judge.expect import evaluate
 
     stack = {"environments": {"my env.v2": {"python": "3.11", "packages": {"numpy": "1.26.4"}}}}
     expectations = {"environments": {"my env.v2": {"python": "3.11", "packages": {"NumPy": "<2"}},

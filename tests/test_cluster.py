@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import trees
-from dl_doctor import cluster
+from dl_doctor.integrations import cluster
 
 DOCTOR = Path(sys.executable).parent / "dl-doctor"
 ROOT = Path(__file__).resolve().parents[1]

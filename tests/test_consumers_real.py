@@ -104,8 +104,8 @@ def _site(name: str) -> Path:
 
 def _objects(name: str, distribution: str) -> list:
     """The objects of ``distribution`` that need a CUDA library (what the model calls its CUDA objects)."""
-    from dl_doctor.consumers import is_cuda_library
-    from dl_doctor.elf import read_dynamic
+    from dl_doctor.readers.consumers import is_cuda_library
+    from dl_doctor.readers.elf import read_dynamic
     from dl_doctor.host import Host
 
     site = _site(name)

@@ -1,4 +1,4 @@
-"""The struct ELF reader (dl_doctor.elf) against pyelftools, the reference, on real files: every shared library of
+"""The struct ELF reader (dl_doctor.readers.elf) against pyelftools, the reference, on real files: every shared library of
 the torch test environments (where they exist) and of /usr/lib, and crafted 32-bit / big-endian / broken ones."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dl_doctor import elf
+from dl_doctor.readers import elf
 from dl_doctor.host import Host
 
 elftools = pytest.importorskip("elftools")

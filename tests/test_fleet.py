@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import machines
-from dl_doctor import fleet
-from dl_doctor.validate import InputError
+from dl_doctor.integrations import fleet
+from dl_doctor.facts.validate import InputError
 
 DOCTOR = Path(sys.executable).parent / "dl-doctor"
 
@@ -269,7 +269,7 @@ def test_tarball_members_are_bounded_in_number_and_size(node_reports, tmp_path, 
 def test_the_nodes_together_are_bounded_too(node_reports, monkeypatch):
     """Each section is bounded, and so is their sum: past MAX_FLEET_CHARS a node is named as not compared, never
     held (200,000 inputs of 4,096 long facts each would otherwise all be kept)."""
-    from dl_doctor import fleet
+    from dl_doctor.integrations import fleet
 
     whole = fleet.gather([str(node_reports)])
     assert len(whole.nodes) == 5 and not whole.unreadable

@@ -362,7 +362,7 @@ def test_a_secret_keys_value_never_survives_in_a_structured_config(doc, path, ke
 # -- fleet reports and preflight payloads: what other nodes (or their users) send ---------------------------------------
 
 def _fleet_report(doc: Dict[str, Any]) -> Dict[str, Any]:
-    from dl_doctor.fleet_section import node_section
+    from dl_doctor.facts.fleet_section import node_section
 
     return {"fleet_node": node_section(doc["facts"], []), "facts": doc["facts"], "findings": []}
 
@@ -407,7 +407,8 @@ def test_preflight_payloads_never_crash_a_rank():
     """Whatever a peer sends (any JSON, any bytes), every rank either gathers the nodes or names the peer, alike."""
     from test_preflight import FakeDist, FakeTorch, _mine, _payload
 
-    from dl_doctor import fleet, preflight
+    from dl_doctor.integrations import fleet
+    from dl_doctor.integrations import preflight
 
     section = st.builds(lambda doc: doc["fleet_node"], mutated_fleet_report())
     payloads = (st.builds(lambda s: _payload(1, section=s), section)

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from dl_doctor import trust
+from dl_doctor.host import trust
 from dl_doctor.host import Host, NotARegularFile, UntrustedCommand
-from dl_doctor.output import OutputRefused, clean_stale_temporaries, prune_reports, reserve_unique, write_file
+from dl_doctor.host.output import OutputRefused, clean_stale_temporaries, prune_reports, reserve_unique, write_file
 from conftest import FIXTURES, dl_doctor_exe
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -346,11 +346,10 @@ def test_a_killed_runs_temporaries_are_removed(tmp_path):
 
 
 def test_a_kill_minus_nine_during_a_write_leaves_nothing_that_survives_the_next_run(tmp_path):
-    code = ("import os, sys; sys.path.insert(0, %r); from doctor import output\n"
+    code = ("import os, sys; from dl_doctor.host import output\n"
             "real = output._write_fd\n"
             "def slow(fd, data):\n    real(fd, data[:10]); os.kill(os.getpid(), 9)\n"
-            "output._write_fd = slow\noutput.write_file(%r, 'x' * 1000)\n") % (str(Path(__file__).parents[1]),
-                                                                                str(tmp_path / "r.json"))
+            "output._write_fd = slow\noutput.write_file(%r, 'x' * 1000)\n") % (str(tmp_path / "r.json"),)
     subprocess.run([sys.executable, "-c", code], timeout=30)
     assert [p.name for p in tmp_path.iterdir() if ".dl-doctor-tmp-" in p.name]
     write_file(str(tmp_path / "other.json"), "{}")
@@ -393,7 +392,7 @@ def test_login_hook_arguments_cannot_inject_into_the_unit(run_cli, tmp_path):
 
 
 def test_the_timer_unit_is_sandboxed_but_still_sees_the_hardware():
-    from dl_doctor.login_hook import service_unit
+    from dl_doctor.integrations.login_hook import service_unit
 
     unit = service_unit("/usr/local/bin/dl-doctor", writable=["/var/lib/node_exporter/textfile"])
     lines = set(unit.splitlines())
@@ -408,7 +407,7 @@ def test_the_timer_unit_is_sandboxed_but_still_sees_the_hardware():
 @pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v systemd-analyze"], capture_output=True).returncode != 0,
                     reason="systemd-analyze is not installed")
 def test_the_units_pass_systemd_analyze_verify(tmp_path):
-    from dl_doctor.login_hook import service_unit, timer_unit
+    from dl_doctor.integrations.login_hook import service_unit, timer_unit
 
     exe = tmp_path / "dl-doctor"
     exe.write_text("#!/bin/sh\n")
@@ -480,7 +479,7 @@ def test_timeout_help_says_which_probes_get_longer(run_cli):
 def test_a_sandboxed_run_gathers_the_same_facts(tmp_path):
     """The unit's sandbox (ProtectSystem=strict, ProtectHome=read-only, PrivateTmp, NoNewPrivileges...) hides
     nothing dl-doctor reads: the same probes succeed with the same facts."""
-    from dl_doctor.login_hook import SANDBOX
+    from dl_doctor.integrations.login_hook import SANDBOX
 
     props = [f"--property={line}" for line in SANDBOX.splitlines()]
     plain = subprocess.run([dl_doctor_exe(), "collect", "-o", "-", "--no-env-scan"], capture_output=True, text=True,

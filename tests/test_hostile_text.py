@@ -33,7 +33,7 @@ HOSTILE_HOST = "gpu7\x1b]0;pwned\x07\u202e\nOK: the nodes agree and none fails"
 def _preflight_result():
     """What rank 0 builds from the gathered sections: one peer names itself with an escape sequence, a bidi
     override and a forged verdict line, fails a check, and cannot reduce with rank 0."""
-    from dl_doctor import fleet
+    from dl_doctor.integrations import fleet
 
     failing = [{"id": "DLD-GPU-001", "status": "fail", "headline": "no GPU"}]
     nodes = [fleet.Node("gpu1", "rank 0", {"version": "1", "identity": {}, "compare": {}, "failing": [],
@@ -48,7 +48,7 @@ def _preflight_result():
 
 
 def test_preflight_verdict_escapes_a_peers_hostile_host_name():
-    from dl_doctor.preflight import verdict_text
+    from dl_doctor.integrations.preflight import verdict_text
 
     out = verdict_text(_preflight_result())
     _assert_escaped(out)
@@ -100,7 +100,7 @@ def test_the_terminal_summary_keeps_each_value_on_its_line_and_a_fix_keeps_its_c
 
 
 def test_preflight_error_line_escapes_what_a_peer_sent(monkeypatch, capsys):
-    import dl_doctor.preflight as preflight
+    import dl_doctor.integrations.preflight as preflight
 
     def refused(*args):
         raise RuntimeError("connection reset by gpu7\x1b]0;pwned\x07\nOK: ready")

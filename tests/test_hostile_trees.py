@@ -135,7 +135,7 @@ def _elf_with_needed(count: int) -> bytes:
 
 
 def test_an_elf_with_600000_needed_entries_is_capped(tmp_path):
-    from dl_doctor import elf
+    from dl_doctor.readers import elf
     from dl_doctor.host import Host
 
     small = tmp_path / "small.so"

@@ -109,7 +109,7 @@ def test_refusing_imds_is_unavailable():
 
 
 def test_token_refused(fake_imds, monkeypatch):
-    from dl_doctor import devices
+    from dl_doctor.host import devices
     from dl_doctor.probes import imds as imds_module
 
     srv = fake_imds(ANSWERS)

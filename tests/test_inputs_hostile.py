@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from dl_doctor import validate
-from dl_doctor.validate import InputError, load_json_bytes, prescan
+from dl_doctor.facts import validate
+from dl_doctor.facts.validate import InputError, load_json_bytes, prescan
 
 DOCTOR = Path(sys.executable).parent / "dl-doctor"
 MIB = 1 << 20

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from dl_doctor import journal
+from dl_doctor.readers import journal
 from dl_doctor.host import Host
 
 DOCTOR = Path(sys.executable).parent / "dl-doctor"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dl_doctor.host import Host
-from dl_doctor.ldso import Loader, expand, ld_so_conf_dirs, parse_ld_so_cache
+from dl_doctor.readers.ldso import Loader, expand, ld_so_conf_dirs, parse_ld_so_cache
 
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build test libraries")

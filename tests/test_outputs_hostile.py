@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import dl_doctor_exe, set_access_acl
-from dl_doctor.output import OutputRefused, prune_reports, reserve_unique, write_file
+from dl_doctor.host.output import OutputRefused, prune_reports, reserve_unique, write_file
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 OTHER_UID = 1001

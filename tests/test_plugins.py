@@ -136,7 +136,7 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
                 continue
             assert f"{pkg}/{rel}" in names, f"{pkg}/{rel} is not in the wheel"
     for data in ("dl_doctor/data/secrets.toml", "dl_doctor/reports/templates/report.html.j2",
-                 "dl_doctor/reports/schema/facts-v1.json", "dl_doctor/compat_matrix/data/torch.toml"):
+                 "dl_doctor/facts/facts-v1.json", "dl_doctor/compat_matrix/data/torch.toml"):
         assert data in names
 
 
@@ -220,7 +220,7 @@ PROBE_BANNED_MODULES = {"os", "subprocess", "socket", "ctypes", "shutil", "pathl
 def test_probes_read_the_host_only_through_host(path):
     """Everything a probe reads goes through Host (so --sysroot confinement, bundles and the trust rule hold):
     no os/subprocess/socket..., no open(). Scripts run in another interpreter are strings and do not count;
-    device access that is not a file read lives in dl_doctor.devices."""
+    device access that is not a file read lives in dl_doctor.host.devices."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

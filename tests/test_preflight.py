@@ -36,7 +36,7 @@ def launcher(tmp_path):
     script = tmp_path / "launch.py"
     # the torch environment imports dl_doctor from the test venv (same Python), as a site directory
     script.write_text(f"import site, sys\nsite.addsitedir({sysconfig.get_paths()['purelib']!r})\n"
-                      "from dl_doctor.preflight import main\nsys.exit(main(sys.argv[1:]))\n")
+                      "from dl_doctor.integrations.preflight import main\nsys.exit(main(sys.argv[1:]))\n")
     return torchrun, script
 
 
@@ -175,7 +175,7 @@ def _mine(rank):
 
 
 def test_honest_payloads_are_gathered_into_nodes():
-    from dl_doctor import preflight
+    from dl_doctor.integrations import preflight
 
     torch = FakeTorch()
     dist = FakeDist(0, _peers({1: _payload(1), 2: _payload(2)}))
@@ -185,7 +185,7 @@ def test_honest_payloads_are_gathered_into_nodes():
 
 
 def test_a_huge_announced_payload_is_refused_on_every_rank_before_it_is_allocated():
-    from dl_doctor import preflight
+    from dl_doctor.integrations import preflight
 
     for rank in (0, 2):
         torch = FakeTorch()
@@ -210,7 +210,7 @@ def test_a_huge_announced_payload_is_refused_on_every_rank_before_it_is_allocate
     (b"[1, 2]", "rank 1's payload: identity is not"),
 ])
 def test_a_malformed_peer_payload_is_named_by_its_rank_on_every_rank(bad, reason):
-    from dl_doctor import preflight
+    from dl_doctor.integrations import preflight
 
     for rank in (0, 2):
         payloads = {r: _payload(r) for r in range(3) if r != rank}
@@ -226,7 +226,7 @@ def fake_torch_modules(monkeypatch):
     """``import torch`` and ``torch.distributed`` answered by the fakes, for main() itself."""
     import types
 
-    from dl_doctor import preflight
+    from dl_doctor.integrations import preflight
 
     fake = FakeTorch()
     torch = types.ModuleType("torch")
@@ -249,7 +249,7 @@ def fake_torch_modules(monkeypatch):
 
 
 def test_every_rank_exits_2_naming_the_rank_whose_payload_is_malformed(fake_torch_modules, capsys):
-    from dl_doctor import preflight
+    from dl_doctor.integrations import preflight
 
     for rank in (0, 1):
         payloads = {r: _payload(r) for r in range(3) if r != rank}
@@ -261,7 +261,7 @@ def test_every_rank_exits_2_naming_the_rank_whose_payload_is_malformed(fake_torc
 
 
 def test_when_rank_0_cannot_compare_every_rank_exits_2(fake_torch_modules, tmp_path, capsys):
-    from dl_doctor import preflight
+    from dl_doctor.integrations import preflight
 
     peers = _peers({1: _payload(1)})
     fake_torch_modules(FakeDist(0, peers))

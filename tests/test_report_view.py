@@ -214,7 +214,7 @@ def test_a_link_behind_any_punctuation_never_links_in_the_summary(dlami_report):
 def test_control_and_bidi_characters_are_shown_escaped_on_every_html_page(dlami_report):
     """A bidirectional override makes a path read as another on the page and a control character can hide text:
     both are shown as their escapes, in the template's values, the stack picture and the fleet page alike."""
-    from dl_doctor import fleet
+    from dl_doctor.integrations import fleet
     from dl_doctor.reports import html as html_report
 
     evil = "/opt/\u202eos.bin\x1b[8m/venv"

@@ -10,7 +10,8 @@ from conftest import snapshot
 from dl_doctor.engine import build_report, evaluate, utc_now
 from dl_doctor.redact import redact
 from dl_doctor.registry import load_registry
-from dl_doctor.reports import facts_schema, schema
+from dl_doctor.facts import schema as facts_schema
+from dl_doctor.reports import schema
 
 SNAP = snapshot({"os": {"id": "rhel", "pretty_name": "RHEL 8.8"}, "kernel": {"release": "4.18.0-477.el8.x86_64"}})
 REPORT = redact(build_report(SNAP, evaluate(SNAP, load_registry().checks), mode="facts", started_at=utc_now(),
@@ -47,4 +48,4 @@ def test_schema_files_are_shipped_as_package_data():
     from dl_doctor import reports
 
     assert json.loads(json.dumps(schema()))["title"] == "dl-doctor report"
-    assert reports.facts_schema()["title"] == "dl-doctor facts snapshot"
+    assert facts_schema()["title"] == "dl-doctor facts snapshot"

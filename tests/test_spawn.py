@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dl_doctor import spawn, trust
+from dl_doctor.host import spawn
+from dl_doctor.host import trust
 from dl_doctor.host import Host, UntrustedCommand
 from conftest import dl_doctor_exe, set_access_acl
 
@@ -148,7 +149,7 @@ def test_root_looks_up_only_in_trusted_directories(open_dir):
 
 
 def test_preflight_never_starts_a_dl_doctor_from_the_current_directory(open_dir, monkeypatch):
-    from dl_doctor import preflight
+    from dl_doctor.integrations import preflight
 
     cwd = open_dir()
     _script(cwd / "dl-doctor", "echo pwned\n")

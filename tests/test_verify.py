@@ -103,7 +103,7 @@ def test_the_dense_peaks_are_half_the_datasheets_sparse_rates():
 
 def test_dcgm_3x_output_from_dcgms_repository_is_parsed():
     """tests/fixtures/dcgm/diag-3x-dcgm-repo.json: verbatim from NVIDIA's DCGM repository (see the README there)."""
-    from dl_doctor.dcgm import parse_diag
+    from dl_doctor.probes.verify.dcgm import parse_diag
 
     doc = json.loads((Path(__file__).parent / "fixtures/dcgm/diag-3x-dcgm-repo.json").read_text())
     parsed = parse_diag(doc)
@@ -116,7 +116,7 @@ def test_dcgm_3x_output_from_dcgms_repository_is_parsed():
     assert parse_diag([1, 2]) == {"shape": None, "results": []}
 
 
-# -- NVML watched during the run (doctor/gpuwatch.py), on recorded NVML ------------------------------------------
+# -- NVML watched during the run (doctor/probes/verify/gpuwatch.py), on recorded NVML ------------------------------------------
 
 from fake_nvml import FakeNVML  # noqa: E402
 
@@ -132,7 +132,7 @@ def _p5(changes=None):
 
 
 def test_the_watch_leaves_busy_gpus_alone_and_sees_throttling_ecc_and_xids_during_the_run():
-    from dl_doctor.gpuwatch import GpuWatch
+    from dl_doctor.probes.verify.gpuwatch import GpuWatch
 
     nv = _p5({
         2: {"processes": [{"pid": 4242, "used": 1 << 30}]},
@@ -161,7 +161,7 @@ def test_the_watch_leaves_busy_gpus_alone_and_sees_throttling_ecc_and_xids_durin
 
 
 def test_without_nvml_events_the_watch_says_xids_were_not_watched():
-    from dl_doctor.gpuwatch import GpuWatch
+    from dl_doctor.probes.verify.gpuwatch import GpuWatch
 
     nv = _p5()
     nv.rec["events_unsupported"] = True
@@ -217,7 +217,7 @@ def test_the_probe_runs_the_workload_under_a_recorded_nvml_and_leaves_a_busy_gpu
 
 
 def test_renumbering_gives_tested_devices_nvmls_index_by_uuid():
-    from dl_doctor.verify import renumber
+    from dl_doctor.probes.verify.workload import renumber
 
     out = {"devices": [{"index": 0, "cuda_index": 0, "uuid": "bbb"}, {"index": 1, "cuda_index": 1, "uuid": "ccc"}],
            "allreduce": {"gpus": [0, 1]}, "pairs": [{"gpus": [0, 1]}]}
@@ -227,7 +227,7 @@ def test_renumbering_gives_tested_devices_nvmls_index_by_uuid():
 
 
 def test_the_all_reduce_expectation_is_nvlink_from_the_matrix_else_the_pcie_link():
-    from dl_doctor.verify import busbw_expectation
+    from dl_doctor.probes.verify.workload import busbw_expectation
 
     assert busbw_expectation(MATRIX, H100, {"gen": 5, "width": 16})["gbps"] == 450.0
     pcie = busbw_expectation(MATRIX, "NVIDIA L4", {"gen": 4, "width": 16})
@@ -294,7 +294,7 @@ DCGM = Path(__file__).parent / "fixtures" / "dcgm"
 
 
 def test_dcgm_3x_output_recorded_by_virtualclient_is_parsed():
-    from dl_doctor.dcgm import load_json, parse_diag
+    from dl_doctor.probes.verify.dcgm import load_json, parse_diag
 
     parsed = parse_diag(load_json((DCGM / "diag-3x-virtualclient-r3.json").read_text()))
     assert parsed["shape"] == "3.x" and len(parsed["results"]) == 16
@@ -312,7 +312,7 @@ def _dcgm4(*tests, **body):
 def test_dcgm_4x_output_from_a_real_run_in_dcgm_issue_215_is_parsed_per_entity():
     """tests/fixtures/dcgm/diag-4x-test-dcgm-issue-215.txt: one test of a real `dcgmi diag -r 3 -j` on 8 GPUs,
     DCGM 4.x, verbatim from https://github.com/NVIDIA/DCGM/issues/215."""
-    from dl_doctor.dcgm import parse_diag
+    from dl_doctor.probes.verify.dcgm import parse_diag
 
     test = json.loads((DCGM / "diag-4x-test-dcgm-issue-215.txt").read_text().rstrip().rstrip(","))
     parsed = parse_diag(_dcgm4(test))
@@ -325,7 +325,7 @@ def test_dcgm_4x_output_from_a_real_run_in_dcgm_issue_215_is_parsed_per_entity()
 
 
 def test_a_4x_test_summary_failure_that_belongs_to_no_gpu_is_kept_and_a_runtime_error_fails():
-    from dl_doctor.dcgm import load_json, parse_diag
+    from dl_doctor.probes.verify.dcgm import load_json, parse_diag
 
     # built, not recorded: the shape dcgmi/Diag.cpp (HelperJsonAddTestSummary) writes for an error of no entity
     test = {"name": "software", "results": [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0,
@@ -350,7 +350,7 @@ def test_a_4x_test_summary_failure_that_belongs_to_no_gpu_is_kept_and_a_runtime_
 
 
 def test_dcgm_health_healthy_output_recorded_by_virtualclient_passes():
-    from dl_doctor.dcgm import load_json, parse_health
+    from dl_doctor.probes.verify.dcgm import load_json, parse_health
 
     parsed = parse_health(load_json((DCGM / "health-virtualclient-healthy.json").read_text()))
     assert parsed == {"overall": "pass", "incidents": []}
@@ -359,7 +359,7 @@ def test_dcgm_health_healthy_output_recorded_by_virtualclient_passes():
 
 
 def test_dcgm_health_failure_is_read_from_the_json_not_the_exit_code():
-    from dl_doctor.dcgm import parse_health
+    from dl_doctor.probes.verify.dcgm import parse_health
 
     # built, not recorded: the tree dcgmi/Health.cpp writes through DcgmiOutputJson ("children", "value",
     # "overflow" holding the message in parts of at most 54 characters)
@@ -411,7 +411,7 @@ def _four(**conf):
 
 def test_the_workloads_gpu_branch_leaves_a_busy_gpu_alone_runs_fp8_where_it_exists_and_pairs_a_slow_all_reduce(
         tmp_path):
-    from dl_doctor.verify import run_workload
+    from dl_doctor.probes.verify.workload import run_workload
 
     host = _fake_torch_host(tmp_path, _four(slow_gpus=[3]))
     busy = {"00000000-aaaa-bbbb-cccc-000000000001": "GPU 1 (1 compute process(es): pid 5)"}
@@ -434,7 +434,7 @@ def test_the_workloads_gpu_branch_leaves_a_busy_gpu_alone_runs_fp8_where_it_exis
 
 
 def test_a_failing_pair_and_a_failing_matmul_in_the_gpu_branch_fail_their_checks(tmp_path):
-    from dl_doctor.verify import run_workload
+    from dl_doctor.probes.verify.workload import run_workload
 
     host = _fake_torch_host(tmp_path, _four(broken_pairs=[[0, 1], [0, 1, 2, 3]], matmul_error="cuda:2"))
     out = run_workload(host, sys.executable, "quick", busbw_floor=1.0)
@@ -480,7 +480,7 @@ def test_verify_with_jax_on_the_cpu_gives_a_finding_per_workload(tmp_path):
 
 def test_an_environment_with_neither_framework_says_so():
     from dl_doctor.host import Host
-    from dl_doctor.verify import run_workload
+    from dl_doctor.probes.verify.workload import run_workload
 
     out = run_workload(Host(), sys.executable, "quick")
     assert out["errors"] == {"import": "neither torch nor jax is installed in this environment"}
@@ -493,7 +493,7 @@ def test_the_jax_device_branch_runs_on_xlas_cpu_devices_with_a_real_all_reduce()
     (--xla_force_host_platform_device_count), small sizes; the all-reduce floor set high so every pair runs."""
     _need_jax()
     from dl_doctor.host import Host
-    from dl_doctor.verify import run_workload
+    from dl_doctor.probes.verify.workload import run_workload
 
     out = run_workload(Host(), str(JAX_ENV), "quick", busbw_floor=1e6,
                        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=3"}, jax_platform="cpu",
@@ -585,7 +585,7 @@ def test_a_cuda_torch_without_a_driver_says_what_cuda_said():
     if not env.exists():
         pytest.skip("the cu130 torch test environment is missing (tests/setup_torch_envs.sh)")
     from dl_doctor.host import Host
-    from dl_doctor.verify import run_workload
+    from dl_doctor.probes.verify.workload import run_workload
 
     out = run_workload(Host(), str(env), "quick")
     assert out["no_gpu"].startswith("torch 2.14.1+cu130 (CUDA 13.0): RuntimeError: Found no NVIDIA driver")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dl_doctor import compat_matrix
-from dl_doctor.signatures import PatternError, compile_pattern, match, rank
+from dl_doctor.compat_matrix.signatures import PatternError, compile_pattern, match, rank
 
 HERE = Path(__file__).parent
 DOCTOR = Path(sys.executable).parent / "dl-doctor"

@@ -35,7 +35,7 @@ def emit_engine(outcome: app.Outcome, kw) -> int:
     line; --drain acts through scontrol)."""
     import os
 
-    from dl_doctor import cluster
+    from dl_doctor.integrations import cluster
     from dl_doctor.engine import exit_code
     from dl_doctor.host import Host
     from dl_doctor.reports.terminal import safe_line
@@ -213,7 +213,7 @@ def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> 
     """Render a saved report or a support bundle again: as HTML, as a Markdown summary for a ticket, or both.
 
     Exit codes: 0 written, 2 bad input or a file that could not be written."""
-    from dl_doctor.output import OutputRefused, write_file
+    from dl_doctor.host.output import OutputRefused, write_file
 
     if not html_path and not markdown_path:
         raise app.InputProblem("say what to write: --html PATH and/or --markdown PATH ('-' for stdout)")

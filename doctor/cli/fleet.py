@@ -24,8 +24,8 @@ def fleet_cmd(paths, json_path, html_path) -> int:
     named with the reason in the text and JSON output; the others are still compared.
 
     Exit codes: 0 the nodes agree and none fails; 1 they differ or one fails; 2 no report could be read."""
-    from dl_doctor import fleet
-    from dl_doctor.output import OutputRefused, write_file
+    from dl_doctor.integrations import fleet
+    from dl_doctor.host.output import OutputRefused, write_file
 
     gathered = fleet.gather(paths)
     if not gathered.nodes:

@@ -22,9 +22,9 @@ from dl_doctor.cli.base import cli, collect_options, collect_opts, matrix_overla
                    "by default).")
 def expect_cmd(source, output, packages) -> int:
     """Write golden-stack expectations (for --expect) from a known-good run."""
-    from dl_doctor.expect import DEFAULT_PACKAGES, to_toml
+    from dl_doctor.judge.expect import DEFAULT_PACKAGES, to_toml
     from dl_doctor.model import Facts
-    from dl_doctor.stack import stack
+    from dl_doctor.facts.flat import stack
 
     snapshot = app.load_snapshot(source)
     text = to_toml(stack(Facts(snapshot)), sorted(set(DEFAULT_PACKAGES) | set(packages)))
@@ -45,7 +45,7 @@ def expect_cmd(source, output, packages) -> int:
                    "'kernel', 'environments.*.packages.pip', 'DLD-DISK-*'.")
 def diff_cmd(baseline, current, as_json, ignore) -> int:
     """Drift between two reports (or facts files): versions and findings. Exit 1 when anything drifted."""
-    from dl_doctor.diff import diff, render_text
+    from dl_doctor.judge.diff import diff, render_text
 
     reg = app.registry()
     base_snap, base_findings = app.snapshot_and_findings(baseline, reg)
@@ -69,7 +69,7 @@ def diff_cmd(baseline, current, as_json, ignore) -> int:
 @matrix_overlay_option
 def bundle_cmd(output, redact, quiet, no_color, **kw) -> int:
     """Run, then pack the reports, the facts and the raw probe outputs (redacted) for a support ticket."""
-    from dl_doctor.bundle import Capture, build
+    from dl_doctor.integrations.bundle import Capture, build
     from dl_doctor.engine import exit_code, utc_now
     from dl_doctor.redact import redactor_for
     from dl_doctor.reports import html as html_report

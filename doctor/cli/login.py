@@ -14,7 +14,7 @@ from dl_doctor.cli.base import cli
 def _dl_doctor_exe() -> str:
     """The dl-doctor the unit will run: beside this interpreter, else the one on the trusted search path (never the
     current directory through an empty PATH entry: the unit runs it as root)."""
-    from dl_doctor import spawn
+    from dl_doctor.host import spawn
 
     here = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "dl-doctor")
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -34,7 +34,7 @@ def _dl_doctor_exe() -> str:
 @click.option("--exe", metavar="PATH", help="The dl-doctor the service runs (default: this one).")
 def install_login_hook_cmd(root, boot_only, no_systemd, prom_path, expect_file, exe) -> int:
     """Show a one-line status at login from the last cached run (never runs dl-doctor at login)."""
-    from dl_doctor.login_hook import STATUS_FILE, UnitValueError, install
+    from dl_doctor.integrations.login_hook import STATUS_FILE, UnitValueError, install
 
     if not os.path.isdir(root):
         raise InputProblem(f"--root {root} is not a directory")
@@ -66,7 +66,7 @@ def install_login_hook_cmd(root, boot_only, no_systemd, prom_path, expect_file, 
 @click.option("--root", default="/", show_default=True, metavar="DIR", help="Remove from this tree instead.")
 def uninstall_login_hook_cmd(root) -> int:
     """Remove what install-login-hook put in place (files it did not write are left alone)."""
-    from dl_doctor.login_hook import uninstall
+    from dl_doctor.integrations.login_hook import uninstall
 
     if not os.path.isdir(root):
         raise InputProblem(f"--root {root} is not a directory")

@@ -54,7 +54,7 @@ class ProbeSpec:
     # their own time limit; the run's --timeout is the floor.
     timeout_option: Optional[str] = None
     # The facts this probe provides, as dotted paths below its name ("value", "devices"); empty: the built-in
-    # facts schema (reports/schema/facts-v1.json) says, or, for a plugin without one, anything below its name.
+    # facts schema (doctor/facts/facts-v1.json) says, or, for a plugin without one, anything below its name.
     provides: Tuple[str, ...] = ()
 
 

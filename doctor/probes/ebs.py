@@ -12,8 +12,8 @@ import struct
 import time
 from typing import Any, Dict, List, Optional
 
-from dl_doctor.parse import isnum
-from dl_doctor.devices import nvme_log_page
+from dl_doctor.util.parse import isnum
+from dl_doctor.host.devices import nvme_log_page
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 EBS_MODEL = "Amazon Elastic Block Store"

@@ -45,7 +45,7 @@ def _unit(ctx: ProbeContext, name: str) -> Dict[str, Any]:
             pass
     elif not host.live and path and enabled:
         # a tree: what its journal of the last boot says about the unit (systemd's lines and its own output)
-        from dl_doctor.journal import boot_once, unit_state
+        from dl_doctor.readers.journal import boot_once, unit_state
 
         journal = boot_once(host)
         lines = journal.unit_lines(name) if journal is not None else []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from dl_doctor.devices import http
+from dl_doctor.host.devices import http
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 from dl_doctor.probes.cloud import DMI, is_ec2
 

@@ -6,10 +6,10 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.host import MAX_COMMAND_OUTPUT, CommandUnavailable
-from dl_doctor.devices import read_kmsg
+from dl_doctor.host.devices import read_kmsg
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
-from dl_doctor.logs import MAX_LOG_BYTES  # noqa: E402
+from dl_doctor.readers.syslog import MAX_LOG_BYTES  # noqa: E402
 
 LOG_FILES = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
 INTERESTING = re.compile(r"NVRM|nvidia|Xid|RmInitAdapter|fallen off the bus|nouveau|NVSwitch|nvidia-nvswitch|"
@@ -80,7 +80,7 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
 def kernel_journal(host) -> Optional[Tuple[List[str], str, Dict[str, Any]]]:
     """This boot's kernel messages from the systemd journal (``journalctl -k -b``; live, bounded output), as candidate
     lines, or None where there is no journal this user may read."""
-    from dl_doctor.logs import boot_start, candidate_lines
+    from dl_doctor.readers.syslog import boot_start, candidate_lines
 
     if not host.which("journalctl"):
         return None
@@ -100,7 +100,7 @@ def kernel_journal(host) -> Optional[Tuple[List[str], str, Dict[str, Any]]]:
        "and the events the signature base knows, against the NVIDIA module load",
        root_adds="the kernel log (/dev/kmsg, /var/log/messages), where Xid errors and driver load failures appear")
 def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
-    from dl_doctor.logs import candidate_lines, read_boot
+    from dl_doctor.readers.syslog import candidate_lines, read_boot
 
     host = ctx.host
     lines: Optional[List[str]] = None
@@ -124,7 +124,7 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
             lines = None
     if lines is None and not host.live:
         # a tree: its journal (read here, never by a host program) knows the boots exactly; the syslog files next
-        from dl_doctor.journal import boot_once
+        from dl_doctor.readers.journal import boot_once
 
         journal = boot_once(host)
         if journal is not None and journal.entries:
@@ -137,7 +137,7 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
         if log is not None:
             lines, source, boot = candidate_lines(log.text), log.source, log.describe()
     if lines is None and host.live:
-        from dl_doctor.journal import boot_once
+        from dl_doctor.readers.journal import boot_once
 
         journal = boot_once(host)  # a live host whose ring buffer and journalctl are closed to this user
         if journal is not None and journal.entries:
@@ -148,7 +148,7 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
     relevant = [l for l in lines if INTERESTING.search(l)]
     out = parse_kernel_log(relevant)
     out.update(source=source, lines=relevant[-MAX_LINES:], truncated=len(relevant) > MAX_LINES, boot=boot)
-    from dl_doctor.logs import mark
+    from dl_doctor.readers.syslog import mark
 
     out.update(mark(lines))
     return out

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional
 
-from dl_doctor.ldso import Loader
-from dl_doctor.parse import ascii_int
+from dl_doctor.readers.ldso import Loader
+from dl_doctor.util.parse import ascii_int
 from dl_doctor.probes import ProbeContext, probe
 
 PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64", "/opt/aws-ofi-nccl/lib",

@@ -246,7 +246,7 @@ def listening(host) -> List[Dict[str, Any]]:
             inodes.setdefault(f[9], {"proto": proto, "address": ip, "port": port, "process": None})
     # the owners only of what listens beyond loopback on a notebook, dashboard or daemon port (usually none), within
     # a bounded walk of /proc/*/fd: the walk is the costly part, and the other listeners need no owner
-    from dl_doctor.ports import RISKY_PORTS
+    from dl_doctor.util.ports import RISKY_PORTS
 
     wanted = {i for i, e in inodes.items() if e["port"] in RISKY_PORTS and e["address"] not in ("127.0.0.1", "::1")
               and not e["address"].startswith("127.")}

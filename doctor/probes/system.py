@@ -6,7 +6,7 @@ import re
 import shlex
 from typing import Any, Dict, List, Optional
 
-from dl_doctor.parse import ascii_int, isnum
+from dl_doctor.util.parse import ascii_int, isnum
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 

@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 
 from dl_doctor import __version__
 from dl_doctor.registry import load_registry
-from dl_doctor.reports import facts_schema
+from dl_doctor.facts import schema as facts_schema
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "facts.md"
 SINCE = "0.1.0"  # every fact below was there in the first release; a fact added later names its own version here
@@ -45,7 +45,7 @@ MEANINGS = {
                        "file), boot_start_seen, cut_by_cap, bytes read; from a tree's journal also boot_id",
     "kernel_log.candidates": "this boot's lines worth matching against the signature base, each with "
                              "after_module_load (judged by DLD-LOG-001)",
-    "python_envs.environments[].consumers": "every installed distribution that needs CUDA libraries (dl_doctor.consumers):"
+    "python_envs.environments[].consumers": "every installed distribution that needs CUDA libraries (dl_doctor.readers.consumers):"
                                             " its build, what it needs, where each library resolves, what is missing"
                                             " and where the loader looked, unmet symbol versions",
     "python_envs.environments[].consumers_error": "why the consumer model could not be built for this environment",
@@ -133,7 +133,7 @@ def render() -> str:
     schema = facts_schema()["properties"]["facts"]["properties"]
     probes = {p.name: p for p in load_registry().probes}
     lines = [f"# Facts", "",
-             "Every fact the built-in probes provide, generated from `reports/schema/facts-v1.json` and the registry by",
+             "Every fact the built-in probes provide, generated from `doctor/facts/facts-v1.json` and the registry by",
              "`tests/tools/make_facts_doc.py`. A check names the facts it needs in `requires=` by these paths (a path",
              "no probe provides is refused at load, see [plugins.md](plugins.md)); `[]` is an item of a list. `null`",
              "is always possible (unknown), and a probe that cannot know its facts here leaves them out with the",

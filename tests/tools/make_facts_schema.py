@@ -1,4 +1,4 @@
-"""Regenerate the shapes of the facts in reports/schema/facts-v1.json from every recorded fact.
+"""Regenerate the shapes of the facts in doctor/facts/facts-v1.json from every recorded fact.
 
 Reads the recorded machine snapshots, the check fixtures and a live `collect` of this machine, and writes, for each
 fact path seen, the JSON types seen there (null always allowed; a path only ever seen as null is left free), with
@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Set
 
-from dl_doctor.validate import json_type as kind
+from dl_doctor.facts.validate import json_type as kind
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "reports" / "schema" / "facts-v1.json"
+SCHEMA = ROOT / "doctor" / "facts" / "facts-v1.json"
 COUNT = re.compile(r"(^|_)(count|gpus|gpu_count|device_count|num_[a-z_]+|[a-z]+_count)$")
 COUNT_MAX = 65536
 # Ranges of facts that a check uses as a size or an index (a facts file with gpu_count = 10**8 must not make a check

@@ -17,11 +17,11 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from dl_doctor.consumers import lib_version
+from dl_doctor.readers.consumers import lib_version
 from dl_doctor.host import Host, UntrustedCommand
 from dl_doctor.probes import ProbeContext, probe
-from dl_doctor.trust import python_startup_paths
-from dl_doctor.workers import map_daemon
+from dl_doctor.host.trust import python_startup_paths
+from dl_doctor.util.workers import map_daemon
 
 DEFAULT_ENV_LIMIT = 32
 FRAMEWORKS = ("torch", "torchvision", "torchaudio", "tensorflow", "jax", "jaxlib", "deepspeed", "apex", "xformers",
@@ -834,7 +834,7 @@ def resolve_torch_libraries(host: Host, env: Dict[str, Any], static: Dict[str, A
     paths = sys_path or static["site_packages"]
     major = (t.get("cuda") or "").split(".")[0]
 
-    from dl_doctor.ldso import Loader  # with pyelftools: imported by the runs that resolve libraries
+    from dl_doctor.readers.ldso import Loader  # with pyelftools: imported by the runs that resolve libraries
 
     def new_loader() -> "Loader":
         return Loader(host, ld_library_path=ld_library_path, executable=executable)
@@ -1156,7 +1156,7 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
 def _consumers(host: Host, env: Dict[str, Any], dists: Dict[str, Dict[str, Any]], owned: Dict[str, Tuple[str, str]],
                ld: List[str], live_path: Optional[List[str]], torch_preload: Optional[str]) -> List[Dict[str, Any]]:
     from dl_doctor.app import load_matrix
-    from dl_doctor.consumers import scan
+    from dl_doctor.readers.consumers import scan
 
     python = env.get("python")
     return scan(host, sites=list(dists and {d["location"] for d in dists.values()} or []), dists=dists, owned=owned,

@@ -199,7 +199,7 @@ MAX_READ_SCAN_BYTES = 256 << 20     # decompressed bytes scanned to find the mem
 def is_bundle(path: str) -> bool:
     """Whether ``path`` is a regular file holding a tar archive: looked at through the same non-blocking,
     descriptor-checked open as every input, so a name swapped for a FIFO cannot hang the check."""
-    from dl_doctor.validate import InputError, open_regular
+    from dl_doctor.facts.validate import InputError, open_regular
 
     try:
         with open_regular(path) as fh:
@@ -219,7 +219,7 @@ def read_member(path: str, member: str) -> Dict[str, Any]:
     """
     import zlib
 
-    from dl_doctor.validate import MAX_DOCUMENT_BYTES, InputError, open_regular, read_json
+    from dl_doctor.facts.validate import MAX_DOCUMENT_BYTES, InputError, open_regular, read_json
 
     try:
         with open_regular(path) as raw, tarfile.open(fileobj=raw, mode="r:*") as tar:

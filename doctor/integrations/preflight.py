@@ -2,11 +2,11 @@
 are gathered to rank 0 over a gloo group and compared (the odd nodes out, the failing checks), and a tiny all-reduce
 over the job's own backend proves the path between the nodes; rank 0 prints the verdict and every rank exits with it.
 
-    torchrun --nnodes=N --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT -m dl_doctor.preflight
+    torchrun --nnodes=N --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT -m dl_doctor.integrations.preflight
 
 or, in a training script, once per node on local rank 0 (with the default process group initialised, or not):
 
-    from dl_doctor.preflight import preflight
+    from dl_doctor.integrations.preflight import preflight
     ok = preflight()
 
 The traffic is the job's own: its process group, between its own nodes (docs/clusters.md). Nodes are keyed by host
@@ -95,7 +95,7 @@ def _gather_json(dist, torch, value: Any) -> List[Any]:
     The sizes go first; a size over the limits is refused on every rank before the payloads are allocated, and
     each payload is parsed under the bounds of any input (``validate``). A PreflightError (on every rank alike)
     names the ranks whose payload is refused or is not JSON."""
-    from dl_doctor.validate import InputError, load_json_bytes
+    from dl_doctor.facts.validate import InputError, load_json_bytes
 
     data = json.dumps(value).encode()
     world = dist.get_world_size()
@@ -126,8 +126,8 @@ def _gather_json(dist, torch, value: Any) -> List[Any]:
 def _payload_nodes(gathered: List[Any]) -> List[Any]:
     """The fleet nodes in the gathered payloads, each held to the shape the comparison relies on; a
     PreflightError names every rank whose payload does not fit (decided alike on every rank)."""
-    from dl_doctor import fleet
-    from dl_doctor.validate import InputError
+    from dl_doctor.integrations import fleet
+    from dl_doctor.facts.validate import InputError
 
     checked, bad = [], []
     for rank, g in enumerate(gathered):
@@ -190,7 +190,7 @@ def _allreduce(dist, torch, backend: str, world: int, timeout: float) -> Dict[st
 def verdict_text(result: Dict[str, Any]) -> str:
     """What rank 0 prints: the fleet comparison and the all-reduce's line. Host names and errors come from the
     peers, so every value is one escaped line (a peer cannot retitle rank 0's terminal or forge its verdict)."""
-    from dl_doctor import fleet
+    from dl_doctor.integrations import fleet
     from dl_doctor.reports.terminal import safe_line
 
     text = fleet.render_text(result)
@@ -251,7 +251,7 @@ def _preflight(dist, torch, doctor, timeout, backend, allreduce, json_path, stre
 
 def _report(nodes, path: Optional[Dict[str, Any]], json_path: Optional[str], stream) -> bool:
     """Rank 0's comparison, printed (and written to ``json_path``); whether the nodes are ready."""
-    from dl_doctor import fleet
+    from dl_doctor.integrations import fleet
 
     result = fleet.compare(fleet.Fleet(nodes=nodes))
     if path is not None:
@@ -262,14 +262,14 @@ def _report(nodes, path: Optional[Dict[str, Any]], json_path: Optional[str], str
     stream.write(verdict_text(result))
     stream.flush()
     if json_path:
-        from dl_doctor.output import write_file
+        from dl_doctor.host.output import write_file
 
         write_file(json_path, json.dumps(result, indent=2) + "\n")  # refused (another user's file): rank 0 errs
     return result["ok"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dl_doctor.preflight",
+    p = argparse.ArgumentParser(prog="python -m dl_doctor.integrations.preflight",
                                 description="Run under torchrun (--nproc-per-node=1): compare the nodes before "
                                             "training and prove the path between them. Exit 0 ready, 1 not, 2 error.")
     p.add_argument("--doctor", help="the dl-doctor program (default: dl-doctor on PATH)")

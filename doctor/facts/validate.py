@@ -11,7 +11,7 @@ Three layers:
   character, so these bounds, not the byte count alone, are what keep a 64 MiB document under 300 MiB of memory;
 * generic limits on the parsed value: string length, integers of at most 64 bits, no ``NaN``/``Infinity`` (which
   are not JSON and would be written back into the report);
-* the facts schema (``reports/schema/facts-v1.json``): the shape of every fact the built-in probes write (an
+* the facts schema (``doctor/facts/facts-v1.json``): the shape of every fact the built-in probes write (an
   object stays an object, a list a list, a number a number; ``null`` is always allowed, and facts it does not name
   are allowed, for plugins), and ranges for counts.
 
@@ -397,7 +397,7 @@ def json_type(value: Any) -> str:
 
 def validate_snapshot(snapshot: Dict[str, Any], what: str) -> None:
     """Limits, then the facts schema; raises InputError naming the field."""
-    from dl_doctor.reports import facts_schema
+    from dl_doctor.facts import schema as facts_schema
 
     check_limits(snapshot, what)
     check_schema(snapshot, facts_schema(), what)

@@ -171,7 +171,7 @@ def mark(lines: List[str]) -> Dict[str, Any]:
 
 def events(candidates: Iterable[Dict[str, Any]], signatures: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The candidate lines that a kernel-log signature matches: ``{"event", "line", "after_module_load"}``."""
-    from dl_doctor.signatures import match
+    from dl_doctor.compat_matrix.signatures import match
 
     kernel_sigs = [s for s in signatures if "kernel-log" in (s.get("where") or [])]
     out: List[Dict[str, Any]] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from dl_doctor.units import PCIE_GBPS_PER_LANE
+from dl_doctor.util.units import PCIE_GBPS_PER_LANE
 
 LEVELS = {"quick": {"n": 4096, "iters": 10, "copy_mib": 256, "allreduce_mib": 64, "allreduce_iters": 5,
                     "pair_mib": 32, "seconds": 60},

@@ -170,7 +170,7 @@ DIR_MODE = 0o755
 
 
 def _write(root: str, path: str, text: str) -> str:
-    from dl_doctor.output import make_directories, write_file
+    from dl_doctor.host.output import make_directories, write_file
 
     target = _path(root, path)
     make_directories(os.path.dirname(target), DIR_MODE)
@@ -195,7 +195,7 @@ def install(root: str, exe: str, systemd: bool = True, boot_only: bool = False,
     Under ``root`` (a mounted image) every path is resolved inside the root, so an absolute link in the image
     writes into the image, never into this host's /etc.
     """
-    from dl_doctor.output import make_directories
+    from dl_doctor.host.output import make_directories
 
     paths = [PROFILE_SNIPPET] + ([SERVICE, TIMER] if systemd else [])
     unit = service_unit(exe, extra_args, writable) if systemd else ""  # a bad value fails before anything is written

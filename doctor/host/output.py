@@ -104,7 +104,7 @@ def _uncontrolled(st: os.stat_result, fd: Optional[int] = None) -> Optional[str]
     if st.st_mode & stat.S_IWGRP and st.st_gid != 0:
         return f"writable by group {st.st_gid} (and not sticky)"
     if fd is not None:
-        from dl_doctor.trust import acl_writers
+        from dl_doctor.host.trust import acl_writers
 
         others = [w for w in acl_writers(f"/proc/self/fd/{fd}", follow=True) if w not in ("uid 0", "gid 0")]
         if others:

@@ -27,7 +27,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dl_doctor import trust
+from dl_doctor.host import trust
 
 # Where root looks programs up besides the trusted absolute PATH entries (the FHS system directories).
 SAFE_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")

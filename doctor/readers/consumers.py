@@ -19,7 +19,7 @@ import posixpath
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from dl_doctor.elf import read_dynamic
+from dl_doctor.readers.elf import read_dynamic
 from dl_doctor.host import Host
 
 # The CUDA library family, by soname: the runtime, math libraries, cuDNN, NCCL, NVRTC/nvJitLink, TensorRT, CUPTI,
@@ -216,7 +216,7 @@ class _Simulation:
     """One consumer's loads in one process: preloads, then each object that needs CUDA, then its dlopen names."""
 
     def __init__(self, host: Host, ld_library_path: Sequence[str], executable: Optional[str], machine: str):
-        from dl_doctor.ldso import Loader
+        from dl_doctor.readers.ldso import Loader
 
         self.loader = Loader(host, ld_library_path=list(ld_library_path), executable=executable, machine=machine)
         self.missing: List[Dict[str, Any]] = []

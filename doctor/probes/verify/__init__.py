@@ -30,7 +30,7 @@ def verify_probe(ctx: ProbeContext) -> Dict[str, Any]:
         raise Unavailable("not asked for: dl-doctor verify (or run --verify) runs the workloads")
     if not ctx.host.live:
         raise Unavailable("workloads run on a running machine, not a sysroot")
-    from dl_doctor.verify import ALLREDUCE_FLOOR, busbw_expectation, renumber, run_workload
+    from dl_doctor.probes.verify.workload import ALLREDUCE_FLOOR, busbw_expectation, renumber, run_workload
 
     level = ctx.options.get("verify_level") or "quick"
     watch, why = _watch(ctx)
@@ -68,7 +68,7 @@ def _startup(host, python: str) -> List[str]:
     import posixpath
 
     from dl_doctor.probes.python_envs import site_dirs
-    from dl_doctor.trust import python_startup_paths
+    from dl_doctor.host.trust import python_startup_paths
 
     prefix = posixpath.dirname(posixpath.dirname(python))
     kind = ("venv" if host.is_file(f"{prefix}/pyvenv.cfg") else
@@ -104,7 +104,7 @@ def _watch(ctx: ProbeContext):
             import pynvml as nv
         except ImportError as exc:  # pragma: no cover - a declared dependency
             return None, f"nvidia-ml-py is not installed: {exc}"
-    from dl_doctor.gpuwatch import GpuWatch
+    from dl_doctor.probes.verify.gpuwatch import GpuWatch
 
     watch = GpuWatch(nv)
     why = watch.open()
@@ -130,7 +130,7 @@ def _dcgm(ctx: ProbeContext, level: int) -> Dict[str, Any]:
     """`dcgmi diag -r LEVEL` where DCGM is installed (1 with --quick, 2 with --long, or --dcgm-level), its JSON parsed
     (both shapes); the run's own judgement comes from that JSON, not from the exit code."""
     from dl_doctor.app import DCGM_DIAG_SECONDS
-    from dl_doctor.dcgm import load_json, parse_diag
+    from dl_doctor.probes.verify.dcgm import load_json, parse_diag
 
     if not level:
         return {"ran": False, "reason": "not asked for (--dcgm-level 0)"}
@@ -154,7 +154,7 @@ def _dcgm_health(ctx: ProbeContext) -> Dict[str, Any]:
     """`dcgmi health -c -j`: what DCGM's background health watches have seen. Read-only: dl-doctor does not set
     watches (`dcgmi health -s a` would change the host engine's state); without them, it says so. dcgmi exits 0
     whatever the health is, so only the JSON is read."""
-    from dl_doctor.dcgm import load_json, parse_health
+    from dl_doctor.probes.verify.dcgm import load_json, parse_health
 
     exe = ctx.host.which("dcgmi")
     if not exe:

@@ -432,14 +432,14 @@ class Host:
         directory through an empty or relative entry."""
         if not self.live:
             return None
-        from dl_doctor import spawn
+        from dl_doctor.host import spawn
 
         return spawn.which(name, None, self.as_root, self.search_dirs())
 
     def search_dirs(self) -> List[str]:
         """Where programs are looked up (doctor.spawn.search_dirs), judged once per run: as root each PATH directory
         goes through the trust rule, and probes look up a dozen programs."""
-        from dl_doctor import spawn
+        from dl_doctor.host import spawn
 
         path = self.environ().get("PATH", os.defpath)
         return self.cached(("search_dirs", path, self.as_root), lambda: spawn.search_dirs(path, self.as_root))
@@ -458,7 +458,7 @@ class Host:
         terminal, its own process group (killed whole at the timeout), and at most ``MAX_COMMAND_OUTPUT`` bytes of
         each stream are kept.
         """
-        from dl_doctor import spawn
+        from dl_doctor.host import spawn
 
         argv = [str(a) for a in argv]
         if not self.live:
@@ -519,7 +519,7 @@ class Host:
         """Run ``script`` in the interpreter ``python``, isolated (``-I``: no current directory or script directory on
         its module path, no ``PYTHON*`` variables, no user site; ``-E -s`` for a Python 2.7, which lacks ``-I``), with
         :data:`doctor.spawn.PYTHON_PRELUDE` adding back the session's trusted ``PYTHONPATH`` and its user site."""
-        from dl_doctor import spawn
+        from dl_doctor.host import spawn
 
         kwargs = dict(timeout=timeout, env=env, startup_paths=startup_paths, requested=requested)
         result = self.run(spawn.python_argv(python, script, args), **kwargs)

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from dl_doctor.elf import read_dynamic
+from dl_doctor.readers.elf import read_dynamic
 from dl_doctor.host import Host
 
 CACHE_MAGIC_NEW = b"glibc-ld.so.cache1.1"

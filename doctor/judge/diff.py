@@ -11,7 +11,7 @@ import fnmatch
 from typing import Any, Dict, List, Mapping, Sequence
 
 from dl_doctor.model import Facts
-from dl_doctor.stack import flatten, stack
+from dl_doctor.facts.flat import flatten, stack
 
 PROBLEMS = ("warn", "fail", "error")
 
