@@ -30,7 +30,7 @@ from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
     nvidia-suspend/nvidia-resume (and nvidia-hibernate) or keep the host from suspending.""",
 )
 def kernel_log_events(facts: Facts, matrix) -> Result:
-    from dl_doctor.readers.syslog import events
+    from dl_doctor.judge.logs import events
 
     if facts.get("kernel_log.candidates") is None and facts.has("kernel_log"):
         return skip("these facts predate kernel-log events (dl-doctor 0.2.0); collect them again")

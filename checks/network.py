@@ -215,7 +215,7 @@ def _kernel_tuple(release: Optional[str]):
     install MLNX_OFED/DOCA-OFED and rebuild the NVIDIA modules, or use DMA-BUF with the open kernel modules.""",
 )
 def gpudirect_rdma(facts: Facts, matrix) -> Result:
-    from dl_doctor.readers.syslog import events
+    from dl_doctor.judge.logs import events
 
     devices = [d for d in facts.get("network.infiniband_devices") or [] if isinstance(d, dict)
                and d.get("driver") != "efa" and not str(d.get("name", "")).startswith(("efa", "rdmap"))]

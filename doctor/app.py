@@ -450,9 +450,11 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
     if out.status_path:
         targets.append((out.status_path, lambda: _render("status", report), False))
     if out.markdown_path:
-        from dl_doctor.reports.markdown import summary as markdown_summary
+        from dl_doctor.redact import for_public
+        from dl_doctor.reports.markdown import render as markdown_render
 
-        outcome.markdown_text = markdown_summary(report, snapshot, judge_opts.redact, out.markdown_max_chars)
+        outcome.markdown_text = markdown_render(for_public(report, snapshot, judge_opts.redact),
+                                               out.markdown_max_chars)
         if out.markdown_path != "-":
             targets.append((out.markdown_path, lambda: outcome.markdown_text, True))
     archive = {base + ".json", base + ".html"} if defaults else set()

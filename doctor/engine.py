@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 from dl_doctor import __version__
 from dl_doctor.fixes import for_target, target_of
 from dl_doctor.host import Host
+from dl_doctor.util.text import printable
 from dl_doctor.model import (DISPLAY_ORDER, FACTS_SCHEMA_VERSION, KEY_RE, REMEDIES, REPORT_SCHEMA_VERSION, CheckSpec, Facts,
                           Finding, Result, Status, iter_statuses)
 from dl_doctor.probes import ProbeContext, ProbeSpec, Unavailable
@@ -151,28 +152,6 @@ def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[s
         "privilege": {"euid": euid, "is_root": euid == 0, "limited": limited},
         "commands": printable([vars(rec) for rec in list(host.commands)]),
     }
-
-
-def _unescape_surrogate(ch: str) -> str:
-    code = ord(ch)
-    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
-
-
-def printable(obj: Any) -> Any:
-    """Names that were not UTF-8 (``~/venv\\xff``, surrogate-escaped by the OS layer) as readable ``\\xff`` text.
-
-    Without this, one such name anywhere in the facts makes every UTF-8 output fail to encode.
-    """
-    if isinstance(obj, str):
-        return _SURROGATE.sub(lambda m: _unescape_surrogate(m.group(0)), obj) if _SURROGATE.search(obj) else obj
-    if isinstance(obj, dict):
-        return {printable(k): printable(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [printable(v) for v in obj]
-    return obj
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _not_serialisable(obj: Any) -> Any:

@@ -543,3 +543,16 @@ def redact(document: Dict[str, Any], extended: bool = False, snapshot: Optional[
     out = red.value(document)
     out["redaction"] = red.summary()
     return out
+
+
+def for_public(report: Dict[str, Any], snapshot: Optional[Dict[str, Any]] = None,
+               extended_already: bool = False) -> Dict[str, Any]:
+    """The report as it may be pasted in public (the Markdown summary), with the extended redaction (host names,
+    addresses, users) always on. Every text value goes through the redaction pass here, whatever the report says of
+    itself (a saved report is a file anyone may have written or edited): the extended pass, or, where the caller has
+    just applied it to this very report (``extended_already``), the secrets pass alone."""
+    done = report.get("redaction")
+    report = redact(report, extended=not extended_already, snapshot=dict(snapshot) if snapshot else None)
+    if extended_already:
+        report["redaction"] = done
+    return report

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from dl_doctor.reports import present, stack
 from dl_doctor.reports.terminal import ORDER, headline, safe_text
@@ -181,17 +181,3 @@ def render(report: Dict[str, Any], max_chars: int = GITHUB_LIMIT) -> str:
         cut = cut[:fences[-1]]
     return cut.rstrip() + note
 
-
-def summary(report: Dict[str, Any], snapshot: Optional[Dict[str, Any]] = None, extended_already: bool = False,
-            max_chars: int = GITHUB_LIMIT) -> str:
-    """The Markdown summary of a report, with the extended redaction (host names, addresses, users) always on: it is
-    written to be pasted in public. Every text value goes through the redaction pass here, whatever the report says
-    of itself (a saved report is a file anyone may have written or edited): the extended pass, or, where the caller
-    has just applied it to this very report (``extended_already``), the secrets pass alone."""
-    from dl_doctor.redact import redact
-
-    done = report.get("redaction")
-    report = redact(report, extended=not extended_already, snapshot=dict(snapshot) if snapshot else None)
-    if extended_already:
-        report["redaction"] = done
-    return render(report, max_chars)

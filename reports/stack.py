@@ -175,7 +175,7 @@ def render_html(model: Dict[str, Any]) -> str:
     template is compiled on every run, and this part would double its compile time."""
     from markupsafe import escape
 
-    from dl_doctor.reports.terminal import safe_text
+    from dl_doctor.reports.text import safe_text
 
     def e(value: Any) -> str:  # control characters and bidirectional overrides shown escaped, as in a terminal
         return str(escape(safe_text("" if value is None else str(value))))

@@ -113,7 +113,7 @@ def test_preflight_error_line_escapes_what_a_peer_sent(monkeypatch, capsys):
 
 
 def test_every_character_that_breaks_or_reorders_a_line_is_escaped():
-    from dl_doctor.reports.terminal import safe_line, safe_text
+    from dl_doctor.reports.text import safe_line, safe_text
 
     # C0, DEL, C1 (0x9b is an 8-bit CSI), the bidi controls, and the Unicode line and paragraph separators
     assert safe_line("a\x1b\x7f\x9b\u061c\u200f\u202e\u2066\u2028\u2029\n\tb") == (

@@ -26,7 +26,7 @@ __all__ = ["cli", "main"]
 
 def _error_line(text: str) -> str:
     """An error as one escaped line: messages quote file names, fields and values from files other people wrote."""
-    from dl_doctor.reports.terminal import safe_line
+    from dl_doctor.reports.text import safe_line
 
     return safe_line(" ".join(str(text).split()))
 

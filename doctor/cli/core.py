@@ -38,7 +38,7 @@ def emit_engine(outcome: app.Outcome, kw) -> int:
     from dl_doctor.integrations import cluster
     from dl_doctor.engine import exit_code
     from dl_doctor.host import Host
-    from dl_doctor.reports.terminal import safe_line
+    from dl_doctor.reports.text import safe_line
 
     engine, fail_on = kw["engine"], kw.get("fail_on", "fail")
     for problem in outcome.problems:
@@ -154,7 +154,7 @@ def check_cmd(facts_file, **kw) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(as_json) -> int:
     """List every registered check: ID, slug, title, tags."""
-    from dl_doctor.reports.terminal import safe_line
+    from dl_doctor.reports.text import safe_line
 
     reg = app.registry()
     checks = sorted(reg.checks, key=lambda s: s.id)
@@ -179,7 +179,7 @@ def explain_cmd(key) -> int:
     import textwrap
 
     from dl_doctor.model import Explanation
-    from dl_doctor.reports.terminal import safe_line, safe_text
+    from dl_doctor.reports.text import safe_line, safe_text
 
     reg = app.registry()
     spec = reg.find_check(key)
@@ -221,9 +221,10 @@ def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> 
     written = []
     stdout_text = None
     if markdown_path:
-        from dl_doctor.reports.markdown import summary as markdown_summary
+        from dl_doctor.redact import for_public
+        from dl_doctor.reports.markdown import render as markdown_render
 
-        text = markdown_summary(report, report, False, max_chars)
+        text = markdown_render(for_public(report, report, False), max_chars)
         if markdown_path == "-":
             stdout_text = text
         else:

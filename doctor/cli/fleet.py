@@ -29,7 +29,7 @@ def fleet_cmd(paths, json_path, html_path) -> int:
 
     gathered = fleet.gather(paths)
     if not gathered.nodes:
-        from dl_doctor.reports.terminal import safe_value
+        from dl_doctor.reports.text import safe_value
 
         why = "; ".join(f"{u['source']}: {u['error']}" for u in gathered.unreadable[:3])
         more = f"; and {len(gathered.unreadable) - 3} more" if len(gathered.unreadable) > 3 else ""

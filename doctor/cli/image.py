@@ -45,7 +45,8 @@ def expect_cmd(source, output, packages) -> int:
                    "'kernel', 'environments.*.packages.pip', 'DLD-DISK-*'.")
 def diff_cmd(baseline, current, as_json, ignore) -> int:
     """Drift between two reports (or facts files): versions and findings. Exit 1 when anything drifted."""
-    from dl_doctor.judge.diff import diff, render_text
+    from dl_doctor.judge.diff import diff
+    from dl_doctor.reports.drift import render_text
 
     reg = app.registry()
     base_snap, base_findings = app.snapshot_and_findings(baseline, reg)

@@ -43,7 +43,7 @@ def _answer(kind: str, query: str, overlays, as_json: bool, lookup: Callable[[An
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
-        from dl_doctor.reports.terminal import safe_line, safe_text
+        from dl_doctor.reports.text import safe_line, safe_text
 
         # an overlay's entry (--matrix-overlay, a site file) is text someone else wrote: escaped (the answer keeps
         # its own lines)
@@ -152,7 +152,7 @@ def matrix_instance(instance_type, as_json, overlays) -> int:
 def matrix_validate(files) -> int:
     """Validate matrix files (default: the built-in data and site overlays); exit 1 on errors."""
     from dl_doctor import compat_matrix
-    from dl_doctor.reports.terminal import safe_line
+    from dl_doctor.reports.text import safe_line
 
     paths = list(files) or compat_matrix.site_overlay_files()
     errors = compat_matrix.validate_files(paths)

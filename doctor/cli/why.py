@@ -27,7 +27,7 @@ def why_cmd(text, log, report, sysroot, text_only, timeout, as_json) -> int:
 
     Exit codes: 0 a diagnosis (or none matched), 1 this machine's evidence confirms a cause, 2 bad input.
     """
-    from dl_doctor.reports.terminal import safe_line
+    from dl_doctor.reports.text import safe_line
 
     body = app.read_why_input(text, log)
     result = app.why(body, report=report, evidence=not text_only,

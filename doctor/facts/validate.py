@@ -245,7 +245,7 @@ def _walk(value: Any) -> Iterator[Tuple[List[Any], Any]]:
 def _repair_surrogates(value: Any) -> Any:
     """Lone surrogates (legal as JSON escapes, not as UTF-8) as readable ``\\xNN`` text, as in collected facts;
     in place, container by container, so a large document is not copied whole."""
-    from dl_doctor.engine import printable
+    from dl_doctor.util.text import printable
 
     if isinstance(value, str):
         return printable(value)

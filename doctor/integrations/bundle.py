@@ -163,14 +163,15 @@ def build(capture: Capture, snapshot: Dict[str, Any], report: Dict[str, Any], ht
     summary = red.summary()
     for doc in (facts, rep, manifest):
         doc["redaction"] = summary
-    from dl_doctor.reports.markdown import summary as markdown_summary
+    from dl_doctor.redact import for_public
+    from dl_doctor.reports.markdown import render as markdown_render
 
     manifest["contents"] = ["manifest.json", "report.json", "report.html", "summary.md", "facts.json"] + \
         [m for m, _ in members]
     # summary.md: the text to paste into the ticket the bundle is attached to (always with the extended redaction)
     head = [("manifest.json", _dump(manifest)), ("report.json", _dump(rep)),
             ("report.html", html_render(rep).encode("utf-8")),
-            ("summary.md", markdown_summary(rep, snapshot, False, 65536).encode("utf-8")), ("facts.json", _dump(facts))]
+            ("summary.md", markdown_render(for_public(rep, snapshot, False), 65536).encode("utf-8")), ("facts.json", _dump(facts))]
 
     buf = io.BytesIO()
     now = time.time()

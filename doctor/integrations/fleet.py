@@ -321,7 +321,7 @@ def compare(fleet: Fleet) -> Dict[str, Any]:
 
 
 def render_text(result: Dict[str, Any], width: int = 100) -> str:
-    from dl_doctor.reports.terminal import safe_line
+    from dl_doctor.reports.text import safe_line
 
     lines = [f"dl-doctor fleet: {result['nodes']} node{'s' if result['nodes'] != 1 else ''} in "
              f"{len(result['groups'])} group{'s' if len(result['groups']) != 1 else ''}"]

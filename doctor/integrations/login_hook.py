@@ -31,7 +31,7 @@ def status_line(report: Dict[str, Any], width: int = 240) -> str:
     It names a command, not the cached report: the reports carry the environment and are private to root; any user
     can run ``dl-doctor`` themselves. Control characters from the machine (an image's names) are escaped.
     """
-    from dl_doctor.reports.terminal import safe_text
+    from dl_doctor.reports.text import safe_text
     s = report.get("summary", {})
     started = report.get("run", {}).get("started_at") or ""
     try:

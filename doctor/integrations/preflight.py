@@ -191,7 +191,7 @@ def verdict_text(result: Dict[str, Any]) -> str:
     """What rank 0 prints: the fleet comparison and the all-reduce's line. Host names and errors come from the
     peers, so every value is one escaped line (a peer cannot retitle rank 0's terminal or forge its verdict)."""
     from dl_doctor.integrations import fleet
-    from dl_doctor.reports.terminal import safe_line
+    from dl_doctor.reports.text import safe_line
 
     text = fleet.render_text(result)
     path = result.get("path")
@@ -285,7 +285,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"dl-doctor preflight: error: needs torch ({exc})", file=sys.stderr)
         return 2
     except RuntimeError as exc:  # a transport error can quote what a peer sent: one escaped line
-        from dl_doctor.reports.terminal import safe_line
+        from dl_doctor.reports.text import safe_line
 
         print(f"dl-doctor preflight: error: {safe_line(str(exc)[:500])}", file=sys.stderr)
         return 2

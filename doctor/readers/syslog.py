@@ -1,4 +1,4 @@
-"""Boot-aware, bounded reading of the kernel log, and the events in it that the signature base knows.
+"""Boot-aware, bounded reading of the kernel log, and its candidate lines marked for judging (doctor/judge/logs.py).
 
 Live, the ring buffer (/dev/kmsg) is the current boot; its first sequence number says whether the start of the
 boot was overwritten. From files (a --sysroot, or a live host whose ring buffer cannot be read), the syslog family
@@ -168,17 +168,3 @@ def mark(lines: List[str]) -> Dict[str, Any]:
     return {"candidates": marked[-MAX_EVENTS:], "candidates_dropped": max(0, len(marked) - MAX_EVENTS),
             "suspends": suspends[-50:], "module_loaded": load_at is not None}
 
-
-def events(candidates: Iterable[Dict[str, Any]], signatures: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The candidate lines that a kernel-log signature matches: ``{"event", "line", "after_module_load"}``."""
-    from dl_doctor.compat_matrix.signatures import match
-
-    kernel_sigs = [s for s in signatures if "kernel-log" in (s.get("where") or [])]
-    out: List[Dict[str, Any]] = []
-    for c in candidates:
-        line = c.get("line") if isinstance(c, dict) else None
-        if not isinstance(line, str):
-            continue
-        for m in match(line, kernel_sigs)[:1]:
-            out.append({"event": m.signature["id"], "line": line, "after_module_load": bool(c.get("after_module_load"))})
-    return out
