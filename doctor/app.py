@@ -498,7 +498,7 @@ def _render(kind: str, report: Dict[str, Any]) -> str:
         from dl_doctor.reports import prometheus
 
         return prometheus.render(report)
-    from dl_doctor.integrations.login_hook import status_line
+    from dl_doctor.reports.status import status_line
 
     return status_line(report) + "\n"
 

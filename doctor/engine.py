@@ -6,7 +6,6 @@ import datetime as _dt
 import inspect
 import json
 import os
-import re
 import threading
 import time
 import traceback

@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 import machines
-from dl_doctor.integrations.bundle import Capture
+from dl_doctor.host.capture import Capture
 from dl_doctor.host import Host
 
 TOKEN = "zz9TopSecretValue42"              # no recognisable format: only its variable's name gives it away

@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 from conftest import FIXTURES
-from dl_doctor.integrations.login_hook import MARKER, profile_snippet, status_line
+from dl_doctor.integrations.login_hook import MARKER, profile_snippet
+from dl_doctor.reports.status import status_line
 
 BASH = shutil.which("bash")
 needs_bash = pytest.mark.skipif(BASH is None, reason="bash is not installed")

@@ -70,7 +70,8 @@ def diff_cmd(baseline, current, as_json, ignore) -> int:
 @matrix_overlay_option
 def bundle_cmd(output, redact, quiet, no_color, **kw) -> int:
     """Run, then pack the reports, the facts and the raw probe outputs (redacted) for a support ticket."""
-    from dl_doctor.integrations.bundle import Capture, build
+    from dl_doctor.host.capture import Capture
+    from dl_doctor.integrations.bundle import build
     from dl_doctor.engine import exit_code, utc_now
     from dl_doctor.redact import redactor_for
     from dl_doctor.reports import html as html_report
