@@ -142,65 +142,7 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
 
 # -- the shape of the code --------------------------------------------------------------------------------------------
 
-PACKAGE_DIRS = {"dl_doctor": ROOT / "doctor", "dl_doctor.checks": ROOT / "checks",
-                "dl_doctor.compat_matrix": ROOT / "compat_matrix", "dl_doctor.reports": ROOT / "reports"}
-
-
-def _modules():
-    out = {}
-    for pkg, base in PACKAGE_DIRS.items():
-        for path in base.rglob("*.py"):
-            rel = path.relative_to(base).with_suffix("")
-            parts = [p for p in rel.parts if p != "__init__"]
-            if pkg == "dl_doctor" and parts and parts[0] in ("checks", "compat_matrix", "reports"):
-                continue
-            out[".".join([pkg, *parts])] = path
-    return out
-
-
-def _imports(name: str, path: Path, known) -> set:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    out = set()
-    is_pkg = path.name == "__init__.py"
-    for node in ast.walk(tree):
-        targets = []
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = name.split(".") if is_pkg else name.split(".")[:-1]
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join(anchor + ([base] if base else []))
-            targets = [base] + [f"{base}.{a.name}" for a in node.names]
-        for t in targets:
-            while t and t not in known:
-                t = t.rpartition(".")[0]
-            if t and t != name and not name.startswith(t + "."):  # a package's own parents are not a cycle
-                out.add(t)
-    return out
-
-
-def test_no_import_cycle_in_the_package():
-    mods = _modules()
-    graph = {name: _imports(name, path, mods) for name, path in mods.items()}
-    state = {}
-    stack = []
-
-    def visit(n):
-        state[n] = 1
-        stack.append(n)
-        for m in sorted(graph.get(n, ())):
-            if state.get(m) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(m):] + [m]))
-            if m not in state:
-                visit(m)
-        stack.pop()
-        state[n] = 2
-
-    for n in sorted(graph):
-        if n not in state:
-            visit(n)
+# The import graph (cycles, layers) is held by import-linter's contracts in setup.cfg: tests/e2e/test_layers.py.
 
 
 def test_no_cli_function_takes_more_than_eight_parameters():
@@ -216,7 +158,8 @@ PROBE_BANNED_MODULES = {"os", "subprocess", "socket", "ctypes", "shutil", "pathl
                         "fcntl", "tarfile", "gzip"}
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "doctor" / "probes").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted([*(ROOT / "doctor" / "probes").rglob("*.py"), *(ROOT / "doctor" / "readers").glob("*.py")]),
+                         ids=lambda p: str(p.relative_to(ROOT / "doctor")))
 def test_probes_read_the_host_only_through_host(path):
     """Everything a probe reads goes through Host (so --sysroot confinement, bundles and the trust rule hold):
     no os/subprocess/socket..., no open(). Scripts run in another interpreter are strings and do not count;

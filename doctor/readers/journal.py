@@ -23,7 +23,6 @@ read entry by entry, within the same budget.
 from __future__ import annotations
 
 import lzma
-import os
 import struct
 import time
 from collections import OrderedDict
@@ -435,7 +434,7 @@ def _open(host: Host, path: str, budget: _Budget, out: JournalRead):
         out.errors.append(f"{path}: {exc.strerror or exc}")
         return None
     try:
-        size = os.fstat(fh.fileno()).st_size
+        size = fh.seek(0, 2)  # the end: the size of the file Host opened
         f = _File(fh, size, budget)
         header = read_header(f.read(0, min(size, 272)))
         return fh, f, header
