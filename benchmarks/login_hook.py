@@ -2,8 +2,8 @@
 """What the login snippet adds to a login: bash --login -i with and without it, in a throw-away HOME.
 
 Prints the median of RUNS logins each way (interleaved) and their ratio; the peer is the same login without the
-snippet. The snippet uses shell built-ins only (tests/test_login_hook.py runs it with an empty PATH), so the
-difference should vanish in the noise.
+snippet. The snippet uses shell built-ins only (tests/integrations/test_login_hook.py runs it with an empty PATH),
+so the difference should vanish in the noise.
 Run: .venv/bin/python benchmarks/login_hook.py [RUNS]
 """
 

@@ -74,7 +74,7 @@ def _looks_secret(upper: str) -> bool:
 _TRIVIAL = re.compile(r"^(?:\d{1,4}|true|false|yes|no|none|null|on|off)$", re.I)
 
 # Every quantifier below is bounded, so each attempt scans a bounded window and a whole pass stays linear in the
-# input (tests/test_hostile.py runs every pattern on 1 MiB of adversarial text).
+# input (tests/e2e/test_hostile.py runs every pattern on 1 MiB of adversarial text).
 _NAME = r"[A-Za-z_][A-Za-z0-9_.-]{0,127}"
 
 

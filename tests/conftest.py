@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 HERE = Path(__file__).parent
-# The sample plugin is a separate package with its own tests; tests/test_plugins.py installs it and runs them.
+# The sample plugin is a separate package with its own tests; tests/e2e/test_plugins.py installs it and runs them.
 collect_ignore = ["plugin_sample"]
 FIXTURES = HERE / "fixtures"
 

@@ -1,7 +1,8 @@
 """Small, valid ELF shared objects for sysroot trees: what the loader reads (SONAME, DT_NEEDED, DT_RPATH/RUNPATH,
 DT_VERNEED, DT_VERDEF, the machine) and nothing else. 64-bit little-endian; x86_64 or aarch64.
 
-The struct reader (dl_doctor.readers.elf) and pyelftools read these files the same way (tests/test_elf_reader.py)."""
+The struct reader (dl_doctor.readers.elf) and pyelftools read these files the same way
+(tests/probes/test_elf_reader.py)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,78 @@ def dist_info(site: Path, name: str, version: str, files: Iterable[str]) -> Path
     (d / "INSTALLER").write_text("pip\n")
     (d / "RECORD").write_text("".join(f"{f},sha256=x,1\n" for f in files) + f"{d.name}/RECORD,,\n")
     return d
+
+
+# -- sysroot trees of CUDA consumers (tests/e2e/test_consumer_trees.py; the DLAMI tree is shared with
+# tests/checks/test_why.py and tests/reports/test_report_view.py) ---------------------------------------------------
+
+SITE = "lib/python3.11/site-packages"
+# what nvidia-*-cu12 wheels install: (distribution, version, directory, sonames)
+CU12_WHEELS = [
+    ("nvidia-cuda-runtime-cu12", "12.4.127", "cuda_runtime", ["libcudart.so.12"]),
+    ("nvidia-cublas-cu12", "12.4.5.8", "cublas", ["libcublas.so.12", "libcublasLt.so.12"]),
+    ("nvidia-cudnn-cu12", "9.1.0.70", "cudnn", ["libcudnn.so.9"]),
+    ("nvidia-nccl-cu12", "2.21.5", "nccl", ["libnccl.so.2"]),
+    ("nvidia-cufft-cu12", "11.2.1.3", "cufft", ["libcufft.so.11"]),
+    ("nvidia-cusparse-cu12", "12.3.1.170", "cusparse", ["libcusparse.so.12"]),
+    ("nvidia-cusolver-cu12", "11.6.1.9", "cusolver", ["libcusolver.so.11"]),
+    ("nvidia-nvjitlink-cu12", "12.4.127", "nvjitlink", ["libnvJitLink.so.12"]),
+]
+
+
+def tree(root: Path, env_vars: Dict[str, str], machine: str = "x86_64") -> Path:
+    (root / "etc").mkdir(parents=True, exist_ok=True)
+    (root / "etc/os-release").write_text('ID=ubuntu\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.4 LTS"\n')
+    (root / "proc/self").mkdir(parents=True, exist_ok=True)
+    (root / "proc/self/environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env_vars.items()))
+    libdir = "x86_64-linux-gnu" if machine == "x86_64" else "aarch64-linux-gnu"
+    for name in ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1"):
+        write_elf(root / "lib" / libdir / name, soname=name, machine=machine)
+    return root
+
+
+def conda_env(root: Path, name: str = "pytorch", machine: str = "x86_64") -> Path:
+    prefix = root / "opt/conda/envs" / name
+    (prefix / "conda-meta").mkdir(parents=True, exist_ok=True)
+    (prefix / "conda-meta/python-3.11.9-h955ad1f_0.json").write_text("{}")
+    write_elf(prefix / "bin/python3.11", needed=["libc.so.6"], machine=machine)
+    (prefix / "bin/python").symlink_to("python3.11")
+    (root / "opt/conda/conda-meta").mkdir(parents=True, exist_ok=True)
+    return prefix / SITE
+
+
+def wheels(site: Path, wheels=CU12_WHEELS, machine: str = "x86_64") -> None:
+    for dist, version, directory, sonames in wheels:
+        files = []
+        for soname in sonames:
+            write_elf(site / "nvidia" / directory / "lib" / soname, soname=soname, needed=["libc.so.6"], machine=machine)
+            files.append(f"nvidia/{directory}/lib/{soname}")
+        dist_info(site, dist, version, files)
+
+
+def torch_wheel(site: Path, machine: str = "x86_64", verneed: Optional[dict] = None) -> None:
+    runpath = [f"$ORIGIN/../../nvidia/{d}/lib" for d in ("cuda_runtime", "cublas", "cudnn", "nccl")]
+    write_elf(site / "torch/lib/libtorch_cuda.so", soname="libtorch_cuda.so", runpath=runpath, machine=machine,
+              needed=["libcudart.so.12", "libcublas.so.12", "libcudnn.so.9", "libnccl.so.2", "libstdc++.so.6",
+                      "libc.so.6"], verneed=verneed)
+    write_elf(site / "torch/_C.cpython-311-x86_64-linux-gnu.so", needed=["libtorch_cuda.so", "libc.so.6"],
+              runpath=["$ORIGIN/lib"], machine=machine)
+    (site / "torch/version.py").write_text("__version__ = '2.5.1+cu124'\ncuda: Optional[str] = '12.4'\n")
+    dist_info(site, "torch", "2.5.1+cu124", ["torch/lib/libtorch_cuda.so", "torch/_C.cpython-311-x86_64-linux-gnu.so",
+                                             "torch/version.py"])
+
+
+def dlami(tmp_path: Path, cudnn_file: str) -> Path:
+    root = tree(tmp_path / "dlami", {"PATH": "/opt/conda/envs/pytorch/bin:/usr/bin",
+                                      "CONDA_PREFIX": "/opt/conda/envs/pytorch",
+                                      "LD_LIBRARY_PATH": "/usr/local/cuda/lib64:/usr/local/lib"})
+    site = conda_env(root)
+    wheels(site)
+    torch_wheel(site)
+    lib64 = root / "usr/local/cuda-12.4/lib64"
+    write_elf(lib64 / cudnn_file, soname="libcudnn.so.9", needed=["libc.so.6"])
+    (lib64 / "libcudnn.so.9").symlink_to(cudnn_file)
+    write_elf(lib64 / "libcudart.so.12.4.131", soname="libcudart.so.12", needed=["libc.so.6"])
+    (lib64 / "libcudart.so.12").symlink_to("libcudart.so.12.4.131")
+    (root / "usr/local/cuda").symlink_to("cuda-12.4")
+    return root

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Optional: real framework wheels from PyPI in throw-away environments, for tests/test_consumers_real.py (and a working
-# JAX for tests/test_verify.py).
+# Optional: real framework wheels from PyPI in throw-away environments, for tests/probes/test_consumers_real.py (and a
+# working JAX for tests/probes/test_verify.py).
 # Each is installed without its dependencies (the point is what the loader finds when the CUDA wheels are absent),
 # and torch-ort-cu130 is the torch 2.14.1 cu130 environment (setup_torch_envs.sh; hard-linked copy) plus a CUDA 13
 # onnxruntime-gpu. Wheels are kept in $DL_DOCTOR_WHEELS between runs. Where PyPI or the disk is not available,

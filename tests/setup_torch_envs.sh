@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Optional: create the real PyTorch environments some tests inspect (tests/test_python_envs.py).
+# Optional: create the real PyTorch environments some tests inspect (tests/probes/test_python_envs.py).
 # Only where the torch wheels lie on local disk (this kind of machine: /opt/wheels, /opt/pypi-more);
 # elsewhere it does nothing and those tests skip. Safe to run twice: existing environments are kept.
 set -u

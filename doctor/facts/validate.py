@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 MAX_DEPTH = 64                    # nested containers
 MAX_STRING = 16 << 20             # characters in one string
 MAX_VALUES = 500_000              # containers, keys and scalars: a real report holds ~10,000; `check` on one at the
-#                                  bound stays under 300 MiB at peak (tests/test_inputs_hostile.py)
+#                                  bound stays under 300 MiB at peak (tests/checks/test_inputs_hostile.py)
 MAX_INT = 2 ** 63
 MAX_DOCUMENT_BYTES = 64 << 20     # an input file, a bundle member, a fleet report
 MAX_TEXT_BYTES = 128 << 20        # the decoded document plus its parsed strings, as Python holds them

@@ -1,6 +1,6 @@
 """Live-only device access that is not a file read: the kernel ring buffer, an NVMe admin command, and the one HTTP
 client (the EC2 metadata service). Each takes the run's :class:`~dl_doctor.host.Host` and refuses a sysroot; these
-and ``host.py`` are the only modules that touch the OS for probes (tests/test_plugins.py holds probes to it).
+and ``host.py`` are the only modules that touch the OS for probes (tests/e2e/test_plugins.py holds probes to it).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Only what the dynamic loader reads is parsed: the program headers, the PT_DYNAMIC segment and its string table
 (32/64-bit, both byte orders). This replaced pyelftools, whose import alone cost ~70 ms of every run that resolves
-libraries and whose parse cost ~3 ms per library; tests/test_elf_reader.py holds the two readers to the same answers
-on every ELF file of the test environments and of /usr/lib. Results
+libraries and whose parse cost ~3 ms per library; tests/probes/test_elf_reader.py holds the two readers to the same
+answers on every ELF file of the test environments and of /usr/lib. Results
 are cached per file identity (device, inode, size, mtime): conda environments hard-link the
 same libraries from their package cache, so many environments share one parse. Files are
 opened through the Host, so sysroot confinement holds.

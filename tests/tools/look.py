@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 import machines  # noqa: E402
 import trees  # noqa: E402
 from conftest import build_tree  # noqa: E402
-from test_consumer_trees import _dlami  # noqa: E402
+from elfkit import dlami as _dlami  # noqa: E402
 
 DOCTOR = Path(sys.executable).parent / "dl-doctor"
 BOOT = ("Nov 30 08:00:00 gpu1 kernel: Linux version 4.18.0-513.5.1.el8_9.x86_64\n"

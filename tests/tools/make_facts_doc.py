@@ -1,5 +1,5 @@
 """Write docs/facts.md, the reference of every fact the built-in probes provide, from the facts schema and the
-registry (tests/test_plugins.py fails when it is out of date):
+registry (tests/e2e/test_plugins.py fails when it is out of date):
 
     python tests/tools/make_facts_doc.py
 """

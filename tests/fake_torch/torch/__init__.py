@@ -1,6 +1,6 @@
 """A stand-in for torch with CUDA devices, for running dl-doctor verify's workload through its GPU branch on a machine
-without a GPU (tests/test_verify.py). It computes nothing: it follows the calls the workload makes and answers with
-the shapes torch would. fake_torch.json beside the torch directory says which devices there are and what fails
+without a GPU (tests/probes/test_verify.py). It computes nothing: it follows the calls the workload makes and answers
+with the shapes torch would. fake_torch.json beside the torch directory says which devices there are and what fails
 (the tests copy this tree and write it)."""
 
 import json

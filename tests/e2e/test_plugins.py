@@ -15,7 +15,7 @@ import pytest
 
 from conftest import FIXTURES, dl_doctor_exe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "tests" / "plugin_sample"
 
 

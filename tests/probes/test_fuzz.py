@@ -405,7 +405,7 @@ def test_fleet_never_crashes_on_mutated_reports(workdir):
 
 def test_preflight_payloads_never_crash_a_rank():
     """Whatever a peer sends (any JSON, any bytes), every rank either gathers the nodes or names the peer, alike."""
-    from test_preflight import FakeDist, FakeTorch, _mine, _payload
+    from fake_dist import FakeDist, FakeTorch, _mine, _payload
 
     from dl_doctor.integrations import fleet
     from dl_doctor.integrations import preflight

@@ -89,7 +89,7 @@ def test_the_template_compiled_ahead_of_time_is_fresh_and_used(tmp_path):
 
     from dl_doctor.reports import html
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     sys.path.insert(0, str(root / "tests" / "tools"))
     import make_compiled_template
 

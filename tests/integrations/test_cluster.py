@@ -17,7 +17,7 @@ import trees
 from dl_doctor.integrations import cluster
 
 DOCTOR = Path(sys.executable).parent / "dl-doctor"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

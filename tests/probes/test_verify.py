@@ -105,7 +105,7 @@ def test_dcgm_3x_output_from_dcgms_repository_is_parsed():
     """tests/fixtures/dcgm/diag-3x-dcgm-repo.json: verbatim from NVIDIA's DCGM repository (see the README there)."""
     from dl_doctor.probes.verify.dcgm import parse_diag
 
-    doc = json.loads((Path(__file__).parent / "fixtures/dcgm/diag-3x-dcgm-repo.json").read_text())
+    doc = json.loads((Path(__file__).parents[1] / "fixtures/dcgm/diag-3x-dcgm-repo.json").read_text())
     parsed = parse_diag(doc)
     assert parsed["shape"] == "3.x" and len(parsed["results"]) == 38
     fails = [(r["test"], r["gpu"]) for r in parsed["results"] if r["status"] == "fail"]
@@ -120,7 +120,7 @@ def test_dcgm_3x_output_from_dcgms_repository_is_parsed():
 
 from fake_nvml import FakeNVML  # noqa: E402
 
-NVML_FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
+NVML_FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvml"
 
 
 def _p5(changes=None):
@@ -290,7 +290,7 @@ def test_a_slow_all_reduce_warns_and_names_the_slowest_pairs_a_failing_pair_fail
 
 # -- DCGM: recorded outputs (tests/fixtures/dcgm/README.md says where each comes from) ----------------------------
 
-DCGM = Path(__file__).parent / "fixtures" / "dcgm"
+DCGM = Path(__file__).parents[1] / "fixtures" / "dcgm"
 
 
 def test_dcgm_3x_output_recorded_by_virtualclient_is_parsed():
@@ -382,7 +382,7 @@ def test_dcgm_health_failure_is_read_from_the_json_not_the_exit_code():
     assert parse_health({"body": {"x": 1}}) == {"overall": None, "incidents": []}
 
 
-FAKE_TORCH = Path(__file__).parent / "fake_torch"
+FAKE_TORCH = Path(__file__).parents[1] / "fake_torch"
 
 
 def _fake_torch_host(tmp_path, conf):
@@ -603,7 +603,7 @@ def test_malformed_verify_facts_cost_only_their_own_parts_never_a_check_error():
     from dl_doctor.engine import run_check
 
     specs = [registry().find_check(f"DLD-VER-00{i}") for i in range(1, 8)]
-    fixtures = Path(__file__).parent / "fixtures" / "checks"
+    fixtures = Path(__file__).parents[1] / "fixtures" / "checks"
     bases = [json.loads(p.read_text())["base"] for p in sorted(fixtures.glob("DLD-VER-*.json"))]
     odd = [None, 5, "x", [], {}, [1, "a", None], {"a": 1}, -1, 1e308, True, "\udcff", float("nan"), [[]], {"0": None}]
 

@@ -14,7 +14,7 @@ import pytest
 from dl_doctor import compat_matrix
 from dl_doctor.compat_matrix.signatures import PatternError, compile_pattern, match, rank
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 DOCTOR = Path(sys.executable).parent / "dl-doctor"
 CASES = json.loads((HERE / "fixtures" / "why_cases.json").read_text())["cases"]
 MATRIX = compat_matrix.load(site=False)
@@ -184,7 +184,7 @@ def test_why_on_a_kernel_update_tree_puts_the_missing_module_first(run_cli, tree
 
 
 def test_why_on_the_dlami_tree_with_an_older_cudnn(tmp_path):
-    from test_consumer_trees import _dlami
+    from elfkit import dlami as _dlami
 
     root = _dlami(tmp_path, "libcudnn.so.9.0.0")
     r = subprocess.run([str(DOCTOR), "why", "--json", "--sysroot", str(root),
@@ -244,7 +244,7 @@ def test_why_802_where_the_fabric_manager_was_upgraded_alone_names_the_version_m
     for key in [k for k in spec if k.startswith("usr/share/doc/nvidia-fabricmanager")]:
         del spec[key]
     spec["usr/share/doc/nvidia-fabricmanager-550.127.05/README"] = "Fabric Manager\n"
-    journal = Path(__file__).parent / "fixtures/journal/p5_fm_upgraded.journal.gz"
+    journal = Path(__file__).parents[1] / "fixtures/journal/p5_fm_upgraded.journal.gz"
     spec["var/log/journal/4f1c3b2a9d8e7f6a5b4c3d2e1f0a9b8c/system.journal"] = gzip.decompress(journal.read_bytes())
     causes = _why_tree(run_cli, tree(spec), "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run "
                                             "some cuda functions before calling NumCudaDevices() that might have "

@@ -15,14 +15,14 @@ import subprocess
 import time
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import pytest
 
-from elfkit import dist_info, write_elf
+from elfkit import SITE, dist_info, write_elf
+from elfkit import conda_env as _conda_env, dlami as _dlami, torch_wheel as _torch, tree as _tree, wheels as _wheels
 
 DOCTOR = Path(sys.executable).parent / "dl-doctor"
-SITE = "lib/python3.11/site-packages"
 # TensorFlow 2.21.0: the nvidia entries of libtensorflow_framework.so.2's and libtensorflow_cc.so.2's RUNPATH
 TF_FRAMEWORK_RUNPATH = [f"$ORIGIN/../nvidia/{d}/lib" for d in ("cublas", "cuda_cupti", "cuda_runtime", "cudnn", "cufft",
                                                                "cusparse", "nccl", "nvshmem")] + ["$ORIGIN/../tensorrt"]
@@ -33,82 +33,11 @@ TF_BUILD_INFO = ("build_info = collections.OrderedDict([('cpu_compiler', 'clang'
 # jax-cuda12-pjrt 0.12.0.1: xla_cuda_plugin.so's RPATH (the ../../ twins left out)
 JAX_RPATH = [f"$ORIGIN/../nvidia/{d}/lib" for d in ("cuda_cupti", "nvjitlink", "cublas", "cuda_runtime", "cudnn",
                                                     "cufft", "cusparse")] + ["$ORIGIN/../tensorrt", "$ORIGIN/../nvidia/nccl/lib"]
-# what nvidia-*-cu12 wheels install: (distribution, version, directory, sonames)
-CU12_WHEELS = [
-    ("nvidia-cuda-runtime-cu12", "12.4.127", "cuda_runtime", ["libcudart.so.12"]),
-    ("nvidia-cublas-cu12", "12.4.5.8", "cublas", ["libcublas.so.12", "libcublasLt.so.12"]),
-    ("nvidia-cudnn-cu12", "9.1.0.70", "cudnn", ["libcudnn.so.9"]),
-    ("nvidia-nccl-cu12", "2.21.5", "nccl", ["libnccl.so.2"]),
-    ("nvidia-cufft-cu12", "11.2.1.3", "cufft", ["libcufft.so.11"]),
-    ("nvidia-cusparse-cu12", "12.3.1.170", "cusparse", ["libcusparse.so.12"]),
-    ("nvidia-cusolver-cu12", "11.6.1.9", "cusolver", ["libcusolver.so.11"]),
-    ("nvidia-nvjitlink-cu12", "12.4.127", "nvjitlink", ["libnvJitLink.so.12"]),
-]
-
-
-def _tree(root: Path, env_vars: Dict[str, str], machine: str = "x86_64") -> Path:
-    (root / "etc").mkdir(parents=True, exist_ok=True)
-    (root / "etc/os-release").write_text('ID=ubuntu\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.4 LTS"\n')
-    (root / "proc/self").mkdir(parents=True, exist_ok=True)
-    (root / "proc/self/environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env_vars.items()))
-    libdir = "x86_64-linux-gnu" if machine == "x86_64" else "aarch64-linux-gnu"
-    for name in ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1"):
-        write_elf(root / "lib" / libdir / name, soname=name, machine=machine)
-    return root
-
-
-def _conda_env(root: Path, name: str = "pytorch", machine: str = "x86_64") -> Path:
-    prefix = root / "opt/conda/envs" / name
-    (prefix / "conda-meta").mkdir(parents=True, exist_ok=True)
-    (prefix / "conda-meta/python-3.11.9-h955ad1f_0.json").write_text("{}")
-    write_elf(prefix / "bin/python3.11", needed=["libc.so.6"], machine=machine)
-    (prefix / "bin/python").symlink_to("python3.11")
-    (root / "opt/conda/conda-meta").mkdir(parents=True, exist_ok=True)
-    return prefix / SITE
-
-
-def _wheels(site: Path, wheels=CU12_WHEELS, machine: str = "x86_64") -> None:
-    for dist, version, directory, sonames in wheels:
-        files = []
-        for soname in sonames:
-            write_elf(site / "nvidia" / directory / "lib" / soname, soname=soname, needed=["libc.so.6"], machine=machine)
-            files.append(f"nvidia/{directory}/lib/{soname}")
-        dist_info(site, dist, version, files)
-
-
-def _torch(site: Path, machine: str = "x86_64", verneed: Optional[dict] = None) -> None:
-    runpath = [f"$ORIGIN/../../nvidia/{d}/lib" for d in ("cuda_runtime", "cublas", "cudnn", "nccl")]
-    write_elf(site / "torch/lib/libtorch_cuda.so", soname="libtorch_cuda.so", runpath=runpath, machine=machine,
-              needed=["libcudart.so.12", "libcublas.so.12", "libcudnn.so.9", "libnccl.so.2", "libstdc++.so.6",
-                      "libc.so.6"], verneed=verneed)
-    write_elf(site / "torch/_C.cpython-311-x86_64-linux-gnu.so", needed=["libtorch_cuda.so", "libc.so.6"],
-              runpath=["$ORIGIN/lib"], machine=machine)
-    (site / "torch/version.py").write_text("__version__ = '2.5.1+cu124'\ncuda: Optional[str] = '12.4'\n")
-    dist_info(site, "torch", "2.5.1+cu124", ["torch/lib/libtorch_cuda.so", "torch/_C.cpython-311-x86_64-linux-gnu.so",
-                                             "torch/version.py"])
-
-
 def _run(root: Path, *extra: str) -> Dict[str, dict]:
     r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--json", "-", "--fail-on", "never", *extra],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return {f["id"]: f for f in json.loads(r.stdout)["findings"]}
-
-
-def _dlami(tmp_path: Path, cudnn_file: str) -> Path:
-    root = _tree(tmp_path / "dlami", {"PATH": "/opt/conda/envs/pytorch/bin:/usr/bin",
-                                      "CONDA_PREFIX": "/opt/conda/envs/pytorch",
-                                      "LD_LIBRARY_PATH": "/usr/local/cuda/lib64:/usr/local/lib"})
-    site = _conda_env(root)
-    _wheels(site)
-    _torch(site)
-    lib64 = root / "usr/local/cuda-12.4/lib64"
-    write_elf(lib64 / cudnn_file, soname="libcudnn.so.9", needed=["libc.so.6"])
-    (lib64 / "libcudnn.so.9").symlink_to(cudnn_file)
-    write_elf(lib64 / "libcudart.so.12.4.131", soname="libcudart.so.12", needed=["libc.so.6"])
-    (lib64 / "libcudart.so.12").symlink_to("libcudart.so.12.4.131")
-    (root / "usr/local/cuda").symlink_to("cuda-12.4")
-    return root
 
 
 def test_dlami_newer_same_major_cuda_on_ld_library_path_has_no_failing_finding(tmp_path):

@@ -24,7 +24,7 @@ from dl_doctor.readers import journal
 from dl_doctor.host import Host
 
 DOCTOR = Path(sys.executable).parent / "dl-doctor"
-FIXTURES = Path(__file__).parent / "fixtures" / "journal"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "journal"
 BOOT = "5eed5eed5eed5eed5eed5eed5eed5eed"
 MISMATCH = ("fabric manager NVIDIA GPU driver interface version 550.127.05 don't match with driver version 550.120. "
             "Please update with matching NVIDIA driver package.")

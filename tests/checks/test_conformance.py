@@ -52,7 +52,7 @@ def test_fixture(spec, case):
     testing.assert_case(spec, case, MATRIX)
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "checks").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "checks").glob("*.py")), ids=lambda p: p.name)
 def test_checks_are_pure_and_hard_code_no_versions(path):
     """Nothing under checks/ opens files, runs commands or loads libraries; version facts live in the matrix."""
     assert testing.purity_problems(path) == []

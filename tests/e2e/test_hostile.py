@@ -464,7 +464,7 @@ def test_expect_from_writes_valid_toml_for_any_environment_name(run_cli, tmp_pat
 
 
 def test_the_metadata_endpoint_cannot_be_redirected_from_the_environment():
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     sources = [p for d in ("doctor", "checks", "reports") for p in (root / d).rglob("*.py")]
     assert sources and not [p for p in sources if "DL_DOCTOR_IMDS" in p.read_text(encoding="utf-8")]
 

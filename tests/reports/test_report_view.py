@@ -33,7 +33,7 @@ def _gfm(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def dlami_report(tmp_path_factory):
-    from test_consumer_trees import _dlami
+    from elfkit import dlami as _dlami
 
     root = _dlami(tmp_path_factory.mktemp("dlami"), "libcudnn.so.9.0.0")
     out = tmp_path_factory.mktemp("out")
