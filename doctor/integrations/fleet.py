@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from dl_doctor.facts.fleet_section import FLEET_VERSION, node_section  # noqa: F401 - re-exported
-from dl_doctor.facts.validate import MAX_DOCUMENT_BYTES, InputError, json_type, load_json_bytes, load_json_head, \
+from dl_doctor.facts.shape import json_type
+from dl_doctor.facts.validate import MAX_DOCUMENT_BYTES, InputError, load_json_bytes, load_json_head, \
     open_regular
 
 HEAD_BYTES = 64 << 10          # the first read of a report; the section is within it for any report dl-doctor writes
