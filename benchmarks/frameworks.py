@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from startup import seconds  # benchmarks/startup.py: one timed run
+from startup import paired  # benchmarks/startup.py: paired timed runs, alternating order
 
 ENVS = Path.home() / ".cache" / "dl-doctor-test-envs"
 TORCH = ENVS / "torch-2.14.1-cu130" / "bin" / "python"
@@ -32,14 +32,7 @@ def main():
         base = [exe, "run", "--no-env-scan", "--output-dir", tmp, "-q", "--fail-on", "never"]
         alone = base + ["--python", str(TORCH)]
         many = base + ["--python", str(TORCH)] + [a for p in others for a in ("--python", str(p))]
-        seconds(alone), seconds(many)
-        a_t, m_t, ratios = [], [], []
-        for i in range(runs):
-            if i % 2:
-                m, a = seconds(many), seconds(alone)
-            else:
-                a, m = seconds(alone), seconds(many)
-            a_t.append(a), m_t.append(m), ratios.append(m / a)
+        m_t, a_t, ratios = paired(many, alone, runs)
         print(f"torch alone median {statistics.median(a_t):.3f} s; torch + {len(others)} framework environments "
               f"({', '.join(p.parent.parent.name for p in others)}) median {statistics.median(m_t):.3f} s; "
               f"median ratio {statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}) "

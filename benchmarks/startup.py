@@ -27,6 +27,20 @@ def seconds(argv):
     return time.perf_counter() - start
 
 
+def paired(first, second, runs):
+    """``runs`` pairs of the two commands back to back, in alternating order (both see the same machine load), after
+    one warm-up run of each (the page cache): the first's times, the second's, and each pair's first/second."""
+    seconds(first), seconds(second)
+    a_times, b_times, ratios = [], [], []
+    for i in range(runs):
+        if i % 2:
+            b, a = seconds(second), seconds(first)
+        else:
+            a, b = seconds(first), seconds(second)
+        a_times.append(a), b_times.append(b), ratios.append(a / b)
+    return a_times, b_times, ratios
+
+
 def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 11
     pythons = [Path(p) for p in sys.argv[2:]] or [p for p in DEFAULT if p.exists()]
@@ -38,14 +52,7 @@ def main():
             doctor = [exe, "run", "--no-env-scan", "--python", str(python), "--output-dir", tmp, "-q",
                       "--fail-on", "never"]
             peer = [str(python), "-m", "torch.utils.collect_env"]
-            seconds(doctor), seconds(peer)  # warm the page cache for both
-            d_times, p_times, ratios = [], [], []
-            for i in range(runs):
-                if i % 2:
-                    p, d = seconds(peer), seconds(doctor)
-                else:
-                    d, p = seconds(doctor), seconds(peer)
-                d_times.append(d), p_times.append(p), ratios.append(d / p)
+            d_times, p_times, ratios = paired(doctor, peer, runs)
             name = python.parent.parent.name
             print(f"{name}: dl-doctor run median {statistics.median(d_times):.3f} s, collect_env median "
                   f"{statistics.median(p_times):.3f} s, median ratio {statistics.median(ratios):.3f} "

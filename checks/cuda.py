@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from dl_doctor import versions
 from dl_doctor.checks.common import (cuda_consumers, driver_branch, driver_install_commands, driver_version, needs_nvidia_gpu,
                            nvidia_gpus)
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
@@ -48,7 +49,7 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
     max_cuda = (matrix.driver(driver) or {}).get("max_cuda")
     compat = _active_compat(facts)
     compat_supported = compat and all(g["class"] in matrix.forward_compat_classes() for g in _gpu_classes(facts, matrix))
-    effective = max((c["version"] for c in compat), key=lambda v: [int(x) for x in v.split(".")]) \
+    effective = max((c["version"] for c in compat), key=versions.release) \
         if compat_supported else driver
     rows, worst = [], "full"
     for c in consumers:
@@ -62,7 +63,7 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
     evidence = {"driver": driver, "driver_max_cuda": max_cuda, "consumers": rows,
                 "forward_compat_used": effective if effective != driver else None}
     need = [r for r in rows if r["support"] != "full" and r.get("min_driver")]
-    target = max((r["min_driver"] for r in need), key=lambda v: [int(x) for x in v.split(".")], default=None)
+    target = max((r["min_driver"] for r in need), key=versions.release, default=None)
     fix = None
     if target:
         commands = list(driver_install_commands(facts, driver_branch(target)))

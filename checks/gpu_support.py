@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from dl_doctor import fixes
-from dl_doctor.checks.common import cuda_consumers, driver_branch, driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
+from dl_doctor import fixes, versions
+from dl_doctor.checks.common import cuda_consumers, driver_branch, driver_version, needs_nvidia_gpu, nvidia_gpus, \
+    package_manager
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
-
-
-def _v(text: str) -> List[int]:
-    return [int(p) for p in str(text).split(".") if p.isdigit()]
 
 
 @check(
@@ -56,14 +53,14 @@ def gpu_unsupported(facts: Facts, matrix) -> Result:
         min_cuda = info.get("min_cuda")
         if min_cuda:  # needs no arch list: a build for an older CUDA has no native code for this architecture
             for c in consumers:
-                if c.get("kind") in ("framework", "consumer") and _v(c["cuda"]) < _v(min_cuda):
+                if c.get("kind") in ("framework", "consumer") and versions.release(c["cuda"]) < versions.release(min_cuda):
                     below.append(f"{name} ({arch}) needs CUDA {min_cuda} or newer for native code; {c['what']} "
                                  f"({c['where']}) was built for CUDA {c['cuda']}: it runs only through PTX it may "
                                  f"not ship ('no kernel image is available for execution on the device')")
         max_cuda = info.get("max_cuda")
         if max_cuda:
             for c in consumers:
-                if _v(c["cuda"]) > _v(max_cuda):
+                if versions.release(c["cuda"]) > versions.release(max_cuda):
                     problems.append(f"{name} ({arch}) is supported by CUDA up to {max_cuda}; {c['what']} "
                                     f"({c['where']}) is CUDA {c['cuda']}")
     evidence = {"gpus": list(seen.values()), "unknown_pci_ids": unknown, "driver": driver,
@@ -182,8 +179,9 @@ def fabric_manager(facts: Facts, matrix) -> Result:
     evidence = {"gpu_services.fabric_manager": fm, "driver": driver,
                 "gpu_pci.nvswitch_count": facts.get("gpu_pci.nvswitch_count")}
     branch = driver_branch(driver)
-    install = (fixes.install(f"nvidia-fabricmanager-{branch}={driver}-1", manager="apt") if os_family(facts) == "debian"
-               else fixes.install(f"nvidia-fabric-manager-{driver}", manager="dnf"))
+    pm = package_manager(facts)  # apt on Debian/Ubuntu, dnf on RHEL-likes and AL2023, yum on AL2, zypper on SUSE
+    install = (pm.install(f"nvidia-fabricmanager-{branch}={driver}-1") if pm.name == "apt"
+               else pm.install(f"nvidia-fabric-manager-{driver}"))
     start = fixes.service("enable", "nvidia-fabricmanager", now=True)
     problems = []
     if not fm.get("installed"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from dl_doctor import versions
 from dl_doctor.fixes import load_module, root_command, write_file
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
@@ -189,13 +190,6 @@ def nccl_env(facts: Facts) -> Result:
 DMABUF_MIN_KERNEL = (5, 12)
 
 
-def _kernel_tuple(release: Optional[str]):
-    import re
-
-    m = re.match(r"(\d{1,3})\.(\d{1,3})", release or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 @check(
     id="DLD-NET-004", slug="gpudirect-rdma-unavailable",
     remedy="repair-software", drain=False,
@@ -228,8 +222,8 @@ def gpudirect_rdma(facts: Facts, matrix) -> Result:
     modules = facts.get("nvidia_driver.modules")
     autoload = [a for a in facts.get("nvidia_driver.module_autoload") or [] if a.get("module") == "nvidia_peermem"]
     kernel = facts.get("kernel.release") or facts.get("kmod.running_kernel")
-    ktuple = _kernel_tuple(kernel)
-    dmabuf = module.get("flavor") == "open" and ktuple is not None and ktuple >= DMABUF_MIN_KERNEL
+    ktuple = versions.release(kernel)[:2]
+    dmabuf = module.get("flavor") == "open" and len(ktuple) == 2 and ktuple >= DMABUF_MIN_KERNEL
     peermem_sigs = [s for s in matrix.signatures() if s["id"] == "peermem-unknown-symbol"]
     failed = [e["line"] for e in events(facts.get("kernel_log.candidates") or [], peermem_sigs)]
     evidence = {"adapters": devices[:16], "nvidia_modules": modules, "autoload": autoload,

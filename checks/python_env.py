@@ -24,16 +24,6 @@ def _label(env: Dict[str, Any]) -> str:
     return f"{env.get('name')} ({env.get('prefix')})"
 
 
-def _vt(text: Optional[str]) -> Tuple[int, ...]:
-    out = []
-    for part in (text or "").split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out)
-
-
 def _pip_index(cuda: Optional[str]) -> str:
     return f"https://download.pytorch.org/whl/cu{cuda.replace('.', '')}" if cuda else "https://download.pytorch.org/whl/cpu"
 
@@ -50,7 +40,7 @@ def _best_variant(matrix, torch_version: str, driver: Optional[str]) -> Optional
     if not info:
         return None
     ok = [c for c in info["cuda_variants"] if not driver or matrix.driver_supports_cuda(driver, c)["support"] == "full"]
-    return max(ok, key=_vt) if ok else None
+    return max(ok, key=versions.release) if ok else None
 
 
 @check(
@@ -160,10 +150,10 @@ def _arch_entries(env: Dict[str, Any], torch: Dict[str, Any], matrix) -> Tuple[O
 
 def runs_on(cc: str, entries: List[str]) -> bool:
     """A cubin runs on the same major with minor >= its own; PTX is JIT-compiled for any newer GPU."""
-    major, minor = _vt(cc)[:2]
+    major, minor = versions.release(cc)[:2]
     for e in entries:
         base = e.replace("+PTX", "")
-        em, en = _vt(base)[:2]
+        em, en = versions.release(base)[:2]
         if em == major and en <= minor:
             return True
         if e.endswith("+PTX") and (em, en) <= (major, minor):
@@ -343,7 +333,7 @@ def torchvision_mismatch(facts: Facts, matrix) -> Result:
             if not have:
                 continue
             want = (info or {}).get(comp)
-            if want and _vt(have.get("version"))[:2] != _vt(want)[:2]:
+            if want and versions.release(have.get("version"))[:2] != versions.release(want)[:2]:
                 problems.append(f"{_label(env)}: {comp} {have.get('version')} was built for another torch; torch "
                                 f"{t.get('version')} needs {comp} {want}")
             elif comp == "torchvision" and have.get("cuda") != t.get("cuda") and have.get("cuda") is not None \
@@ -383,7 +373,7 @@ def numpy2(facts: Facts, matrix) -> Result:
         info = matrix.torch((t.get("version") or "").split("+")[0])
         if not np or not info:
             continue
-        if _vt(np)[:1] >= (2,) and info.get("numpy2") is False:
+        if versions.release(np)[:1] >= (2,) and info.get("numpy2") is False:
             problems.append(f"{_label(env)}: numpy {np} with torch {t.get('version')}")
         else:
             ok.append(f"numpy {np} with torch {t.get('version')}")
@@ -475,18 +465,18 @@ def cuda_home(facts: Facts) -> Result:
     if not toolkits:
         return skip("no CUDA toolkit is installed", **evidence)
     problems = []
-    majors = {k: _vt(v)[:2] for k, (_, v) in known.items()}
+    majors = {k: versions.release(v)[:2] for k, (_, v) in known.items()}
     if len(set(majors.values())) > 1:
         problems.append("they disagree: " + ", ".join(f"{k} -> CUDA {v}" for k, (_, v) in known.items()))
     fw = [(e, t) for e, t in _torch_envs(facts) if t.get("cuda")]
     build_tool = known.get("CUDA_HOME") or known.get("nvcc on PATH") or known.get("/usr/local/cuda")
     for env, t in fw:
-        if build_tool and _vt(build_tool[1])[:1] != _vt(t["cuda"])[:1]:
+        if build_tool and versions.release(build_tool[1])[:1] != versions.release(t["cuda"])[:1]:
             problems.append(f"torch {t.get('version')} in {_label(env)} is a CUDA {t['cuda']} build but extensions "
                             f"would build with CUDA {build_tool[1]} ({build_tool[0]})")
     if problems:
         want = fw[0][1]["cuda"] if fw else None
-        match = next((p for p, v in toolkits.items() if want and _vt(v)[:1] == _vt(want)[:1]), None)
+        match = next((p for p, v in toolkits.items() if want and versions.release(v)[:1] == versions.release(want)[:1]), None)
         commands = ([f"export CUDA_HOME={match}", f"export PATH={match}/bin:$PATH",
                      root_command(f"ln -sfn {shlex.quote(match)} /usr/local/cuda")] if match else
                     [f"# install a CUDA {want} toolkit, then point CUDA_HOME and PATH at it"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from dl_doctor.facts.shape import NUM, conform  # noqa: F401 - conform(value, shape) kept here for callers
 from dl_doctor.fixes import reboot, service
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 from dl_doctor.util.units import PCIE_GBPS_PER_LANE
@@ -28,10 +29,9 @@ SLOWDOWN_SHARE = 0.1
 
 
 # The shape of the verify facts. They come from a subprocess running someone's interpreter, or from a facts file:
-# every check reads them through conform(), which keeps what has this shape and drops the rest, so a malformed part
-# costs only itself. A str/int/float/bool is a leaf type; [shape] a list of it; {key: shape} a mapping with those
-# keys; {"*": shape} a mapping with any string keys.
-NUM = float
+# every check reads them through conform() (dl_doctor.facts.shape, the one shape validator), which keeps what has
+# this shape and drops the rest, so a malformed part costs only itself. A str/int/NUM/bool is a leaf type; [shape] a
+# list of it; {key: shape} a mapping with those keys; {"*": shape} a mapping with any string keys.
 _GPU_WATCH = {"index": int, "samples": int, "throttle": {"*": int}, "ecc_delta": {"corrected": NUM, "uncorrected": NUM},
               "xid": [int], "temperature_c": {"min": NUM, "max": NUM}, "slowdown_temp_c": NUM,
               "power_w": {"min": NUM, "max": NUM}, "power_limit_w": NUM, "sm_clock_mhz": {"min": NUM, "max": NUM},
@@ -55,30 +55,6 @@ VERIFY_SHAPE = {
     "dcgm_health": {"ran": bool, "reason": str, "command": str, "exit": int, "watches_off": bool, "overall": str,
                     "incidents": [{"entity": str, "system": str, "status": str, "message": str}]},
 }
-_MISSING = object()
-
-
-def conform(value: Any, shape: Any) -> Any:
-    """``value`` cut to ``shape`` (above): what does not fit is left out (_MISSING at the top)."""
-    if isinstance(shape, dict):
-        if not isinstance(value, dict):
-            return _MISSING
-        pairs = ((str(k), conform(v, shape["*"])) for k, v in value.items() if isinstance(k, (str, int))) \
-            if "*" in shape else \
-            ((k, conform(value[k], sub)) for k, sub in shape.items() if k in value)
-        return {k: v for k, v in pairs if v is not _MISSING}
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return _MISSING
-        return [x for x in (conform(v, shape[0]) for v in value) if x is not _MISSING]
-    if shape is NUM:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-        return value if ok and abs(value) < 1e15 else _MISSING
-    if shape is int:
-        return value if isinstance(value, int) and not isinstance(value, bool) else _MISSING
-    return value if isinstance(value, shape) else _MISSING
-
-
 def _v(facts: Facts) -> Optional[Dict[str, Any]]:
     v = facts.get("verify")
     return conform(v, VERIFY_SHAPE) if isinstance(v, dict) else None

@@ -16,6 +16,7 @@ import difflib
 import json
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -645,7 +646,21 @@ def validate_files(paths: Sequence[str], with_builtin: bool = True) -> List[str]
     return _load_documents(paths, with_builtin, use_snapshot=False)[1]
 
 
-_CACHE: Dict[Tuple[str, ...], Matrix] = {}
+# The one cache of loaded matrices (every caller goes through load()): keyed by each overlay's path and file identity
+# (size, mtime, inode, device), so an overlay edited, replaced or added to the site directory is read again, and
+# the same files are read once however many callers ask. A failed load is never cached.
+_CACHE: Dict[Tuple[Tuple[Any, ...], ...], Matrix] = {}
+MAX_CACHED = 8
+_LOCK = threading.Lock()
+
+
+def file_identity(path: str) -> Tuple[Any, ...]:
+    """``(path, size, mtime_ns, inode, device)``; ``(path,)`` when it cannot be looked at (reading it then fails)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return (path,)
+    return (path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
 
 
 def load(overlays: Sequence[str] = (), site: bool = True) -> Matrix:
@@ -654,12 +669,19 @@ def load(overlays: Sequence[str] = (), site: bool = True) -> Matrix:
     Overlays come after the built-in files: the site directory
     (``/etc/dl-doctor/matrix.d/*.toml``, or ``$DL_DOCTOR_MATRIX_DIR``), then each
     ``--matrix-overlay`` in order. A later entry with the same key replaces an earlier one.
+    Loaded once per set of files as they are (:func:`file_identity`): a second call returns the same Matrix.
     """
     extra = list(site_overlay_files() if site else []) + list(overlays)
-    cache_key = tuple(extra)
-    if cache_key not in _CACHE:
+    cache_key = tuple(file_identity(p) for p in extra)
+    with _LOCK:
+        hit = _CACHE.get(cache_key)
+        if hit is not None:
+            return hit
         docs, errors = _load_documents(extra, builtin=True)
         if errors:
             raise MatrixError(errors)
-        _CACHE[cache_key] = Matrix(docs, overlays=extra)
-    return _CACHE[cache_key]
+        matrix = Matrix(docs, overlays=extra)
+        while len(_CACHE) >= MAX_CACHED:
+            del _CACHE[next(iter(_CACHE))]
+        _CACHE[cache_key] = matrix
+        return matrix

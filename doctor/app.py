@@ -146,11 +146,8 @@ def select_checks(reg, only: Sequence[str], skip: Sequence[str]):
 
 
 def load_matrix(overlays: Sequence[str]):
-    return _load_matrix(tuple(overlays))
-
-
-@functools.lru_cache(maxsize=4)  # validated before collection, used after it: loaded once
-def _load_matrix(overlays: Tuple[str, ...]):
+    """The run's matrix (built-in, site overlays, ``overlays``), or InputProblem; validated before collection and
+    used after it, loaded once (``compat_matrix.load`` holds the one cache, keyed by the files' identity)."""
     from dl_doctor import compat_matrix
 
     try:

@@ -8,7 +8,7 @@ not PEP 440.
 from __future__ import annotations
 
 import re
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -30,6 +30,13 @@ def parse(text: Any) -> Optional[Version]:
             return Version(m.group(0)) if m else None
         except InvalidVersion:  # pragma: no cover - the pattern is always valid
             return None
+
+
+def release(text: Any) -> Tuple[int, ...]:
+    """The release numbers, for comparing numerically: ``"2.4.0+cu124"`` -> ``(2, 4, 0)``, ``"12.4"`` -> ``(12, 4)``,
+    ``"5.15.0-1051-aws"`` -> ``(5, 15, 0)``; ``()`` for anything that is not a version (it sorts below every one)."""
+    v = parse(text)
+    return tuple(v.release) if v is not None else ()
 
 
 def major(text: Any) -> Optional[int]:

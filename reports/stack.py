@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Dict, List, Optional
 
+from dl_doctor import versions
+
 MAX_ENVIRONMENTS = 32
 MAX_LIBRARIES = 64
 
@@ -26,18 +28,16 @@ def _finding(state: str, problems: Dict[str, str]) -> Optional[str]:
     return next((c for c in EXPLAINED_BY.get(state, ()) if c in problems), None)
 
 
-def _version_key(text: Optional[str]):
-    out = []
-    for part in str(text or "").replace("-", ".").split("."):
-        out.append(int(part) if part.isdigit() else -1)
-    return out
-
-
 def _copy_verdict(loaded: Optional[str], own: Optional[str]) -> str:
-    """'same', 'newer' (the same major, not older: it serves the build) or 'other' (older, or another major)."""
+    """'same' (the same MAJOR.MINOR.PATCH), 'newer' (the same major, not older: it serves the build) or 'other'
+    (older, another major, or not a version). A packaging revision counts as a part (``9.1.0-1`` is ``9.1.0.1``)."""
     if not loaded or not own:
         return "other"
-    a, b = _version_key(loaded), _version_key(own)
+    if loaded == own:
+        return "same"
+    a, b = (versions.release(str(v).replace("-", ".")) for v in (loaded, own))
+    if not a or not b:
+        return "other"
     if a[:3] == b[:3]:
         return "same"
     return "newer" if a[:1] == b[:1] and a >= b else "other"

@@ -28,6 +28,8 @@ import re
 import stat
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
+from dl_doctor.facts.shape import json_type, problem  # noqa: F401 - json_type re-exported
+
 MAX_DEPTH = 64                    # nested containers
 MAX_STRING = 16 << 20             # characters in one string
 MAX_VALUES = 500_000              # containers, keys and scalars: a real report holds ~10,000; `check` on one at the
@@ -305,39 +307,10 @@ def check_limits(value: Any, what: str) -> None:
                 raise InputError(f"{what}: {_where(path)} is not a finite number")
 
 
-_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
-
-
-def _type_ok(value: Any, names: List[str]) -> bool:
-    for name in names:
-        if name == "integer":
-            if isinstance(value, int) and not isinstance(value, bool):
-                return True
-        elif name == "number":
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return True
-        elif isinstance(value, _TYPES[name]):
-            return True
-    return False
-
-
 def _check_node(item: Any, sch: Dict[str, Any], where: List[Any], what: str) -> None:
-    types = sch.get("type")
-    if types is not None:
-        names = [types] if isinstance(types, str) else list(types)
-        if not _type_ok(item, names):
-            raise InputError(f"{what}: {_where(where)} should be {' or '.join(names)}, not {json_type(item)}")
-    if "enum" in sch and item not in sch["enum"]:
-        raise InputError(f"{what}: {_where(where)} should be one of {', '.join(map(str, sch['enum']))}")
-    if isinstance(item, (int, float)) and not isinstance(item, bool):
-        if "minimum" in sch and item < sch["minimum"]:
-            raise InputError(f"{what}: {_where(where)} = {item} is below {sch['minimum']}")
-        if "maximum" in sch and item > sch["maximum"]:
-            raise InputError(f"{what}: {_where(where)} = {item} is above {sch['maximum']}")
-    if isinstance(item, dict):
-        missing = [k for k in sch.get("required") or () if k not in item]
-        if missing:
-            raise InputError(f"{what}: {_where(where + [missing[0]])} is missing")
+    found = problem(item, sch)
+    if found is not None:
+        raise InputError(f"{what}: {_where(where + found[0])}{found[1]}")
 
 
 def _schema_children(item: Any, sch: Dict[str, Any]) -> Optional[Iterator[Tuple[Any, Any, Dict[str, Any]]]]:
@@ -353,8 +326,9 @@ def _schema_children(item: Any, sch: Dict[str, Any]) -> Optional[Iterator[Tuple[
 
 
 def check_schema(value: Any, schema: Dict[str, Any], what: str, path: Optional[List[Any]] = None) -> None:
-    """A small JSON Schema subset: type, properties, required, additionalProperties (schema), items, minimum,
-    maximum, enum. Depth first, memory its depth."""
+    """The document against a small JSON Schema subset (``dl_doctor.facts.shape``, the one shape validator: type,
+    properties, required, additionalProperties (schema), items, minimum, maximum, enum); raises InputError naming
+    the first field that does not fit. Depth first, memory its depth."""
     where = list(path or [])
     _check_node(value, schema, where, what)
     stack = [_schema_children(value, schema)]
@@ -376,23 +350,6 @@ def check_schema(value: Any, schema: Dict[str, Any], what: str, path: Optional[L
             where.pop()
         else:
             stack.append(children)
-
-
-def json_type(value: Any) -> str:
-    """The JSON Schema type name of a parsed JSON value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def validate_snapshot(snapshot: Dict[str, Any], what: str) -> None:

@@ -146,45 +146,34 @@ class BundleError(ValueError):
     pass
 
 
-# Reading a bundle someone sent: bounded, whatever the archive holds. dl-doctor writes the JSON members first, so
-# they are found in the first few MiB of any bundle it made.
-MAX_READ_MEMBERS = 20000            # tar members looked at before giving up
-MAX_READ_SCAN_BYTES = 256 << 20     # decompressed bytes scanned to find the member
+# Reading a bundle someone sent: bounded, whatever the archive holds (dl_doctor.facts.tarball, the one tar reader).
+# dl-doctor writes the JSON members first, so they are found in the first few MiB of any bundle it made.
 
 
 def is_bundle(path: str) -> bool:
-    """Whether ``path`` is a regular file holding a tar archive: looked at through the same non-blocking,
-    descriptor-checked open as every input, so a name swapped for a FIFO cannot hang the check."""
-    from dl_doctor.facts.validate import InputError, open_regular
+    """Whether ``path`` is a regular file holding a tar archive (``tarball.is_tar``)."""
+    from dl_doctor.facts.tarball import is_tar
 
-    try:
-        with open_regular(path) as fh:
-            return tarfile.is_tarfile(fh)
-    except (InputError, OSError):
-        return False  # the JSON read that follows names the problem
+    return is_tar(path)
 
 
 def read_member(path: str, member: str) -> Dict[str, Any]:
     """One JSON member (``facts.json``, ``manifest.json``) of a bundle, read without unpacking anything to disk.
 
-    The archive is opened only if it is a regular file (non-blocking: a FIFO cannot hang the read). At most
-    MAX_READ_MEMBERS members and MAX_READ_SCAN_BYTES of decompressed archive are scanned; the member is held to
-    the bounds of every JSON input (``validate.MAX_DOCUMENT_BYTES``, values, depth), so a small gzip'd archive that
+    The archive is read through ``dl_doctor.facts.tarball`` (a regular file opened non-blocking; at most
+    ``tarball.MAX_MEMBERS`` members and ``tarball.MAX_BYTES`` of decompressed archive); the member is held to the
+    bounds of every JSON input (``validate.MAX_DOCUMENT_BYTES``, values, depth), so a small gzip'd archive that
     inflates to a huge or deeply nested document is refused before it is parsed. A truncated or corrupt archive is
     a BundleError (one line, exit 2).
     """
     import zlib
 
+    from dl_doctor.facts import tarball
     from dl_doctor.facts.validate import MAX_DOCUMENT_BYTES, InputError, open_regular, read_json
 
     try:
-        with open_regular(path) as raw, tarfile.open(fileobj=raw, mode="r:*") as tar:
-            for n, info in enumerate(tar):
-                if n >= MAX_READ_MEMBERS:
-                    raise BundleError(f"{path} has more than {MAX_READ_MEMBERS} members before {member}; not a "
-                                      f"dl-doctor bundle")
-                if info.offset_data > MAX_READ_SCAN_BYTES:
-                    raise BundleError(f"{path}: {member} not found in the first {MAX_READ_SCAN_BYTES >> 20} MiB")
+        with open_regular(path) as raw:
+            for info, tar in tarball.members(raw):
                 parts = info.name.split("/")
                 if info.isfile() and len(parts) == 2 and parts[1] == member:
                     if info.size > MAX_DOCUMENT_BYTES:
@@ -194,6 +183,10 @@ def read_member(path: str, member: str) -> Dict[str, Any]:
                     return read_json(fh, f"{path}: {member} in the bundle") if fh else {}
     except BundleError:
         raise
+    except tarball.ArchiveLimit as exc:
+        if exc.kind == "members":
+            raise BundleError(f"{path} has {exc} before {member}; not a dl-doctor bundle")
+        raise BundleError(f"{path}: {member} not found in the first {tarball.MAX_BYTES >> 20} MiB")
     except (tarfile.TarError, EOFError, zlib.error) as exc:
         raise BundleError(f"{path} is not a readable dl-doctor bundle (truncated or corrupt?): {exc}")
     except InputError as exc:

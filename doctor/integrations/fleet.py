@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from dl_doctor.facts.fleet_section import FLEET_VERSION, node_section  # noqa: F401 - re-exported
-from dl_doctor.facts.validate import MAX_DOCUMENT_BYTES, InputError, json_type, load_json_bytes, load_json_head, \
+from dl_doctor.facts.shape import json_type
+from dl_doctor.facts.validate import MAX_DOCUMENT_BYTES, InputError, load_json_bytes, load_json_head, \
     open_regular
 
 HEAD_BYTES = 64 << 10          # the first read of a report; the section is within it for any report dl-doctor writes
 MAX_SECTION_BYTES = 4 << 20
 MAX_FILES = 200_000
-MAX_TAR_MEMBERS = 50_000       # members of one tarball looked at (tarfile keeps each one's header in memory)
-MAX_TAR_BYTES = 16 << 30       # decompressed bytes of one tarball gone through (10,000 full reports)
 MAX_COMPARED = 4096            # facts one node's section may compare
 MAX_FAILING = 1000             # failing checks one node's section may list
 MAX_VALUE_CHARS = 1000         # one compared value (dl-doctor writes at most 300)
@@ -236,19 +235,16 @@ def _add(fleet: Fleet, source: str, name_source: str, section: Optional[Dict[str
 
 
 def _gather_tar(path: str, raw: BinaryIO, fleet: Fleet) -> None:
-    """The reports in a tarball: at most MAX_TAR_MEMBERS members and MAX_TAR_BYTES of the decompressed archive, each
-    report held to the bounds of any input; past a limit the rest of the tarball is named as not read."""
+    """The reports in a tarball, read through ``dl_doctor.facts.tarball`` (at most ``tarball.FLEET_MAX_MEMBERS``
+    members and ``tarball.FLEET_MAX_BYTES`` of the decompressed archive), each report held to the bounds of any input; past a
+    limit the rest of the tarball is named as not read."""
     import tarfile
     import zlib
 
-    with tarfile.open(fileobj=raw, mode="r:*") as tar:
-        for n, member in enumerate(tar):
-            # checked before the member is read or skipped: skipping one in a compressed stream inflates it
-            if n >= MAX_TAR_MEMBERS or member.offset_data + member.size > MAX_TAR_BYTES:
-                limit = (f"more than {MAX_TAR_MEMBERS} members" if n >= MAX_TAR_MEMBERS else
-                         f"past the first {MAX_TAR_BYTES >> 20} MiB of the archive")
-                fleet.unreadable.append({"source": path, "error": f"{limit}; the rest was not read"})
-                return
+    from dl_doctor.facts import tarball
+
+    try:
+        for member, tar in tarball.members(raw, tarball.FLEET_MAX_MEMBERS, tarball.FLEET_MAX_BYTES):
             if not member.isfile() or not member.name.endswith(".json"):
                 continue
             if member.name.endswith(("manifest.json", "facts.json")) and "/" in member.name:
@@ -268,6 +264,8 @@ def _gather_tar(path: str, raw: BinaryIO, fleet: Fleet) -> None:
                 fleet.unreadable.append({"source": source, "error": str(exc)})
             except zlib.error as exc:
                 raise tarfile.TarError(str(exc))
+    except tarball.ArchiveLimit as exc:
+        fleet.unreadable.append({"source": path, "error": f"{exc}; the rest was not read"})
 
 
 def _group_key(section: Dict[str, Any]) -> str:

@@ -69,6 +69,65 @@ def test_version_order_and_kernels():
     assert sorted(kernels, key=versions.kernel_key)[-1] == "5.15.0-1051-aws"
 
 
+@pytest.mark.parametrize("text,release", [
+    ("2.4.0+cu124", (2, 4, 0)), ("12.4", (12, 4)), ("535.104.05", (535, 104, 5)), ("5.15.0-1051-aws", (5, 15, 0)),
+    ("2.4.0rc1", (2, 4, 0)),  # the checks' own parser read the "0rc1" as 1 (its digits joined)
+    ("v2.1", (2, 1)), ("12.x", (12,)), ("", ()), (None, ()), ("junk", ()), ("x" * 500, ()),
+])
+def test_release_numbers(text, release):
+    assert versions.release(text) == release
+    assert () < (0,) and sorted([(12, 4), (), (9, 1)]) == [(), (9, 1), (12, 4)]  # junk sorts below every version
+
+
+def _fabric_manager_fix(os_release):
+    from dl_doctor import compat_matrix
+    from dl_doctor.checks.gpu_support import fabric_manager
+    from dl_doctor.engine import run_check
+
+    facts = {"os": os_release, "gpu_pci": {"gpu_count": 8, "nvswitch_count": 4, "devices": []},
+             "nvidia_driver": {"kernel_module": {"version": "535.104.05", "loaded": True}},
+             "gpu_services": {"fabric_manager": {"installed": False, "enabled": False, "active": None, "version": None}}}
+    finding = run_check(fabric_manager, Facts(snapshot(facts)), compat_matrix.load(site=False))
+    assert finding.status.value == "fail", finding.message
+    return finding.fix.commands[0]
+
+
+@pytest.mark.parametrize("os_release,command", [
+    ({"id": "ubuntu", "id_like": ["debian"]}, "sudo apt-get install -y nvidia-fabricmanager-535=535.104.05-1"),
+    ({"id": "rhel", "id_like": ["fedora"], "version_id": "8.9"}, "sudo dnf install -y nvidia-fabric-manager-535.104.05"),
+    ({"id": "amzn", "version_id": "2"}, "sudo yum install -y nvidia-fabric-manager-535.104.05"),
+    ({"id": "amzn", "version_id": "2023"}, "sudo dnf install -y nvidia-fabric-manager-535.104.05"),
+    ({"id": "sles", "id_like": ["suse"]}, "sudo zypper install -y nvidia-fabric-manager-535.104.05"),
+    ({"id": "arch"}, "# install with this distribution's package manager: nvidia-fabric-manager-535.104.05"),
+])
+def test_the_fabric_manager_fix_uses_the_distributions_package_manager(os_release, command):
+    """It chose apt on Debian and dnf on every other system: SLES was told to run dnf, Amazon Linux 2 too."""
+    assert _fabric_manager_fix(os_release) == command
+
+
+def test_the_checks_parse_versions_with_the_one_parser():
+    from dl_doctor import compat_matrix
+    from dl_doctor.checks.cuda import driver_too_old_for_cuda
+    from dl_doctor.checks.python_env import runs_on
+    from dl_doctor.engine import run_check
+    from dl_doctor.reports.stack import _copy_verdict
+
+    assert runs_on("8.6", ["8.0"]) and not runs_on("9.0", ["8.0"]) and runs_on("9.0", ["8.6+PTX"])
+    assert _copy_verdict("9.1.0.70", "9.1.0.2") == "same" and _copy_verdict("9.2.1", "9.1.0") == "newer"
+    assert _copy_verdict("9.1.0", "9.2.1") == "other" and _copy_verdict("12.1.0", "11.8.0") == "other"
+    assert _copy_verdict("9.1.0-1", "9.1.0.1") == "same"  # a packaging revision is a part, as before
+    # fixed: a local part is no longer read as -1 (2.4.0+cu124 was older than 2.4.0), and two different strings that
+    # are not versions are no longer the same copy
+    assert _copy_verdict("2.4.0+cu124", "2.4.0") == "same" and _copy_verdict("abc", "xyz") == "other"
+    assert _copy_verdict("abc", "abc") == "same"
+    # fixed: a forward-compatibility library whose version is not dotted integers failed the check (int("15-1"))
+    facts = {"nvidia_driver": {"kernel_module": {"version": "535.104.05"},
+                               "forward_compat_libs": [{"active": True, "version": "550.54.15-1", "path": "/x"}]},
+             "cuda_toolkits": {"toolkits": [{"version": "12.4.1", "path": "/usr/local/cuda-12.4"}]}}
+    finding = run_check(driver_too_old_for_cuda, Facts(snapshot(facts)), compat_matrix.load(site=False))
+    assert finding.status.value != "error", finding.message
+
+
 def test_fixes_for_an_image_change_the_tree_and_leave_the_running_system_for_its_boot():
     from dl_doctor import fixes
     from dl_doctor.model import Fix

@@ -308,6 +308,36 @@ def test_overlay_adds_and_overrides(tmp_path):
     assert load(site=False).cuda("12.4")["min_driver"] == "550.54.14"  # the built-in data is untouched
 
 
+def test_one_cache_keyed_by_the_files_as_they_are(tmp_path, monkeypatch):
+    """compat_matrix.load is the one loader and holds the one cache: the application's load_matrix is the same
+    object; an overlay edited in place, or a file added to the site directory, is read again (the key was the
+    paths alone, and the application kept a second cache keyed by the --matrix-overlay paths only)."""
+    import os
+
+    from dl_doctor import app
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setenv("DL_DOCTOR_MATRIX_DIR", str(site))
+    path = _write(tmp_path, OVERLAY)
+    first = load([path])
+    assert load([path]) is first and app.load_matrix([path]) is first
+    assert first.cuda("13.9")["min_driver"] == "640.10"
+    edited = _write(tmp_path, OVERLAY.replace('"640.10"', '"640.20"'))
+    assert edited == path
+    os.utime(path, ns=(1, 1))  # the same path, another file identity, whatever the clock's resolution
+    second = app.load_matrix([path])
+    assert second is not first and second.cuda("13.9")["min_driver"] == "640.20"
+    assert load([path]) is second
+    (site / "10-site.toml").write_text(textwrap.dedent(OVERLAY).replace("13.9", "13.8"))
+    with_site = app.load_matrix([path])
+    assert with_site.cuda("13.8") is not None and with_site.info()["overlays"] == [str(site / "10-site.toml"), path]
+    (site / "10-site.toml").write_text("schema_version = 2\n")
+    with pytest.raises(app.InputProblem, match="schema_version must be 1"):
+        app.load_matrix([path])
+    assert load([path], site=False) is not None and len(compat_matrix._CACHE) <= compat_matrix.MAX_CACHED
+
+
 def test_cli_queries_and_overlays(run_cli, tmp_path):
     r = run_cli("matrix", "cuda", "12.4", "--json")
     assert {k: json.loads(r.stdout)[k] for k in ("cuda", "min_driver", "min_driver_minor_compat")} == \

@@ -251,16 +251,18 @@ def test_tarball_members_are_bounded_in_number_and_size(node_reports, tmp_path, 
         for n in range(20):
             t.addfile(tarfile.TarInfo(f"run/x{n}.txt"), io.BytesIO(b""))
     monkeypatch.setattr(fleet, "MAX_DOCUMENT_BYTES", 2 << 20)
-    monkeypatch.setattr(fleet, "MAX_TAR_MEMBERS", 10)
+    from dl_doctor.facts import tarball
+
+    monkeypatch.setattr(tarball, "FLEET_MAX_MEMBERS", 10)
     got = fleet.gather([str(tar)])
     assert [n.source for n in got.nodes] == [f"{tar}:run/node-1.json", f"{tar}:run/node-2.json"]
     assert got.unreadable == [
         {"source": f"{tar}:run/big.json", "error": "3145728 bytes, over the 2 MiB limit"},
         {"source": str(tar), "error": "more than 10 members; the rest was not read"}]
-    monkeypatch.setattr(fleet, "MAX_TAR_MEMBERS", 1000)
+    monkeypatch.setattr(tarball, "FLEET_MAX_MEMBERS", 1000)
     with tarfile.open(tar) as t:  # the limit falls inside the second report: it is neither read nor skipped
         second = t.getmember("run/node-2.json")
-    monkeypatch.setattr(fleet, "MAX_TAR_BYTES", second.offset_data + 10)
+    monkeypatch.setattr(tarball, "FLEET_MAX_BYTES", second.offset_data + 10)
     got = fleet.gather([str(tar)])
     assert len(got.nodes) == 1 and got.unreadable == [
         {"source": str(tar), "error": "past the first 0 MiB of the archive; the rest was not read"}]
