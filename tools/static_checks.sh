@@ -4,7 +4,8 @@
 #
 # Why a wheel: the repository's folders doctor/, checks/, reports/, compat_matrix/ map into the one dl_doctor
 # package (setup.cfg package_dir). An ordinary editable install serves the mapped folders through an import hook
-# that mypy cannot follow; a wheel installs the package exactly as users get it.
+# that mypy cannot follow; a wheel installs the package exactly as users get it. (For an IDE or a quick mypy run,
+# `pip install -e . --config-settings editable_mode=strict` links the files instead: CONTRIBUTING.md.)
 #
 # Usage: bash tools/static_checks.sh      (PYTHON=python3.X to choose the interpreter)
 # Exits non-zero on any error; prints the counts; removes everything it created.
@@ -26,14 +27,22 @@ echo "== a fresh venv"
 "$python" -m venv "$work/venv"
 pip=("$work/venv/bin/python" -m pip --quiet --disable-pip-version-check)
 
-echo "== building the wheel (pip wheel --no-deps)"
-# setuptools leaves build/ and *.egg-info in the source tree; both are git-ignored.
-"${pip[@]}" wheel --no-deps --wheel-dir "$work/dist" "$repo"
+echo "== building the wheel (pip wheel --no-deps) from a clean copy of the tree"
+# A copy: setuptools would reuse the repository's build/ (a module removed from the source stays in build/lib and
+# lands in the wheel), and it writes build/ and *.egg-info where it builds.
+mkdir "$work/src"
+tar -C "$repo" --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./dist --exclude='*.egg-info' \
+  --exclude=__pycache__ --exclude=.pytest_cache --exclude=.hypothesis --exclude=.mypy_cache -cf - . \
+  | tar -C "$work/src" -xf -
+"${pip[@]}" wheel --no-deps --wheel-dir "$work/dist" "$work/src"
 wheel="$(ls "$work"/dist/dl_doctor-*.whl)"
 echo "$(basename "$wheel")"
 
 echo "== installing the wheel and the checkers ($mypy_req)"
-"${pip[@]}" install "$wheel" "$mypy_req"
+# The dependencies as a Python 3.9 user gets them, whatever this interpreter is: mypy reads their sources with
+# Python 3.9's grammar (setup.cfg [mypy] python_version), and click 8.2 and later (Python >= 3.10) use `match`.
+printf 'click<8.2\n' >"$work/py39-constraints.txt"
+"${pip[@]}" install -c "$work/py39-constraints.txt" "$wheel" "$mypy_req"
 # --- import-linter goes here (the integrator adds it) -----------------------------------------------------------
 # Install it with the line above ("import-linter==X.Y") and run `lint-imports --config "$repo/..."` from "$work"
 # below, after mypy; keep `set -e` semantics: any broken contract must fail this script.
@@ -47,19 +56,18 @@ if [ ! -f "$site/dl_doctor/py.typed" ]; then
   exit 1
 fi
 
-echo "== mypy -p dl_doctor (installed in $site)"
+echo "== mypy -p dl_doctor (the installed package, with $repo/setup.cfg)"
 start=$SECONDS
 rc=0
-"$work/venv/bin/python" -m mypy --config-file "$repo/setup.cfg" --cache-dir "$work/mypy-cache" \
-  --no-error-summary -p dl_doctor >"$work/mypy.out" 2>&1 || rc=$?
-# Paths in mypy's report point into the temporary venv; show them relative to the package.
+"$work/venv/bin/python" -m mypy --config-file "$repo/setup.cfg" --cache-dir "$work/mypy-cache" -p dl_doctor \
+  >"$work/mypy.out" 2>&1 || rc=$?
+# Paths in mypy's report point into the temporary venv; show them from the package down.
 sed -e "s#^$site/##" -e "s#^${site#"$work"/}/##" "$work/mypy.out"
 errors="$(grep -c ': error: ' "$work/mypy.out" || true)"
-files="$(grep ': error: ' "$work/mypy.out" | cut -d: -f1 | sort -u | wc -l)"
-modules="$(find "$site/dl_doctor" -name '*.py' | wc -l)"
-echo "mypy: $errors error(s) in $files file(s); $modules source files checked; $((SECONDS - start)) s"
+files="$({ grep ': error: ' "$work/mypy.out" || true; } | cut -d: -f1 | sort -u | wc -l)"
+echo "mypy: exit $rc, $errors error(s) in $files file(s), $((SECONDS - start)) s"
 if [ "$rc" -ne 0 ] || [ "$errors" -ne 0 ]; then
-  echo "static_checks: mypy failed (exit $rc)" >&2
+  echo "static_checks: mypy failed" >&2
   exit 1
 fi
 echo "static checks: OK"
