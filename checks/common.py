@@ -122,7 +122,7 @@ def cuda_consumers(facts: Facts) -> list:
         out.append({"kind": "container", "what": f"container image built for CUDA {req}",
                     "where": "NVIDIA_REQUIRE_CUDA", "cuda": req})
     elif env.get("CUDA_VERSION"):
-        cuda = ".".join(env["CUDA_VERSION"].split(".")[:2])
+        cuda: Optional[str] = ".".join(env["CUDA_VERSION"].split(".")[:2])
         out.append({"kind": "container", "what": f"container image with CUDA {cuda}", "where": "CUDA_VERSION",
                     "cuda": cuda})
     for penv in facts.get("python_envs.environments") or []:

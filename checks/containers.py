@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Dict
+
 from dl_doctor.checks.common import nvidia_gpus, package_manager
 from dl_doctor.fixes import root_command, service
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
@@ -88,7 +90,7 @@ def container_gpu_access(facts: Facts) -> Result:
 def container_toolkit(facts: Facts) -> Result:
     ct = facts.get("gpu_services.container_toolkit") or {}
     gpus = facts.get("gpu_pci.gpu_count") or 0
-    evidence = {"gpu_services.container_toolkit": ct, "gpu_pci.gpu_count": gpus}
+    evidence: Dict[str, Any] = {"gpu_services.container_toolkit": ct, "gpu_pci.gpu_count": gpus}
     if not ct.get("docker_installed"):
         return skip("Docker is not installed", **evidence)
     if gpus == 0:
@@ -205,6 +207,7 @@ def driver_capabilities(facts: Facts) -> Result:
     if raw is None:
         return skip("NVIDIA_DRIVER_CAPABILITIES is not set: the runtime's default applies")
     caps = {c.strip().lower() for c in str(raw)[:256].split(",") if c.strip()}
+    evidence: Dict[str, Any]
     evidence = {"NVIDIA_DRIVER_CAPABILITIES": str(raw)[:256],
                 "unknown": sorted(c for c in caps if c not in _CAPABILITIES)[:8]}
     fix = Fix("Ask the runtime for compute and utility.",

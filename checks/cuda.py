@@ -60,6 +60,7 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
             worst = "none"
         elif support["support"] == "minor-compat" and worst == "full":
             worst = "minor-compat"
+    evidence: Dict[str, Any]
     evidence = {"driver": driver, "driver_max_cuda": max_cuda, "consumers": rows,
                 "forward_compat_used": effective if effective != driver else None}
     need = [r for r in rows if r["support"] != "full" and r.get("min_driver")]

@@ -106,6 +106,7 @@ def instance_store(facts: Facts) -> Result:
         return skip("no instance-store NVMe on this host")
     idle = [v for v in stores if not v.get("mounted")]
     total = sum(v.get("size_gib") or 0 for v in idle)
+    evidence: Dict[str, Any]
     evidence = {"instance_store": [{k: v.get(k) for k in ("device", "size_gib", "mounted")} for v in stores]}
     if idle:
         devs = " ".join(f"/dev/{v['device']}" for v in idle)

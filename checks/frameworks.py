@@ -258,7 +258,7 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
                          if isinstance(c.get("cuda_major"), int)})
         if len({m for m, _ in majors}) > 1:
             mixed.append(f"{_label(env)}: " + ", ".join(f"{d} (CUDA {m})" for m, d in majors))
-    evidence = {"problems": problems, "newer_copies_win": notes, "mixed_majors": mixed}
+    evidence: Dict[str, Any] = {"problems": problems, "newer_copies_win": notes, "mixed_majors": mixed}
     fix = Fix("Let each framework load the CUDA libraries of its own build.",
               tuple(dict.fromkeys(commands + ["echo $LD_LIBRARY_PATH   # drop CUDA directories that shadow the "
                                               "environment's own libraries"])))

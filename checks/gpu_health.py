@@ -31,7 +31,7 @@ def _reset_commands(devs: List[Dict[str, Any]]) -> tuple:
             "nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT")
 
 
-HEALTH = dict(requires=("nvml",), applies=(needs_nvidia_gpu, needs_nvml))
+HEALTH: Dict[str, Any] = dict(requires=("nvml",), applies=(needs_nvidia_gpu, needs_nvml))
 
 
 @check(
@@ -48,7 +48,7 @@ HEALTH = dict(requires=("nvml",), applies=(needs_nvidia_gpu, needs_nvml))
 def persistence_mode(facts: Facts) -> Result:
     devs = facts.get("nvml.devices") or []
     off = [d for d in devs if d.get("persistence_mode") is False]
-    evidence = {"persistence_off": [_label(d) for d in off]}
+    evidence: Dict[str, Any] = {"persistence_off": [_label(d) for d in off]}
     if off:
         return warn(f"persistence mode is off on {len(off)} of {len(devs)} GPUs: every CUDA start re-initialises them",
                     evidence, Fix("Enable the persistence daemon.",
@@ -71,6 +71,7 @@ def ecc_uncorrectable(facts: Facts) -> Result:
     devs = facts.get("nvml.devices") or []
     now = [d for d in devs if (d.get("ecc_uncorrected_volatile") or 0) > 0]
     past = [d for d in devs if (d.get("ecc_uncorrected_aggregate") or 0) > 0 and d not in now]
+    evidence: Dict[str, Any]
     evidence = {"volatile": {_label(d): d.get("ecc_uncorrected_volatile") for d in now},
                 "aggregate": {_label(d): d.get("ecc_uncorrected_aggregate") for d in now + past},
                 "ecc_disabled": [_label(d) for d in devs if d.get("ecc_mode") is False]}
@@ -99,6 +100,7 @@ def remap_pending(facts: Facts) -> Result:
     devs = facts.get("nvml.devices") or []
     failed = [d for d in devs if (d.get("remapped_rows") or {}).get("failure")]
     pending = [d for d in devs if (d.get("remapped_rows") or {}).get("pending") or d.get("retired_pages_pending")]
+    evidence: Dict[str, Any]
     evidence = {"remapped_rows": {_label(d): d.get("remapped_rows") for d in devs if d.get("remapped_rows")},
                 "retired_pages_pending": [_label(d) for d in devs if d.get("retired_pages_pending")]}
     if failed:
@@ -187,6 +189,7 @@ def throttled(facts: Facts) -> Result:
     devs = facts.get("nvml.devices") or []
     hit = [(d, [r for r in d.get("throttle_reasons") or [] if r in SLOWDOWN]) for d in devs]
     hit = [(d, r) for d, r in hit if r]
+    evidence: Dict[str, Any]
     evidence = {"throttle_reasons": {_label(d): d.get("throttle_reasons") for d in devs},
                 "temperature_c": {_label(d): d.get("temperature_c") for d in devs}}
     if hit:
@@ -217,7 +220,7 @@ def pcie_degraded(facts: Facts) -> Result:
             bad.append(f"{_label(d)}: x{p['width']} of x{p['max_width']}")
         elif p.get("gen") and p.get("max_gen") and p["gen"] < p["max_gen"] and (d.get("utilization_gpu") or 0) > 0:
             bad.append(f"{_label(d)}: Gen{p['gen']} of Gen{p['max_gen']} while busy")
-    evidence = {"pcie": {_label(d): d.get("pcie") for d in devs}}
+    evidence: Dict[str, Any] = {"pcie": {_label(d): d.get("pcie") for d in devs}}
     if bad:
         return warn("degraded PCIe link: " + "; ".join(bad), evidence,
                     Fix("Retrain the link with a reset or reboot; report it if it persists.",
@@ -241,7 +244,7 @@ def mig_enabled(facts: Facts) -> Result:
     devs = facts.get("nvml.devices") or []
     on = [d for d in devs if (d.get("mig_mode") or {}).get("current")]
     pending = [d for d in devs if d.get("mig_mode") and d["mig_mode"]["pending"] != d["mig_mode"]["current"]]
-    evidence = {"mig_mode": {_label(d): d.get("mig_mode") for d in devs if d.get("mig_mode")}}
+    evidence: Dict[str, Any] = {"mig_mode": {_label(d): d.get("mig_mode") for d in devs if d.get("mig_mode")}}
     if on or pending:
         parts = []
         if on:
@@ -318,6 +321,7 @@ def cuda_visible_devices(facts: Facts) -> Result:
 def busy(facts: Facts) -> Result:
     devs = facts.get("nvml.devices") or []
     busy_devs = [d for d in devs if d.get("processes")]
+    evidence: Dict[str, Any]
     evidence = {"processes": {_label(d): d.get("processes") for d in busy_devs},
                 "memory_used": {_label(d): d.get("memory_used_bytes") for d in devs}}
     if busy_devs:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Union
 
 from dl_doctor.checks.common import first_heading
-from dl_doctor.fixes import service
+from dl_doctor.fixes import Step, service
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -41,7 +41,7 @@ def kernel_log_events(facts: Facts, matrix) -> Result:
     problems: List[str] = []
     notes: List[str] = []
     severity = "pass"
-    fixes: List[str] = []
+    fixes: List[Union[str, Step]] = []
     rows: List[Dict[str, Any]] = []
     for e in found:
         sig = sigs.get(e.get("event"))
@@ -68,7 +68,7 @@ def kernel_log_events(facts: Facts, matrix) -> Result:
         notes.append(f"the host suspended after the NVIDIA module was loaded ({after[-1]['line']}) and "
                      f"nvidia-suspend/nvidia-resume are not enabled: GPU memory was not preserved")
         fixes.append(service("enable", "nvidia-suspend.service", "nvidia-resume.service", "nvidia-hibernate.service"))
-    evidence = {"events": rows[:50], "boot": boot}
+    evidence: Dict[str, Any] = {"events": rows[:50], "boot": boot}
     cut = " (the byte cap cut off the start of this boot: judged what was read)" if boot.get("cut_by_cap") else ""
     fix = Fix("Deal with the cause each event names.", tuple(dict.fromkeys(fixes)) or ("dl-doctor why --log /var/log/kern.log",))
     worst = next((r for r in rows if r.get("severity") == "fail"), None) or next(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 from dl_doctor.checks.common import GIB, MIB, container_kind, human_bytes
 from dl_doctor.fixes import write_file
@@ -57,6 +57,7 @@ def shm_too_small(facts: Facts) -> Result:
     kind = container_kind(facts)
     gpus = facts.get("gpu_pci.gpu_count") or 0
     want = max(SHM_PER_GPU, SHM_PER_GPU * gpus)
+    evidence: Dict[str, Any]
     evidence = {"mounts.shm.size_bytes": shm.get("size_bytes"), "mounts.shm.size_source": shm.get("size_source"),
                 "mounts.shm.options": shm.get("options"), "gpu_pci.gpu_count": gpus,
                 "system.container.kind": kind}

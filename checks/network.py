@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from dl_doctor import versions
 from dl_doctor.fixes import load_module, root_command, write_file
@@ -123,7 +123,7 @@ def _memlock(facts: Facts) -> Optional[Any]:
 def memlock(facts: Facts) -> Result:
     value = _memlock(facts)
     efa = facts.get("network.efa_devices") or []
-    evidence = {"memlock": value, "efa_devices": efa}
+    evidence: Dict[str, Any] = {"memlock": value, "efa_devices": efa}
     if not efa:
         return skip("no EFA device: the memlock limit does not gate NCCL here", **evidence)
     if value is None:
@@ -173,7 +173,7 @@ def nccl_env(facts: Facts) -> Result:
                             f"{', '.join(sorted(interfaces))})")
     if efa and env.get("FI_PROVIDER") and env["FI_PROVIDER"] != "efa":
         problems.append(f"FI_PROVIDER={env['FI_PROVIDER']} on an EFA host (expected efa)")
-    evidence = {"nccl_fi_env": env, "interfaces": sorted(interfaces)}
+    evidence: Dict[str, Any] = {"nccl_fi_env": env, "interfaces": sorted(interfaces)}
     unset = " ".join(sorted({p.split("=")[0] for p in problems + warnings}))
     fix = Fix("Unset (or correct) these variables in the launch environment.",
               (f"unset {unset}", "NCCL_DEBUG=INFO torchrun ... 2>&1 | grep -E 'NCCL INFO (NET|Channel|P2P)'"))

@@ -60,6 +60,7 @@ def cpu_only(facts: Facts, matrix) -> Result:
     envs = _torch_envs(facts)
     cpu = [(e, t) for e, t in envs if t.get("cpu_only")]
     cuda = [(e, t) for e, t in envs if not t.get("cpu_only")]
+    evidence: Dict[str, Any]
     evidence = {"cpu_only": [{"env": _label(e), "torch": t.get("version")} for e, t in cpu],
                 "cuda_builds": [{"env": _label(e), "torch": t.get("version"), "cuda": t.get("cuda")} for e, t in cuda]}
     if not cpu:
@@ -182,7 +183,9 @@ def arch_missing(facts: Facts, matrix) -> Result:
             gpus[entry["name"]] = entry["compute_capability"]
     if not gpus:
         return skip("the GPU models are not in the compatibility matrix")
-    problems, unknown, ok, weak = [], [], [], []
+    problems: List[str] = []
+    weak: List[str] = []
+    unknown, ok = [], []
     for env, t in _torch_envs(facts):
         if t.get("cpu_only"):
             continue
@@ -197,7 +200,7 @@ def arch_missing(facts: Facts, matrix) -> Result:
                 row = (f"torch {t.get('version')} in {_label(env)} has no code for {name} (compute capability {cc}; "
                        f"built for {', '.join(entries)} per {source})")
                 (problems if verified else weak).append(row)
-    evidence = {"gpus": gpus, "unknown_arch_lists": unknown}
+    evidence: Dict[str, Any] = {"gpus": gpus, "unknown_arch_lists": unknown}
     fix = Fix("Install a torch build whose CUDA variant covers this GPU.",
               ("dl-doctor matrix torch <version>   # arch_list per CUDA variant",
                "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu<XY>"))
@@ -261,7 +264,7 @@ def library_shadowed(facts: Facts) -> Result:
             checked.append(key)
             if path not in own_paths:
                 own_v = own[0].get("version")
-                how = "loaded (seen in /proc/self/maps)" if truth else f"resolved via {got.get('via')}"
+                how = "loaded (seen in /proc/self/maps)" if truth else f"resolved via {(got or {}).get('via')}"
                 found_v = None if truth and truth != (got or {}).get("path") else (got or {}).get("version")
                 verdict = compatible_copy(found_v, own_v)
                 text = (f"{_label(env)}: {key} {how} from {path} (version {found_v or '?'}), not "
@@ -272,7 +275,7 @@ def library_shadowed(facts: Facts) -> Result:
                     notes.append(text + ": same major, not older, so it serves the build")
                 else:
                     problems.append(text)
-                    where = "(seen loaded)" if truth else f"via {got.get('via')}"
+                    where = "(seen loaded)" if truth else f"via {(got or {}).get('via')}"
                     heads.append(f"torch in {env.get('name') or _label(env)} loads {key} {found_v or '?'} {where}, "
                                  f"not its own {own_v or '?'}")
         dists = env.get("distributions") or {}
@@ -282,6 +285,7 @@ def library_shadowed(facts: Facts) -> Result:
             if len(flavours) > 1:
                 mixed.append(f"{_label(env)}: {', '.join(flavours)}")
                 stray += [(env, k) for k in flavours if major and not k.endswith(f"-cu{major}")]
+    evidence: Dict[str, Any]
     evidence = {"problems": problems, "mixed_wheels": mixed,
                 "LD_LIBRARY_PATH": (facts.get("environment.variables") or {}).get("LD_LIBRARY_PATH")}
     # only wheels that are installed, of another CUDA major than the environment's torch, are named for removal
@@ -342,7 +346,7 @@ def torchvision_mismatch(facts: Facts, matrix) -> Result:
                                 f"{t.get('cuda')} build")
             elif want:
                 ok.append(f"{comp} {have.get('version')} with torch {t.get('version')}")
-    evidence = {"problems": problems}
+    evidence: Dict[str, Any] = {"problems": problems}
     if problems:
         env, t = _torch_envs(facts)[0]
         info = matrix.torch((t.get("version") or "").split("+")[0]) or {}
@@ -377,7 +381,7 @@ def numpy2(facts: Facts, matrix) -> Result:
             problems.append(f"{_label(env)}: numpy {np} with torch {t.get('version')}")
         else:
             ok.append(f"numpy {np} with torch {t.get('version')}")
-    evidence = {"problems": problems}
+    evidence: Dict[str, Any] = {"problems": problems}
     if problems:
         # The boundary itself is marked unverified in the matrix: a warning, not a failure.
         return warn("NumPy 2 under a torch built for NumPy 1.x: " + "; ".join(problems), evidence,
@@ -420,7 +424,7 @@ def user_site(facts: Facts) -> Result:
         if overlap:
             both = ", ".join(f"{n} {user['distributions'][n]} (user) over {env['distributions'][n]}" for n in overlap[:8])
             problems.append(f"{_label(env)}: {both}")
-    evidence = {"problems": problems, "environments_checked": checked}
+    evidence: Dict[str, Any] = {"problems": problems, "environments_checked": checked}
     if problems:
         return fail("packages in the user site shadow the environment's own: " + "; ".join(problems), evidence,
                     Fix("Remove the user-site copies, or disable the user site for that environment.",
@@ -461,7 +465,7 @@ def cuda_home(facts: Facts) -> Result:
     seen = {"CUDA_HOME": (home, version_at(home)), "nvcc on PATH": (nvcc, version_at(nvcc)),
             "/usr/local/cuda": (default.get("target"), default.get("version"))}
     known = {k: v for k, v in seen.items() if v[1]}
-    evidence = {k: {"path": p, "version": v} for k, (p, v) in seen.items()}
+    evidence: Dict[str, Any] = {k: {"path": p, "version": v} for k, (p, v) in seen.items()}
     if not toolkits:
         return skip("no CUDA toolkit is installed", **evidence)
     problems = []
@@ -520,6 +524,7 @@ def rhel8_system_python(facts: Facts, matrix) -> Result:
     pip_entry = next((p for p in facts.get("python_envs.pip_commands") or [] if p["path"] == pip_path), None)
     system_pip = bool(pip_entry and (pip_entry.get("shebang") or "").startswith(("/usr/bin/python3",
                                                                                  "/usr/libexec/platform-python")))
+    evidence: Dict[str, Any]
     evidence = {"rpm_dirs_written_by_pip": overwritten, "usr_local_shadowing_rpm": shadowing,
                 "usr_local_packages": sorted(local), "pip_on_path": pip_entry}
     fix = Fix("Take pip's files out of the system Python and reinstall the RPMs.",
@@ -600,6 +605,7 @@ def environments_looked_at(facts: Facts) -> Result:
     not_inspected = not_inspected if isinstance(not_inspected, int) and not_inspected > 0 else 0
     if not_inspected:
         unseen.append(f"{not_inspected} environment(s) found were not inspected before the probe's time ran out")
+    evidence: Dict[str, Any]
     evidence = {"owners": discovery.get("owners"), "not_inspected": not_inspected, "entry_cap": discovery.get(
         "entry_cap"), "env_limit": scan.get("limit")}
     if unseen:

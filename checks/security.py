@@ -72,6 +72,7 @@ def ssh_posture(facts: Facts) -> Result:
             notes.append(f"Match {m.get('criteria')} ({m.get('file')}:{m.get('line')}) turns "
                          + " and ".join(k for k in ("passwordauthentication", "permitrootlogin")
                                         if _yes(ms.get(k)) or (ms.get(k) or "").lower() == "yes") + " back on")
+    evidence: Dict[str, Any]
     evidence = {"settings": s, "sources": sources, "files": sshd.get("files"), "match_blocks": sshd.get("match_blocks")}
     fix = Fix("Refuse root and password logins (keys only): a drop-in read before the others, then reload sshd.",
               (SSHD_DROPIN, service("reload", _sshd_unit(facts), check="sshd -t"),
@@ -80,7 +81,7 @@ def ssh_posture(facts: Facts) -> Result:
         return fail("; ".join(problems + notes), evidence, fix)
     if notes:
         return warn("; ".join(notes) + ": passwords can be guessed over SSH", evidence, fix)
-    return passed(f"root logins {root}, passwords off ({', '.join(sshd.get('files')[:3])})", **evidence)
+    return passed(f"root logins {root}, passwords off ({', '.join(sshd['files'][:3])})", **evidence)
 
 
 def _public(ip: Any) -> bool:
@@ -151,6 +152,7 @@ def notebook_exposed(facts: Facts) -> Result:
             problems.append(f"{c.get('path')}: code-server on {bind} with auth: none")
         elif _public(host) and not s.get("cert") or str(s.get("cert")).lower() == "false" and _public(host):
             notes.append(f"{c.get('path')}: code-server on {bind} without TLS")
+    evidence: Dict[str, Any]
     evidence = {"checked": [it["where"] for it in items][:50],
                 "code_server": [c.get("path") for c in sec.get("code_server_configs") or []]}
     fix = Fix("Bind notebook servers to loopback and tunnel over SSH, or require a password and TLS.",

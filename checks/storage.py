@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, Dict, List
 
 from dl_doctor.checks.common import GIB, grow_partition_commands, human_bytes
 from dl_doctor.model import Facts, Fix, Result, Status, check, fail, passed, skip, warn
@@ -74,6 +74,7 @@ def disk_space_low(facts: Facts) -> Result:
 
     summary = "; ".join(f"{name(v)}: {human_bytes(v.get('free_bytes'))} free of {human_bytes(v.get('total_bytes'))}"
                         for v in volumes)
+    evidence: Dict[str, Any]
     evidence = {"disks.volumes": [{k: v.get(k) for k in ("paths", "mountpoint", "fstype", "device", "free_bytes",
                                                          "total_bytes", "used_pct", "inodes_free", "inodes_total",
                                                          "measured")}
@@ -132,10 +133,12 @@ def caches_on_small_volume(facts: Facts) -> Result:
         if biggest is not None and biggest is not v and free < CACHE_SMALL and \
                 (biggest.get("free_bytes") or 0) >= max(4 * free, CACHE_BIG):
             moves.append((role, v))
+    evidence: Dict[str, Any]
     evidence = {"caches": {r: {"volume": v.get("mountpoint"), "free_bytes": v.get("free_bytes")} for r, v in caches},
                 "largest_data_mount": {"mountpoint": biggest.get("mountpoint"), "free_bytes": biggest.get("free_bytes")}
                 if biggest else None}
     if moves:
+        assert biggest is not None  # a move is only ever towards it
         target = biggest["mountpoint"].rstrip("/")
         names = ", ".join(sorted({r.split(":", 1)[1] for r, _ in moves}))
         cmds = [f"export {CACHE_VARS[r]}={target}/cache/{r.split(':', 1)[1]}" for r, _ in moves]

@@ -162,6 +162,7 @@ def matmul_below_peak(facts: Facts, matrix) -> Result:
             elif best.get(dtype) and got < PEER_FLOOR * best[dtype]:
                 notes.append(f"GPU {d['index']} {dtype}: {got} TFLOPS against {best[dtype]} on its best peer")
     errors = {k: e for k, e in (v.get("errors") or {}).items() if ".matmul." in k}
+    evidence: Dict[str, Any]
     evidence = {"results": rows, "errors": errors, "thresholds": {"peak": PEAK_FLOOR, "peer": PEER_FLOOR}}
     fix = Fix("Find out why that GPU is slow.", ("nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE",
                                                 "sudo nvidia-smi -r -i <index>   # reset it when nothing runs on it"))
@@ -195,7 +196,7 @@ def cudnn_runs(facts: Facts) -> Result:
     errors = {k: e for k, e in (v.get("errors") or {}).items() if k.endswith(".conv") or k == "cpu"}
     devices = v.get("devices") or []
     bad = [d for d in devices if "conv" in d and not d["conv"].get("ok")]
-    evidence = {"cudnn": v.get("cudnn"), "errors": errors}
+    evidence: Dict[str, Any] = {"cudnn": v.get("cudnn"), "errors": errors}
     if errors or bad:
         return fail("; ".join([f"{k}: {e}" for k, e in errors.items()] +
                               [f"{d.get('name')}: the gradient is not finite" for d in bad]), evidence,
@@ -239,7 +240,7 @@ def allreduce(facts: Facts) -> Result:
         return skip(f"not run: {(v.get('skipped') or {}).get('allreduce') or 'no all-reduce result'}")
     expect = v.get("busbw_expectation") or {}
     floor = expect.get("floor_gbps")
-    evidence = {"allreduce": ar, "expectation": expect, "pairs": pairs}
+    evidence: Dict[str, Any] = {"allreduce": ar, "expectation": expect, "pairs": pairs}
     measured = f"NCCL all-reduce across GPUs {ar.get('gpus', [])}: bus bandwidth {ar.get('busbw_gbps')} GB/s"
     if broken:
         return fail(f"{measured}, but pairs fail: " + "; ".join(
@@ -327,6 +328,7 @@ def dcgm_diag(facts: Facts) -> Result:
     text = lambda r: (f"{'all GPUs' if r.get('gpu') == 'all' else 'GPU ' + str(r.get('gpu'))} "  # noqa: E731
                       f"{r.get('category')}/{r.get('test')}: "
                       + ("; ".join(r.get("messages") or []) or r.get("status", "")))
+    evidence: Dict[str, Any]
     evidence = {"shape": d.get("shape"), "command": d.get("command"), "failed": failed[:20], "warned": warned[:20],
                 "counts": {s: sum(1 for r in results if r.get("status") == s)
                            for s in ("pass", "fail", "warn", "skip")}}
@@ -388,6 +390,7 @@ def unwell_under_load(facts: Facts, matrix) -> Result:
             warnings.append(f"{name} reached {temp} C, its slowdown threshold {limit} C")
     for xid in (w.get("xid_unattributed") or [])[:3]:
         failures.append(f"Xid {xid} on a GPU NVML could not name")
+    evidence: Dict[str, Any]
     evidence = {"gpus": gpus, "xid_watch": w.get("xid_watch"),
                 "thresholds": {"slowdown_share": SLOWDOWN_SHARE, "reasons": list(SLOWDOWN_REASONS)}}
     xids = sorted({x for g in gpus for x in g.get("xid") or []})[:3]
@@ -439,7 +442,7 @@ def dcgm_health(facts: Facts) -> Result:
     incidents = d.get("incidents") or []
     text = "; ".join(f"{i.get('entity')} {i.get('system') or ''}: {i.get('message') or i.get('status')}".replace(
         "  ", " ") for i in incidents[:8])
-    evidence = {"overall": d.get("overall"), "incidents": incidents[:50]}
+    evidence: Dict[str, Any] = {"overall": d.get("overall"), "incidents": incidents[:50]}
     fix = Fix("Follow DCGM's message for each incident.", ("dcgmi health -c -v", "dcgmi diag -r 2"))
     overall = d.get("overall")
     if overall == "fail" or any(i.get("status") == "fail" for i in incidents):

@@ -209,8 +209,8 @@ def snapshot_of(path: str, data: Any) -> Dict[str, Any]:
     if data.get("kind") == "dl-doctor-facts":
         snapshot = data
     elif "findings" in data and isinstance(data.get("facts"), dict):
-        run = data.get("run") if isinstance(data.get("run"), dict) else {}
-        tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
+        run: Dict[str, Any] = data["run"] if isinstance(data.get("run"), dict) else {}
+        tool: Dict[str, Any] = data["tool"] if isinstance(data.get("tool"), dict) else {}
         # a report's parts are rebuilt where they are missing (its tool too); its facts are held to the schema
         tool = {**tool, "name": tool.get("name") or "dl-doctor", "version": tool.get("version") or "unknown"}
         snapshot = {
@@ -320,11 +320,11 @@ def load_report(path: str) -> Dict[str, Any]:
             **({"headline": _s(f["headline"], 300)} if isinstance(f.get("headline"), str) and f["headline"] else {}),
         })
     summary = {k: sum(1 for f in findings if f["status"] == k) for k in sorted(statuses)}
-    run = doc.get("run") if isinstance(doc.get("run"), dict) else {}
+    run: Dict[str, Any] = doc["run"] if isinstance(doc.get("run"), dict) else {}
     duration = run.get("duration_s")
-    host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
-    tool = doc.get("tool") if isinstance(doc.get("tool"), dict) else {}
-    privilege = doc.get("privilege") if isinstance(doc.get("privilege"), dict) else {}
+    host: Dict[str, Any] = doc["host"] if isinstance(doc.get("host"), dict) else {}
+    tool: Dict[str, Any] = doc["tool"] if isinstance(doc.get("tool"), dict) else {}
+    privilege: Dict[str, Any] = doc["privilege"] if isinstance(doc.get("privilege"), dict) else {}
     limited = [{"probe": _s(i.get("probe"), 200), "would_add": _s(i.get("would_add"), 1000)}
                for i in privilege.get("limited") or [] if isinstance(i, dict)][:50]
     return {
@@ -526,6 +526,7 @@ def read_why_input(text: Optional[str], log: Optional[str]) -> str:
         return text[-MAX_TEXT:]
     import sys as _sys
 
+    assert log is not None  # exactly one of the two is given (checked above)
     gz = log.endswith(".gz")
     if log == "-":
         data = _sys.stdin.buffer.read(MAX_TEXT * 4)

@@ -161,6 +161,7 @@ def _not_serialisable(obj: Any) -> Any:
 
 def _call(spec: CheckSpec, facts: Facts, matrix: Any, context: Optional[Mapping[str, Any]] = None) -> Any:
     available = {"facts": facts, "matrix": matrix, **dict(context or {})}
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(spec.func).parameters
     except (TypeError, ValueError):

@@ -180,14 +180,14 @@ def target_of(snapshot: Mapping[str, Any]) -> Target:
     """Where the facts come from: the running machine, an image, a captured tree, or a node through --host-root."""
     mode = snapshot.get("mode")
     root = snapshot.get("sysroot") if isinstance(snapshot.get("sysroot"), str) and snapshot.get("sysroot") else None
-    facts = snapshot.get("facts") if isinstance(snapshot.get("facts"), dict) else {}
+    facts: Dict[str, Any] = snapshot["facts"] if isinstance(snapshot.get("facts"), dict) else {}
     if mode == "host-root":
         return Target("host-root", root=root or "/host")
     if mode != "sysroot":
         return LIVE
     if "mounts" not in facts:  # nothing ever ran in the tree: an image that has not booted
         return Target("image", root=root or "/mnt/image")
-    system = facts.get("system") if isinstance(facts.get("system"), dict) else {}
+    system: Dict[str, Any] = facts["system"] if isinstance(facts.get("system"), dict) else {}
     name = system.get("hostname")
     host = name if isinstance(name, str) and _HOSTNAME.fullmatch(name) else "the machine the tree was captured from"
     return Target("captured", root=root or "/", host=host)

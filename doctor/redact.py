@@ -21,7 +21,7 @@ import functools
 import ipaddress
 import json
 import re
-from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Pattern, Tuple
 
 MASK = "[REDACTED]"
 
@@ -230,7 +230,7 @@ def _parse_toml(text: str) -> Any:
     return tomllib.loads(text)
 
 
-_PARSERS = {"json": json.loads, "toml": _parse_toml}
+_PARSERS: Dict[str, Callable[[str], Any]] = {"json": json.loads, "toml": _parse_toml}
 
 
 def _config_kind(path: str, text: str) -> Optional[str]:

@@ -172,7 +172,7 @@ def _zip_entry_points(path: str) -> List[Tuple[str, str]]:
 
 
 def _entry_points(group: str) -> List[EntryPoint]:
-    unique = {}
+    unique: Dict[Tuple[str, str], EntryPoint] = {}
     for ep in _all_entry_points().get(group, []):
         unique.setdefault((ep.name, ep.value), ep)
     return sorted(unique.values(), key=lambda ep: (ep.name, ep.value))

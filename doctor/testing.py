@@ -41,6 +41,7 @@ VERSION_LITERAL = re.compile(r"^\d+\.\d+(\.\d+)*$")
 
 def snapshot(facts: Dict[str, Any], mode: str = "live", **extra: Any) -> Dict[str, Any]:
     """A minimal facts snapshot around ``facts``."""
+    snap: Dict[str, Any]
     snap = {"schema_version": "1", "kind": "dl-doctor-facts", "tool": {"name": "dl-doctor", "version": "test"},
             "collected_at": "2026-11-29T00:00:00Z", "mode": mode, "sysroot": None if mode == "live" else "/mnt",
             "facts": facts, "probe_errors": [], "unavailable": {}, "probes": {}, "privilege": {}}
@@ -104,7 +105,7 @@ def run_case(spec: CheckSpec, case: Dict[str, Any], matrix: Any = None) -> Findi
         matrix = compat_matrix.load(site=False)
     snap = snapshot(case["facts"], mode=case.get("mode", "live"), probe_errors=case.get("probe_errors", []),
                     unavailable=case.get("unavailable", {}))
-    context: Optional[Dict[str, Any]] = dict(case.get("context") or {})
+    context: Dict[str, Any] = dict(case.get("context") or {})
     if "expectations" in case:
         context["expectations"] = case["expectations"]
     findings = run_check_all(spec, Facts(snap), matrix, context or None)

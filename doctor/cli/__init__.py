@@ -24,7 +24,7 @@ from dl_doctor.cli.base import cli
 __all__ = ["cli", "main"]
 
 
-def _error_line(text: str) -> str:
+def _error_line(text: object) -> str:
     """An error as one escaped line: messages quote file names, fields and values from files other people wrote."""
     from dl_doctor.reports.text import safe_line
 

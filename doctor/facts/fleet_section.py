@@ -69,7 +69,7 @@ def node_section(facts: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]
                 continue
             dist = str(c.get("distribution"))[:100]
             compare[f"python.{name}.{dist}"] = _s(c.get("version"))
-            build = c.get("build") if isinstance(c.get("build"), Mapping) else {}
+            build: Mapping[str, Any] = c["build"] if isinstance(c.get("build"), Mapping) else {}
             if build.get("cuda"):
                 compare[f"python.{name}.{dist}.cuda"] = _s(build["cuda"])
             for lib in c.get("libraries") or []:

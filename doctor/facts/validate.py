@@ -26,7 +26,7 @@ import math
 import os
 import re
 import stat
-from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
+from typing import IO, Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 from dl_doctor.facts.shape import json_type, problem  # noqa: F401 - json_type re-exported
 
@@ -197,7 +197,7 @@ def load_json_head(data: bytes, what: str) -> Any:
     return _parse(text, surrogates, what, head=True)
 
 
-def read_json(fh: BinaryIO, what: str) -> Any:
+def read_json(fh: IO[bytes], what: str) -> Any:
     """The JSON document in the binary stream ``fh`` (a file, a tar member), read to at most MAX_DOCUMENT_BYTES and
     parsed like :func:`load_json_bytes`; the raw bytes are dropped once decoded, so they and the parsed value are
     never held together."""
@@ -318,7 +318,8 @@ def _schema_children(item: Any, sch: Dict[str, Any]) -> Optional[Iterator[Tuple[
     if isinstance(item, dict):
         props = sch.get("properties") or {}
         extra = sch.get("additionalProperties")
-        return ((k, v, props[k] if k in props else extra) for k, v in item.items()
+        extra_schema: Dict[str, Any] = extra if isinstance(extra, dict) else {}  # used only where it is a dict
+        return ((k, v, props[k] if k in props else extra_schema) for k, v in item.items()
                 if k in props or isinstance(extra, dict))
     if isinstance(item, list) and isinstance(sch.get("items"), dict):
         return ((i, v, sch["items"]) for i, v in enumerate(item))

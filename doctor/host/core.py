@@ -178,6 +178,7 @@ class Host:
         if self.live_kernel and path.split("/", 2)[1] in _KERNEL_DIRS:
             return os.path.normpath(path)  # the running kernel's /proc, /sys and /dev: this machine's own
         root = self.sysroot
+        assert root is not None  # not live
         pending = [c for c in path.split("/") if c]
         pending.reverse()  # a stack: next component at the end
         resolved: List[str] = []
@@ -521,7 +522,7 @@ class Host:
         :data:`doctor.spawn.PYTHON_PRELUDE` adding back the session's trusted ``PYTHONPATH`` and its user site."""
         from dl_doctor.host import spawn
 
-        kwargs = dict(timeout=timeout, env=env, startup_paths=startup_paths, requested=requested)
+        kwargs: Dict[str, Any] = dict(timeout=timeout, env=env, startup_paths=startup_paths, requested=requested)
         result = self.run(spawn.python_argv(python, script, args), **kwargs)
         if spawn.rejects_isolated_flag(result.returncode, result.stderr):
             result = self.run(spawn.python_argv(python, script, args, legacy=True), **kwargs)
@@ -544,7 +545,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def _bounded_communicate(proc: subprocess.Popen, deadline: float) -> Tuple[bytes, bytes, bool, bool]:
     """Read both pipes until EOF or the deadline, keeping at most MAX_COMMAND_OUTPUT bytes of each."""
-    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    # keyed by the pipes (both set: the caller opened them with PIPE), then by the selector's file objects
+    kept: Dict[Any, bytearray] = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     truncated = False
     timed_out = False
     sel = selectors.DefaultSelector()

@@ -25,7 +25,7 @@ import errno
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dl_doctor.host import trust
 
@@ -271,9 +271,9 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str], *, euid: Optional[i
         raise
 
 
-def popen_kwargs(prepared: Prepared) -> Dict[str, object]:
+def popen_kwargs(prepared: Prepared) -> Dict[str, Any]:
     """The ``subprocess.Popen`` arguments that carry out ``prepared`` (besides the pipes)."""
-    kwargs: Dict[str, object] = {"executable": prepared.executable, "env": prepared.env, "cwd": "/",
+    kwargs: Dict[str, Any] = {"executable": prepared.executable, "env": prepared.env, "cwd": "/",
                                  "close_fds": True, "start_new_session": True}
     if prepared.fd is not None and prepared.executable.startswith("/proc/self/fd/"):
         kwargs["pass_fds"] = (prepared.fd,)

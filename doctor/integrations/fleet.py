@@ -14,7 +14,7 @@ import os
 import stat
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import IO, Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from dl_doctor.facts.fleet_section import FLEET_VERSION, node_section  # noqa: F401 - re-exported
 from dl_doctor.facts.shape import json_type
@@ -97,7 +97,7 @@ def _section_from_document(doc: Any) -> Optional[Dict[str, Any]]:
     if "fleet_node" in doc:
         return conform(doc["fleet_node"])
     if isinstance(doc.get("facts"), dict):
-        findings = doc.get("findings") if isinstance(doc.get("findings"), list) else []
+        findings = doc["findings"] if isinstance(doc.get("findings"), list) else []
         try:
             return conform(node_section(doc["facts"], findings))
         except (TypeError, ValueError, AttributeError) as exc:
@@ -207,7 +207,7 @@ def _gather_file(path: str, fh: BinaryIO, fleet: Fleet) -> None:
     _add(fleet, path, path, _read_report(fh, head, os.fstat(fh.fileno()).st_size))
 
 
-def _read_report(fh: BinaryIO, head: bytes, size: int) -> Optional[Dict[str, Any]]:
+def _read_report(fh: IO[bytes], head: bytes, size: int) -> Optional[Dict[str, Any]]:
     """The section from the head of a report of ``size`` bytes, or from all of it; one over the input limit is
     refused before the rest is read."""
     def rest() -> bytes:

@@ -28,7 +28,7 @@ def cloud_probe(ctx: ProbeContext) -> Dict[str, Any]:
     hv = host.try_read("/sys/hypervisor/uuid", 256)
     ec2 = is_ec2(dmi, hv.strip() if hv else None)
     instance_type = None
-    if ec2 and dmi.get("product_name") and "." in dmi["product_name"]:
+    if ec2 and "." in (dmi.get("product_name") or ""):
         instance_type = dmi["product_name"]  # Nitro: product_name is the instance type
     return {"provider": "aws" if ec2 else None, "ec2": ec2, "instance_type": instance_type,
             "instance_type_source": "dmi product_name" if instance_type else None,

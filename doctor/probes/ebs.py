@@ -39,7 +39,7 @@ def parse_diskstats(text: str) -> Dict[str, Dict[str, int]]:
     return out
 
 
-def rates(before: Dict[str, int], after: Dict[str, int], seconds: float) -> Dict[str, float]:
+def rates(before: Dict[str, int], after: Dict[str, int], seconds: float) -> Dict[str, Optional[float]]:
     """IOPS, throughput and average queue depth between two /proc/diskstats readings."""
     if seconds <= 0:
         return {}
@@ -131,14 +131,15 @@ def ebs_probe(ctx: ProbeContext) -> Dict[str, Any]:
         for v in volumes:
             if v["device"] in before and v["device"] in after:
                 window[v["device"]] = rates(before[v["device"]], after[v["device"]], elapsed)
-            if v["device"] in pages_before and pages_before[v["device"]]:
+            start = pages_before.get(v["device"])
+            if start:
                 try:
                     end = parse_ebs_stats_page(nvme_log_page(host, f"/dev/{v['controller']}", 0xD0))
                 except OSError:
                     end = None
-                v["ebs_stats"] = end or pages_before[v["device"]]
+                v["ebs_stats"] = end or start
                 if end:
-                    v["ebs_stats_window"] = {k: end[k] - pages_before[v["device"]][k] for k in STATS_FIELDS
+                    v["ebs_stats_window"] = {k: end[k] - start[k] for k in STATS_FIELDS
                                              if k != "volume_queue_length"}
     if denied:
         ctx.denied("EBS detailed performance statistics (time over the volume's and the instance's IOPS/throughput "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from dl_doctor.probes import ProbeContext, probe
 
@@ -15,7 +15,7 @@ _FM_VERSION = re.compile(r"(\d{3}\.\d{1,3}(?:\.\d{1,3})?)")
 def _wanted(host) -> set:
     """Every unit name some target wants (/etc/systemd/system/*.wants/), listed once per run."""
     def compute() -> set:
-        names = set()
+        names: Set[str] = set()
         for d in host.glob("/etc/systemd/system/*.wants"):
             names.update(n for n in host.listdir(d) if host.lexists(f"{d}/{n}"))
         return names
@@ -34,7 +34,7 @@ def _unit(ctx: ProbeContext, name: str) -> Dict[str, Any]:
             active = result.stdout.strip()[:64] or None
         except OSError:
             active = None
-    out = {"installed": path is not None, "unit_path": path, "enabled": enabled, "active": active}
+    out: Dict[str, Any] = {"installed": path is not None, "unit_path": path, "enabled": enabled, "active": active}
     if active in ("failed", "activating", "deactivating") and host.which("journalctl"):
         # why it is not running: this boot's journal of the unit (only for a unit that is not healthy: no cost
         # on a healthy host); judged against the journal signatures by DLD-LOG-002

@@ -115,9 +115,9 @@ def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
                     "records": len(records), "first_sequence": first[0] if first else None}
         except PermissionError:
             # dmesg_restrict: the journal keeps the same kernel messages for the groups allowed to read it
-            journal = kernel_journal(host)
-            if journal is not None:
-                lines, source, boot = journal
+            kmsg_journal = kernel_journal(host)
+            if kmsg_journal is not None:
+                lines, source, boot = kmsg_journal
             else:
                 ctx.denied("the kernel log (/dev/kmsg): Xid errors and driver load failures of this boot")
         except (OSError, CommandUnavailable):

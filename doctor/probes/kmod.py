@@ -121,6 +121,7 @@ def _decompressed(fh, kind: str):
     """The module's bytes in chunks, decompressed as a stream (never whole in memory), at most MAX_DECOMPRESSED_BYTES."""
     import zlib
 
+    d: Any  # zlib's or lzma's decompressor: they differ (unconsumed_tail, needs_input), each is used as itself
     if kind == "gz":
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     elif kind == "xz":
@@ -248,7 +249,9 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
     # NVIDIA modules per kernel; read module metadata for the kernels that matter most.
     running = (host.try_read("/proc/sys/kernel/osrelease", 256) or "").strip() or None
     if host.kernel_live and not running:
-        running = host.uname().release
+        uname = host.uname()
+        assert uname is not None  # kernel_live
+        running = uname.release
     modules: List[Dict[str, Any]] = []
     for kernel in module_dirs:
         for path in _find_modules(ctx, kernel):

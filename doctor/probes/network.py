@@ -46,7 +46,7 @@ def _version_from_name(name: str) -> Optional[str]:
 @probe("network", "EFA devices, libfabric and the aws-ofi-nccl plugin, network interfaces, NCCL/FI settings")
 def network_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
-    devices = []
+    devices: List[Dict[str, Any]] = []
     for name in host.listdir("/sys/class/infiniband"):
         driver = host.readlink(f"/sys/class/infiniband/{name}/device/driver")
         devices.append({"name": name, "driver": driver.rsplit("/", 1)[-1] if driver else None})
@@ -55,7 +55,7 @@ def network_probe(ctx: ProbeContext) -> Dict[str, Any]:
 
     installed_text = host.try_read("/opt/amazon/efa_installed_packages", 1 << 20)
     installed = parse_installed_packages(installed_text) if installed_text else {}
-    libfabric = []
+    libfabric: List[Dict[str, Any]] = []
     for d in LIBFABRIC_DIRS:
         for n in host.listdir(d):
             if n.startswith("libfabric.so"):
@@ -106,7 +106,8 @@ def limits_probe(ctx: ProbeContext) -> Dict[str, Any]:
             conf.append({**entry, "file": path})
     cmdline = (host.try_read("/proc/cmdline", 65536) or "").split()
     thp = host.try_read("/sys/kernel/mm/transparent_hugepage/enabled", 256)
-    thp_mode = re.search(r"\[(\w+)\]", thp).group(1) if thp and re.search(r"\[(\w+)\]", thp) else None
+    thp_match = re.search(r"\[(\w+)\]", thp) if thp else None
+    thp_mode = thp_match.group(1) if thp_match else None
     numa = host.try_read("/proc/sys/kernel/numa_balancing", 64)
     governor = host.try_read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", 64)
     nodes = [n for n in host.listdir("/sys/devices/system/node") if re.match(r"^node\d+$", n)]

@@ -7,7 +7,7 @@ without a GPU. Each per-device query that fails is recorded, not fatal.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Type
 
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
@@ -70,7 +70,7 @@ def collect_nvml(nv: Any) -> Dict[str, Any]:
             pass
 
 
-def _device(nv: Any, error_type: type, index: int) -> Dict[str, Any]:
+def _device(nv: Any, error_type: Type[BaseException], index: int) -> Dict[str, Any]:
     dev: Dict[str, Any] = {"index": index, "unsupported": [], "errors": {}}
     try:
         handle = nv.nvmlDeviceGetHandleByIndex(index)

@@ -274,7 +274,8 @@ SUSPECT_DIRS = ("/tmp/", "/dev/shm/", "/var/tmp/")
 def processes(host) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """One pass over /proc: (processes that look like miners or run from /tmp, /var/tmp or /dev/shm; notebook and
     code servers with their command lines). A command line is read only for a process whose name can be one."""
-    suspects, servers = [], []
+    suspects: List[Dict[str, Any]] = []
+    servers: List[Dict[str, Any]] = []
     for pid in [n for n in host.listdir("/proc") if n.isdigit()][:MAX_PIDS]:
         comm = (host.try_read(f"/proc/{pid}/comm", 256) or "").strip()
         exe = host.readlink(f"/proc/{pid}/exe") or ""

@@ -122,6 +122,7 @@ def kernel_probe(ctx: ProbeContext) -> Dict[str, Any]:
     arch = None
     if host.kernel_live:
         uname = host.uname()
+        assert uname is not None  # kernel_live
         release = release or uname.release
         arch = uname.machine
     installed = [name for name in host.listdir("/lib/modules") if host.is_dir(f"/lib/modules/{name}")]

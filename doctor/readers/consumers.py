@@ -109,8 +109,9 @@ def read_build_info(text: str, keys: Dict[str, str]) -> Dict[str, str]:
 
 def cuda_major_of(name: str, version: str, build_cuda: Optional[str], needed: Sequence[str]) -> Tuple[Optional[int], str]:
     """The CUDA major a distribution was built for, and where that was read."""
-    if build_cuda and re.match(r"\d+", build_cuda):
-        return int(re.match(r"\d+", build_cuda).group(0)), "build information"
+    lead = re.match(r"\d+", build_cuda) if build_cuda else None
+    if lead:
+        return int(lead.group(0)), "build information"
     for pattern in _NAME_MAJOR:
         m = pattern.search(name)
         if m:
@@ -202,9 +203,9 @@ def wheel_metadata(host: Host, dist_info: str, version: str) -> Dict[str, Any]:
         out["requires_torch"] = (m.group(1) or m.group(2) or "").strip() or "any"
         break
     local = version.split("+", 1)[1] if "+" in version else ""
-    m = _BUILT_FOR_TORCH.search(local)
-    if m:
-        out["built_for_torch"] = m.group(1)
+    built = _BUILT_FOR_TORCH.search(local)
+    if built:
+        out["built_for_torch"] = built.group(1)
     return out
 
 
@@ -245,11 +246,12 @@ class _Simulation:
             if found:
                 self.loader.load(found, via=f"dlopen ({how})", loader=caller)
                 return
-        caller = callers[0] if callers else None
         looked: List[str] = []
-        for c in callers or [None]:
+        requesters: Sequence[Optional[str]] = callers or [None]
+        for c in requesters:
             looked += self.loader.search_order(c)
-        self.missing.append({"soname": soname, "needed_by": caller, "optional": optional, "how": "dlopen",
+        self.missing.append({"soname": soname, "needed_by": callers[0] if callers else None,
+                             "optional": optional, "how": "dlopen",
                              "looked_in": list(dict.fromkeys(looked))})
 
 
@@ -355,6 +357,7 @@ def _consumer(host: Host, name: str, d: Dict[str, Any], entry: Optional[Dict[str
             continue
         version, how = lib_version(host, obj.path, owned)
         wheel = owned[obj.path][0] if obj.path in owned else None
+        lib: Dict[str, Any]
         lib = {"soname": obj.soname, "path": obj.path, "via": obj.via, "version": version, "version_source": how,
                "wheel": wheel, "cuda_major": library_major(obj.soname, obj.path, wheel),
                "requested_by": _rel(obj.requested_by, site) if obj.requested_by else None}

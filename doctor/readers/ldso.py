@@ -186,7 +186,7 @@ class Loader:
                 if d and d["rpath"] and not d["runpath"]:
                     out += [f"{expand(e, posixpath.dirname(obj), self.platform)} (RPATH)" for e in d["rpath"]]
         out += [f"{d} (LD_LIBRARY_PATH)" for d in self.ld_library_path]
-        if dyn and dyn["runpath"]:
+        if dyn and requester and dyn["runpath"]:  # (dyn is only set for a requester)
             out += [f"{expand(e, posixpath.dirname(requester), self.platform)} (RUNPATH)" for e in dyn["runpath"]]
         return list(dict.fromkeys(out + ["ld.so.cache"] + list(self.default_dirs)))
 
@@ -225,7 +225,7 @@ class Loader:
         hit = self._search_dirs(name, self.ld_library_path, requester or "/")
         if hit:
             return hit, "LD_LIBRARY_PATH"
-        if dyn and dyn["runpath"]:
+        if dyn and requester and dyn["runpath"]:  # (dyn is only set for a requester)
             hit = self._search_dirs(name, dyn["runpath"], requester)
             if hit:
                 return hit, f"RUNPATH of {requester}"

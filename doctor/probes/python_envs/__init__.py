@@ -15,7 +15,7 @@ import re
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 from dl_doctor.readers.consumers import lib_version
 from dl_doctor.host import Host, UntrustedCommand
@@ -734,6 +734,7 @@ def inspect_static(host: Host, env: Dict[str, Any]) -> Tuple[Dict[str, Any], Dic
     with their metadata paths are kept on the side (``host.cached(("dists", prefix))``) for the consumer model."""
     sites = site_dirs(host, env)
     dists: Dict[str, Dict[str, Any]] = {}
+    d: Optional[Dict[str, Any]]  # a distribution here, the framework's below (or None)
     for site in sites:
         for name, d in read_distributions(host, site).items():
             dists.setdefault(name, d)
@@ -897,7 +898,7 @@ _DEEP_SHAPE = {"imported": bool, "version": str, "cuda": str, "cuda_available": 
 MAX_LIST_ITEMS = 4096
 
 
-def _shaped(raw: Any, shape: Dict[str, type]) -> Dict[str, Any]:
+def _shaped(raw: Any, shape: Dict[str, Type[Any]]) -> Dict[str, Any]:
     """Keep only the expected fields of the expected types; lists of strings, dicts of str -> str|None."""
     if not isinstance(raw, dict):
         raise ValueError(f"printed {type(raw).__name__}, not an object")
@@ -1006,7 +1007,7 @@ def run_deep_consumer(host: Host, env: Dict[str, Any], consumer: Dict[str, Any],
         return {"skipped": f"not imported as root: {exc.reason}"}
     except OSError as exc:
         return {"error": f"cannot run {env['python']}: {exc.strerror or exc}"}
-    steps: List[Dict[str, str]] = []
+    steps: List[Dict[str, Optional[str]]] = []
     maps: List[str] = []
     for line in result.stdout.splitlines()[:10000]:
         if not line.startswith("DLDOCTOR-STEP "):

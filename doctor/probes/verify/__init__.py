@@ -101,9 +101,10 @@ def _watch(ctx: ProbeContext):
     nv = ctx.options.get("verify_nvml")  # tests hand in a recorded NVML
     if nv is None:
         try:
-            import pynvml as nv
+            import pynvml
         except ImportError as exc:  # pragma: no cover - a declared dependency
             return None, f"nvidia-ml-py is not installed: {exc}"
+        nv = pynvml
     from dl_doctor.probes.verify.gpuwatch import GpuWatch
 
     watch = GpuWatch(nv)

@@ -74,7 +74,7 @@ def parse_diag(doc: Any) -> Dict[str, Any]:
     else:
         return {"shape": None, "results": []}
     out: Dict[str, Any] = {"shape": shape, "results": []}
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else body
+    meta = doc["metadata"] if isinstance(doc.get("metadata"), dict) else body
     if isinstance(meta.get("version"), str):
         out["version"] = meta["version"][:40]
     if isinstance(body.get("runtime_error"), str):
@@ -89,7 +89,7 @@ def parse_diag(doc: Any) -> Dict[str, Any]:
                 continue
             base = {"category": str(cat.get("category", ""))[:100], "test": str(test.get("name", ""))[:100]}
             worst = set()
-            entries = test.get("results") if isinstance(test.get("results"), list) else []
+            entries = test["results"] if isinstance(test.get("results"), list) else []
             for r in entries:
                 if not isinstance(r, dict) or not isinstance(r.get("status"), str):
                     continue
@@ -111,7 +111,7 @@ HEALTH_STATES = {"healthy": "pass", "warning": "warn", "failure": "fail"}
 
 
 def _value(node: Any) -> Optional[str]:
-    return node.get("value")[:40] if isinstance(node, dict) and isinstance(node.get("value"), str) else None
+    return node["value"][:40] if isinstance(node, dict) and isinstance(node.get("value"), str) else None
 
 
 def _children(node: Any) -> Dict[str, Any]:
@@ -140,6 +140,6 @@ def parse_health(doc: Any) -> Dict[str, Any]:
                                   "status": HEALTH_STATES.get(state, state or "unknown"), "message": text[:MAX_TEXT]})
             if not errors and (_value(entity) or "").lower() in ("warning", "failure"):
                 incidents.append({"entity": f"{group} {eid}"[:60], "system": "", "message": "",
-                                  "status": HEALTH_STATES[_value(entity).lower()]})
+                                  "status": HEALTH_STATES[(_value(entity) or "").lower()]})
     return {"overall": HEALTH_STATES.get((overall or "").lower(), (overall or "unknown").lower()),
             "incidents": incidents[:200]}

@@ -388,6 +388,7 @@ def run_workload(host, python: str, level: str = "quick", skip: Optional[Dict[st
     NVML's where a framework gives no UUID; XLA_PYTHON_CLIENT_PREALLOCATE=false keeps JAX from taking most of each
     GPU's memory."""
     skip = skip or {}
+    plan: Dict[str, Any]
     plan = dict(LEVELS[level], level=level, skip_uuids=sorted(skip), skip_reason=skip, busbw_floor_gbps=busbw_floor,
                 min_capability=MIN_CAPABILITY)
     plan.update(plan_extra)
