@@ -18,8 +18,9 @@ trap 'rm -rf "$work"' EXIT
 
 # The checkers, pinned like the `test` extra pins them (setup.cfg). Read from there so the two cannot drift.
 mypy_req="$(sed -n 's/^[[:space:]]*\(mypy[=<>~!][^#[:space:]]*\).*/\1/p' "$repo/setup.cfg" | head -n1)"
-if [ -z "$mypy_req" ]; then
-  echo "static_checks: no mypy pin in setup.cfg's test extra" >&2
+linter_req="$(sed -n 's/^[[:space:]]*\(import-linter[=<>~!][^#[:space:]]*\).*/\1/p' "$repo/setup.cfg" | head -n1)"
+if [ -z "$mypy_req" ] || [ -z "$linter_req" ]; then
+  echo "static_checks: no mypy or import-linter pin in setup.cfg's test extra" >&2
   exit 2
 fi
 
@@ -38,15 +39,11 @@ tar -C "$repo" --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./
 wheel="$(ls "$work"/dist/dl_doctor-*.whl)"
 echo "$(basename "$wheel")"
 
-echo "== installing the wheel and the checkers ($mypy_req)"
+echo "== installing the wheel and the checkers ($mypy_req, $linter_req)"
 # The dependencies as a Python 3.9 user gets them, whatever this interpreter is: mypy reads their sources with
 # Python 3.9's grammar (setup.cfg [mypy] python_version), and click 8.2 and later (Python >= 3.10) use `match`.
 printf 'click<8.2\n' >"$work/py39-constraints.txt"
-"${pip[@]}" install -c "$work/py39-constraints.txt" "$wheel" "$mypy_req"
-# --- import-linter goes here (the integrator adds it) -----------------------------------------------------------
-# Install it with the line above ("import-linter==X.Y") and run `lint-imports --config "$repo/..."` from "$work"
-# below, after mypy; keep `set -e` semantics: any broken contract must fail this script.
-# -----------------------------------------------------------------------------------------------------------------
+"${pip[@]}" install -c "$work/py39-constraints.txt" "$wheel" "$mypy_req" "$linter_req"
 
 # From here on, run in the temporary directory: the repository's source folders must not shadow the installed package.
 cd "$work"
@@ -68,6 +65,18 @@ files="$({ grep ': error: ' "$work/mypy.out" || true; } | cut -d: -f1 | sort -u 
 echo "mypy: exit $rc, $errors error(s) in $files file(s), $((SECONDS - start)) s"
 if [ "$rc" -ne 0 ] || [ "$errors" -ne 0 ]; then
   echo "static_checks: mypy failed" >&2
+  exit 1
+fi
+
+echo "== lint-imports (the layer rules: setup.cfg [importlinter], docs/architecture.md)"
+start=$SECONDS
+rc=0
+"$work/venv/bin/lint-imports" --config "$repo/setup.cfg" --no-cache >"$work/lint.out" 2>&1 || rc=$?
+grep -E "KEPT|BROKEN|^Contracts:" "$work/lint.out" || true
+echo "lint-imports: exit $rc, $((SECONDS - start)) s"
+if [ "$rc" -ne 0 ]; then
+  sed -n '/^Broken contracts/,$p' "$work/lint.out"
+  echo "static_checks: a layer rule is broken" >&2
   exit 1
 fi
 echo "static checks: OK"
