@@ -64,7 +64,8 @@ CUDA_TOOLKITS_FACTS = obj(
     "CUDA toolkits (/usr/local/cuda-*, CUDA_HOME, nvcc on PATH) and their versions",
     toolkits=array(obj(
         "",
-        path=string("the toolkit's directory (a /usr/local/cuda-* directory, CUDA_HOME or CUDA_PATH, the link's target)"),
+        path=string("the toolkit's directory (a /usr/local/cuda-* directory, CUDA_HOME or CUDA_PATH, the link's "
+                    "target)"),
         version=string("its CUDA version (null: none of the sources below says)"),
         source=string("where the version was read: version.json, version.txt, include/cuda.h, dist-info/..., "
                       "nvcc --version"),
@@ -90,7 +91,8 @@ CUDA_TOOLKITS_FACTS = obj(
 )
 
 
-@probe("cuda_toolkits", "CUDA toolkits: /usr/local/cuda-*, the /usr/local/cuda link, CUDA_HOME and nvcc on PATH", provides=CUDA_TOOLKITS_FACTS)
+@probe("cuda_toolkits", "CUDA toolkits: /usr/local/cuda-*, the /usr/local/cuda link, CUDA_HOME and nvcc on PATH",
+       provides=CUDA_TOOLKITS_FACTS)
 def cuda_toolkits_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     env = host.environ()

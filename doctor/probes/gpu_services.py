@@ -137,7 +137,8 @@ GPU_SERVICES_FACTS = obj(
 )
 
 
-@probe("gpu_services", "nvidia-fabricmanager, nvidia-persistenced and the NVIDIA container toolkit", provides=GPU_SERVICES_FACTS)
+@probe("gpu_services", "nvidia-fabricmanager, nvidia-persistenced and the NVIDIA container toolkit",
+       provides=GPU_SERVICES_FACTS)
 def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     from dl_doctor.probes.kmod import dpkg_packages

@@ -108,7 +108,8 @@ IMDS_FACTS = obj(
 )
 
 
-@probe("imds", "EC2 instance metadata (IMDSv2): instance type, zone, spot life-cycle, interruption and scheduled events", provides=IMDS_FACTS)
+@probe("imds", "EC2 instance metadata (IMDSv2): instance type, zone, spot life-cycle, interruption and scheduled events",
+       provides=IMDS_FACTS)
 def imds_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     if not host.live:

@@ -160,7 +160,8 @@ KERNEL_LOG_FACTS = obj(
 
 @probe("kernel_log", "NVIDIA messages in the kernel log of this boot (Xid errors, RmInitAdapter, API mismatch), "
        "and the events the signature base knows, against the NVIDIA module load",
-       root_adds="the kernel log (/dev/kmsg, /var/log/messages), where Xid errors and driver load failures appear", provides=KERNEL_LOG_FACTS)
+       root_adds="the kernel log (/dev/kmsg, /var/log/messages), where Xid errors and driver load failures appear",
+       provides=KERNEL_LOG_FACTS)
 def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
     from dl_doctor.readers.syslog import candidate_lines, read_boot
 

@@ -296,7 +296,8 @@ KMOD_FACTS = obj(
 )
 
 
-@probe("kmod", "installed kernels, the NVIDIA module built for each, boot default, DKMS/akmods, nouveau, Secure Boot", provides=KMOD_FACTS)
+@probe("kmod", "installed kernels, the NVIDIA module built for each, boot default, DKMS/akmods, nouveau, Secure Boot",
+       provides=KMOD_FACTS)
 def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     if not host.is_dir("/lib/modules") and not host.is_dir("/boot"):

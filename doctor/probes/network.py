@@ -77,7 +77,8 @@ NETWORK_FACTS = obj(
 )
 
 
-@probe("network", "EFA devices, libfabric and the aws-ofi-nccl plugin, network interfaces, NCCL/FI settings", provides=NETWORK_FACTS)
+@probe("network", "EFA devices, libfabric and the aws-ofi-nccl plugin, network interfaces, NCCL/FI settings",
+       provides=NETWORK_FACTS)
 def network_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     devices = []
@@ -149,7 +150,8 @@ LIMITS_FACTS = obj(
 )
 
 
-@probe("limits", "resource limits (memlock, nofile, core) and kernel settings (IOMMU, NUMA balancing, THP, governor)", provides=LIMITS_FACTS)
+@probe("limits", "resource limits (memlock, nofile, core) and kernel settings (IOMMU, NUMA balancing, THP, governor)",
+       provides=LIMITS_FACTS)
 def limits_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     rlimits: Optional[Dict[str, Any]] = None

@@ -172,7 +172,8 @@ NVIDIA_DRIVER_FACTS = obj(
 
 
 @probe("nvidia_driver", "the NVIDIA kernel module: loaded, version, flavour (/proc/driver/nvidia, /proc/modules)",
-       root_adds="access to /dev/nvidiactl, which NVML needs for GPU health (ECC, clocks, retired pages)", provides=NVIDIA_DRIVER_FACTS)
+       root_adds="access to /dev/nvidiactl, which NVML needs for GPU health (ECC, clocks, retired pages)",
+       provides=NVIDIA_DRIVER_FACTS)
 def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     version_text = host.try_read("/proc/driver/nvidia/version", 65536)

@@ -191,7 +191,8 @@ NVML_FACTS = obj(
 
 
 @probe("nvml", "GPU health through NVML: memory, ECC, row remapping, throttling, PCIe link, MIG, processes",
-       root_adds="NVML queries that need access to /dev/nvidiactl (ECC counters, processes of other users)", provides=NVML_FACTS)
+       root_adds="NVML queries that need access to /dev/nvidiactl (ECC counters, processes of other users)",
+       provides=NVML_FACTS)
 def nvml_probe(ctx: ProbeContext) -> Dict[str, Any]:
     if not ctx.host.kernel_live:
         raise Unavailable("NVML talks to the running driver; not under a sysroot")

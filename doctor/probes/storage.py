@@ -174,7 +174,8 @@ DISKS_FACTS = obj(
 )
 
 
-@probe("disks", "free space and inodes on /, home, /tmp, /var/tmp, the cache directories and the data mounts", provides=DISKS_FACTS)
+@probe("disks", "free space and inodes on /, home, /tmp, /var/tmp, the cache directories and the data mounts",
+       provides=DISKS_FACTS)
 def disks_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     # Under a sysroot, statvfs measures the filesystem holding the tree, so the

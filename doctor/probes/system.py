@@ -229,7 +229,8 @@ ENVIRONMENT_FACTS = obj(
 )
 
 
-@probe("environment", "environment variables of the session (secrets are redacted in every report)", provides=ENVIRONMENT_FACTS)
+@probe("environment", "environment variables of the session (secrets are redacted in every report)",
+       provides=ENVIRONMENT_FACTS)
 def environment_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     env = host.environ()
