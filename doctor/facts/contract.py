@@ -34,21 +34,19 @@ class Fact:
                  items: Optional["Fact"] = None, values: Optional["Fact"] = None,
                  range: Optional[Tuple[float, float]] = None, null: Optional[bool] = None,
                  since: Optional[str] = None):
-        names = tuple(t.strip() for t in types.split("|") if t.strip())
-        for name in names:
-            if name not in JSON_TYPES + ("map", "any"):
-                raise ValueError(f"unknown fact type {name!r} (one of {', '.join(JSON_TYPES)}, map, any)")
-        if "map" in names and values is None:
+        names = _PARSED.get(types) or _parse(types)
+        if values is None and "map" in names:
             raise ValueError("a map needs values=")
         if items is not None and "array" not in names:
             raise ValueError("items= is for an array")
-        if keys and "object" not in names and "map" not in names:
-            raise ValueError("keys= is for an object")
-        for key, sub in (keys or {}).items():
-            if not isinstance(sub, Fact):
-                raise TypeError(f"fact {key!r}: {sub!r} is not a Fact")
-        self.types = tuple(n for n in names if n != "any")
-        self.meaning = " ".join(meaning.split())
+        if keys:
+            if "object" not in names and "map" not in names:
+                raise ValueError("keys= is for an object")
+            for key, sub in keys.items():
+                if not isinstance(sub, Fact):
+                    raise TypeError(f"fact {key!r}: {sub!r} is not a Fact")
+        self.types = names
+        self.meaning = " ".join(meaning.split()) if "\n" in meaning or "  " in meaning else meaning
         self.keys: Dict[str, Fact] = dict(keys or {})
         self.items = items
         self.values = values
@@ -98,6 +96,19 @@ class Fact:
         if self.range is not None:
             text += f" ({_num(self.range[0])}–{_num(self.range[1])})"
         return text
+
+
+_PARSED: Dict[str, Tuple[str, ...]] = {}
+
+
+def _parse(types: str) -> Tuple[str, ...]:
+    """``"integer|string"`` -> ("integer", "string"), checked (``any`` is no type); parsed once per spelling."""
+    names = tuple(t.strip() for t in types.split("|") if t.strip())
+    for name in names:
+        if name not in JSON_TYPES + ("map", "any"):
+            raise ValueError(f"unknown fact type {name!r} (one of {', '.join(JSON_TYPES)}, map, any)")
+    _PARSED[types] = tuple(n for n in names if n != "any")
+    return _PARSED[types]
 
 
 def _num(x: float) -> str:
