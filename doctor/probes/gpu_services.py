@@ -89,8 +89,9 @@ def _unit_facts(meaning: str, **more):
         unit_path=string("the unit file found first"),
         enabled=boolean("some target wants it (/etc/systemd/system/*.wants/)"),
         active=string("systemctl is-active (live only): active, inactive, failed, activating..."),
-        journal_tail=array(string(), "its last journal lines of this boot: live when it is failed or starting "
-                                     "(journalctl -b -u), in a tree when it is enabled (judged by DLD-LOG-002)"),
+        journal_tail=array(string(), "its last journal lines of this boot: live when it is failed, activating or "
+                                     "deactivating (journalctl -b -u), in a tree when it is enabled (judged by "
+                                     "DLD-LOG-002)"),
         journal_state=string("in a tree: its state after systemd's last line about it in the journal of the last "
                              "boot (failed, active, inactive, activating)"),
         **more,

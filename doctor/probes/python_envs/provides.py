@@ -201,7 +201,7 @@ _ENVIRONMENT = obj(
         "which file each key CUDA library resolves to when this environment imports torch (null: no CUDA torch)",
         steps=array(string(), "what was loaded, in order (libtorch_global_deps.so, preload, torch._C)"),
         libraries=map_of(_RESOLVED, "cudart, cublas, cudnn, nccl, nvjitlink, cusparse -> where it resolves"),
-        missing=array(array(string(null=True)), "(soname, the object that needed it) the loader did not find"),
+        missing=array(array(string()), "(soname, the object that needed it) the loader did not find"),
         ld_library_path=array(string(), "the LD_LIBRARY_PATH it was resolved with"),
         loaded_count=integer("objects the simulated loader loaded"),
     ),

@@ -72,7 +72,7 @@ VERIFY_FACTS = obj(
             h2d=number("host to device, GB/s"),
             d2h=number("device to host, GB/s"),
         ),
-        copy_pinned=boolean("the copies used pinned host memory"),
+        copy_pinned=boolean("false: the copies used pageable host memory (JAX); absent: pinned"),
     ), "each device tested (the CPU where the framework saw no GPU)"),
     allreduce=obj(
         "an NCCL all-reduce across the GPUs tested",
