@@ -26,14 +26,16 @@ class Fact:
     """One fact: its JSON types (``"string"``, ``"integer|string"``; ``"map"`` is an object with any keys, each
     value ``values``; ``"any"`` is free), its meaning, and below it ``keys`` (an object's), ``items`` (a list's),
     ``values`` (a map's), ``range`` (a number's), ``null`` (may be null: default for a key or a map's value; an item
-    of a list only with ``null=True``) and ``since`` (the release that added it; default: its parent's)."""
+    of a list only with ``null=True``), ``since`` (the release that added it; default: its parent's) and
+    ``enforce`` (False: the schema carries the shape below this fact, under ``x-shape``, without enforcing it; its
+    readers :func:`conform` what they read, so a facts file whose part has another shape still loads)."""
 
-    __slots__ = ("types", "meaning", "keys", "items", "values", "range", "null", "since")
+    __slots__ = ("types", "meaning", "keys", "items", "values", "range", "null", "since", "enforce")
 
     def __init__(self, types: str, meaning: str = "", *, keys: Optional[Mapping[str, "Fact"]] = None,
                  items: Optional["Fact"] = None, values: Optional["Fact"] = None,
                  range: Optional[Tuple[float, float]] = None, null: Optional[bool] = None,
-                 since: Optional[str] = None):
+                 since: Optional[str] = None, enforce: bool = True):
         names = _PARSED.get(types) or _parse(types)
         if values is None and "map" in names:
             raise ValueError("a map needs values=")
@@ -53,6 +55,7 @@ class Fact:
         self.range = range
         self.null = null
         self.since = since
+        self.enforce = enforce
 
     def __repr__(self) -> str:
         return f"Fact({'|'.join(self.types) or 'any'!r}, {self.meaning!r})"
@@ -148,7 +151,7 @@ def array(items: Fact, meaning: str = "", **kw: Any) -> Fact:
 def obj(meaning: str = "", keys: Optional[Mapping[str, Fact]] = None, **named: Fact) -> Fact:
     """An object with these keys (``keys=`` for names that are not Python identifiers, ``**named`` for the rest;
     ``types``, ``since``, ``null``, ``values`` as for :class:`Fact`)."""
-    opts = {k: named.pop(k) for k in ("types", "since", "null", "values") if k in named}
+    opts = {k: named.pop(k) for k in ("types", "since", "null", "values", "enforce") if k in named}
     return Fact(opts.pop("types", "object"), meaning, keys={**dict(keys or {}), **named}, **opts)  # type: ignore
 
 
@@ -159,9 +162,13 @@ def map_of(values: Fact, meaning: str = "", **kw: Any) -> Fact:
 
 # -- the facts schema ----------------------------------------------------------------------------------------------
 
-def schema_of(fact: Fact, item: bool = False) -> Dict[str, Any]:
+def schema_of(fact: Fact, item: bool = False, enforce: bool = True) -> Dict[str, Any]:
     """The JSON Schema of ``fact`` (the subset ``dl_doctor.facts.validate`` checks): its types (and null), its
-    meaning as the description, the keys of an object, the items of a list, the values of a map, a range."""
+    meaning as the description, the keys of an object, the items of a list, the values of a map, a range. Below a
+    fact declared ``enforce=False`` only its own type is enforced; the rest is under ``x-shape``, for
+    :func:`conform`."""
+    if enforce and not fact.enforce:
+        return _advisory(schema_of(fact, item, enforce=False))
     out: Dict[str, Any] = {}
     types = ["object" if t == "map" else t for t in fact.types]
     if types:
@@ -170,13 +177,19 @@ def schema_of(fact: Fact, item: bool = False) -> Dict[str, Any]:
     if fact.meaning:
         out["description"] = fact.meaning
     if fact.keys:
-        out["properties"] = {k: schema_of(sub) for k, sub in fact.keys.items()}
+        out["properties"] = {k: schema_of(sub, enforce=enforce) for k, sub in fact.keys.items()}
     if fact.values is not None:
-        out["additionalProperties"] = schema_of(fact.values)
+        out["additionalProperties"] = schema_of(fact.values, enforce=enforce)
     if fact.items is not None:
-        out["items"] = schema_of(fact.items, item=True)
+        out["items"] = schema_of(fact.items, item=True, enforce=enforce)
     if fact.range is not None:
         out["minimum"], out["maximum"] = fact.range
+    return out
+
+
+def _advisory(full: Dict[str, Any]) -> Dict[str, Any]:
+    out = {k: v for k, v in full.items() if k in ("type", "description")}
+    out["x-shape"] = full
     return out
 
 
@@ -236,6 +249,8 @@ def conform(value: Any, node: Mapping[str, Any]) -> Any:
     ``null`` (the result at the top is ``MISSING``). For facts a check reads from an untrusted source (the verify
     workload runs someone's interpreter): a malformed part costs only itself. A number must also be finite and below
     1e15 in size; an object keeps only the keys it names (a map: every key, as a string)."""
+    if "x-shape" in node:
+        node = node["x-shape"]
     types = _types(node)
     if isinstance(value, dict) and ("object" in types or not types):
         if not types:

@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, snapshot
 from dl_doctor.facts import fact_schema, schema as facts_schema
 from dl_doctor.facts.contract import MISSING, Fact, array, conform, count, integer, map_of, narrowed, number, obj, \
     schema_of, string
@@ -135,10 +135,34 @@ def test_conform_keeps_what_has_the_declared_shape_and_drops_the_rest():
 
 def test_the_verify_checks_read_their_facts_through_the_verify_probes_declaration():
     verify = next(p for p in BUILTIN if p.name == "verify")
-    assert fact_schema("verify") == schema_of(verify.facts)
+    node = fact_schema("verify")
+    assert node == schema_of(verify.facts)
     assert "VERIFY_SHAPE" not in (ROOT / "checks" / "verify.py").read_text(encoding="utf-8")
-    matmul = fact_schema("verify")["properties"]["devices"]["items"]["properties"]["matmul"]
+    # the shape is there for conform, not enforced: only the top is typed
+    assert set(node) == {"type", "description", "x-shape"}
+    matmul = node["x-shape"]["properties"]["devices"]["items"]["properties"]["matmul"]
     assert matmul["additionalProperties"]["properties"]["tflops"]["type"] == ["number", "null"]
+    assert conform({"cudnn": "9.1", "level": "quick", "devices": [{"index": "0"}, {"index": 1}]}, node) == \
+        {"level": "quick", "devices": [{}, {"index": 1}]}
+
+
+def test_a_facts_file_with_a_malformed_verify_part_still_loads_and_is_judged(tmp_path, run_cli):
+    """The verify facts come from someone's interpreter: a facts file dl-doctor wrote with an odd part in them loads,
+    and the verify checks judge what has the declared shape (as before the shape was declared); another probe's
+    malformed fact is refused, one line naming it, exit 2."""
+    base = json.loads((FIXTURES / "checks" / "DLD-VER-001.json").read_text(encoding="utf-8"))["base"]
+    base["verify"]["cudnn"] = "9.1"
+    base["verify"]["devices"][0]["matmul"] = {"fp16": "fast", "fp32": {"tflops": 60.0, "seconds": 0.5, "n": 4096,
+                                                                        "iters": 10}}
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps(snapshot(base)), encoding="utf-8")
+    r = run_cli("check", str(path), "--only", "DLD-VER-001", "--json", "-", "--html", "/dev/null")
+    assert r.returncode in (0, 1), r.stderr
+    finding = json.loads(r.stdout)["findings"][0]
+    assert finding["id"] == "DLD-VER-001" and finding["status"] in ("pass", "warn")
+    path.write_text(json.dumps(snapshot(dict(base, nvml={"devices": "many"}))), encoding="utf-8")
+    r = run_cli("check", str(path), "--only", "DLD-VER-001", "--json", "-", "--html", "/dev/null")
+    assert r.returncode == 2 and "nvml.devices should be array or null, not string" in r.stderr
 
 
 def test_a_plugin_declares_its_facts_typed_or_as_paths():
