@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from dl_doctor.facts.shape import NUM, conform  # noqa: F401 - conform(value, shape) kept here for callers
+from dl_doctor.facts import fact_schema
+from dl_doctor.facts.contract import conform
 from dl_doctor.fixes import reboot, service
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 from dl_doctor.util.units import PCIE_GBPS_PER_LANE
@@ -28,36 +29,12 @@ SLOWDOWN_SHARE = 0.1
 # verify probe's own reason ("not asked for: dl-doctor verify ...") says why
 
 
-# The shape of the verify facts. They come from a subprocess running someone's interpreter, or from a facts file:
-# every check reads them through conform() (dl_doctor.facts.shape, the one shape validator), which keeps what has
-# this shape and drops the rest, so a malformed part costs only itself. A str/int/NUM/bool is a leaf type; [shape] a
-# list of it; {key: shape} a mapping with those keys; {"*": shape} a mapping with any string keys.
-_GPU_WATCH = {"index": int, "samples": int, "throttle": {"*": int}, "ecc_delta": {"corrected": NUM, "uncorrected": NUM},
-              "xid": [int], "temperature_c": {"min": NUM, "max": NUM}, "slowdown_temp_c": NUM,
-              "power_w": {"min": NUM, "max": NUM}, "power_limit_w": NUM, "sm_clock_mhz": {"min": NUM, "max": NUM},
-              "max_sm_clock_mhz": NUM, "name": str, "uuid": str}
-VERIFY_SHAPE = {
-    "framework": str, "version": str, "cuda": str, "cudnn": int, "level": str, "python": str, "error": str,
-    "no_gpu": str, "include_busy": bool, "errors": {"*": str}, "skipped": {"*": str}, "left_alone": {"*": str},
-    "devices": [{"index": int, "cuda_index": int, "uuid": str, "name": str, "capability": str, "fp8": str,
-                 "matmul": {"*": {"tflops": NUM, "seconds": NUM, "n": int, "iters": int}}, "conv": {"ok": bool},
-                 "copy_gbps": {"h2d": NUM, "d2h": NUM}, "copy_pinned": bool}],
-    "allreduce": {"gpus": [int], "bytes": int, "iters": int, "seconds": NUM, "algbw_gbps": NUM, "busbw_gbps": NUM,
-                  "correct": bool},
-    "pairs": [{"gpus": [int], "busbw_gbps": NUM, "correct": bool, "error": str}],
-    "busbw_expectation": {"gbps": NUM, "via": str, "unverified": bool, "floor_gbps": NUM, "floor_ratio": NUM},
-    "nvml_gpus": [{"index": int, "uuid": str, "name": str, "bus_id": str, "pcie": {"gen": int, "width": int}}],
-    "watch": {"ran": bool, "reason": str, "interval_s": NUM, "gpus": [_GPU_WATCH], "xid_watch": str,
-              "xid_unattributed": [int]},
-    "dcgm": {"ran": bool, "reason": str, "command": str, "exit": int, "shape": str, "version": str,
-             "runtime_error": str, "truncated": bool,
-             "results": [{"category": str, "test": str, "gpu": str, "status": str, "messages": [str]}]},
-    "dcgm_health": {"ran": bool, "reason": str, "command": str, "exit": int, "watches_off": bool, "overall": str,
-                    "incidents": [{"entity": str, "system": str, "status": str, "message": str}]},
-}
 def _v(facts: Facts) -> Optional[Dict[str, Any]]:
+    """The verify facts cut to the shape the verify probe declares (its provides=, through the facts schema). They
+    come from a subprocess running someone's interpreter, or from a facts file: what does not have that shape is
+    dropped, so a malformed part costs only itself."""
     v = facts.get("verify")
-    return conform(v, VERIFY_SHAPE) if isinstance(v, dict) else None
+    return conform(v, fact_schema("verify")) if isinstance(v, dict) else None
 
 
 def _unrunnable(v: Dict[str, Any]) -> Optional[str]:

@@ -193,6 +193,7 @@ def load_group(registry: Registry, group: str, kind: Type, add) -> None:
 
 
 def _schema_facts() -> dict:
+    """The facts schema's probes (what check_contract needs only for a probe that declares no provides=)."""
     from dl_doctor.facts import schema as facts_schema
 
     return (facts_schema().get("properties", {}).get("facts", {}) or {}).get("properties", {}) or {}
@@ -207,6 +208,8 @@ def unknown_fact(registry: Registry, path: str, schema: Optional[dict] = None) -
         close = difflib.get_close_matches(parts[0], list(probes), n=1)
         return f"no probe is named {parts[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
     rest = ".".join(parts[1:])
+    if spec.facts is not None:
+        return _unknown_below(spec, spec.facts, parts[1:])
     if spec.provides:
         if not rest or any(rest == p or rest.startswith(p + ".") or p.startswith(rest + ".") for p in spec.provides):
             return None
@@ -224,11 +227,30 @@ def unknown_fact(registry: Registry, path: str, schema: Optional[dict] = None) -
     return None
 
 
+def _unknown_below(spec: ProbeSpec, fact: Any, parts: Sequence[str]) -> Optional[str]:
+    """Why the path ``parts`` below a typed declaration names no fact of it (a map's value stands for any key; below
+    a list, or a fact that declares nothing below it, nothing is known to be wrong)."""
+    for part in parts:
+        if not fact.keys and fact.values is None:
+            return None
+        sub = fact.child(part)
+        if sub is None:
+            close = difflib.get_close_matches(part, list(fact.keys), n=1)
+            return (f"probe {spec.name!r} has no fact {part!r} there"
+                    + (f" (did you mean {close[0]!r}?)" if close else ""))
+        fact = sub
+    return None
+
+
 def check_contract(registry: Registry) -> None:
     """Reject a check whose ``requires=`` names a fact no probe provides (a typo would skip it forever)."""
-    schema = _schema_facts()
+    schema: Optional[dict] = None  # the facts schema, read only if some check requires an untyped probe's facts
+    probes = {p.name: p for p in registry.probes}
     for spec in list(registry.checks):
         for path in spec.requires:
+            owner = probes.get(path.split(".")[0])
+            if schema is None and owner is not None and owner.facts is None and not owner.provides:
+                schema = _schema_facts()
             why = unknown_fact(registry, path, schema)
             if why:
                 registry.checks.remove(spec)

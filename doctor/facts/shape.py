@@ -6,16 +6,13 @@ additionalProperties (a schema), items, minimum, maximum, exclusiveMinimum, excl
 - :func:`cut` keeps what fits and leaves out the rest, so a malformed part of a value costs only itself (what the
   checks read from facts that come from someone's interpreter, such as the verify workloads').
 
-:func:`schema_of` writes a compact Python shape as that subset: ``str``, ``int``, ``bool`` and ``NUM`` (a finite
-number below 1e15 in size) are leaves, ``[shape]`` a list of it, ``{key: shape}`` a mapping with those keys and
-``{"*": shape}`` a mapping with any string keys.
+:func:`reading_schema` is the form of a declared fact (dl_doctor.facts.contract) a reader cuts to.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-NUM = float
 MISSING: Any = object()  # what cut() returns for a value that does not fit at all
 _TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
 _LEAVES = {str: "string", int: "integer", bool: "boolean"}
@@ -81,18 +78,19 @@ def problem(item: Any, sch: Dict[str, Any]) -> Optional[Tuple[List[Any], str]]:
 
 def cut(value: Any, sch: Dict[str, Any]) -> Any:
     """``value`` cut to the schema ``sch``: what does not fit is left out (MISSING when the value itself does not).
-    A mapping's keys come in the order of ``properties`` (or the value's own, for ``additionalProperties``); a key
-    that is neither a string nor an integer is left out of an open mapping, an integer one becomes a string. Descends
+    A mapping's keys come in the order of ``properties`` (or, for a map with ``additionalProperties``, the value's
+    own); a key that is neither a string nor an integer is left out of a map, an integer one becomes a string. Descends
     only where the schema does, so its depth is the schema's."""
     if problem(value, sch) is not None:
         return MISSING
     if isinstance(value, dict):
         props = sch.get("properties")
         extra = sch.get("additionalProperties")
-        if props is not None:
+        if isinstance(extra, dict):  # a map: every key, the named ones by their own schema
+            pairs = [(str(k), cut(v, (props or {}).get(str(k), extra))) for k, v in value.items()
+                     if isinstance(k, (str, int))]
+        elif props is not None:
             pairs = [(k, cut(value[k], sub)) for k, sub in props.items() if k in value]
-        elif isinstance(extra, dict):
-            pairs = [(str(k), cut(v, extra)) for k, v in value.items() if isinstance(k, (str, int))]
         else:
             return value
         return {k: v for k, v in pairs if v is not MISSING}
@@ -101,21 +99,27 @@ def cut(value: Any, sch: Dict[str, Any]) -> Any:
     return value
 
 
-def schema_of(shape: Any) -> Dict[str, Any]:
-    """The compact Python shape (module docstring) as the JSON Schema subset."""
-    if isinstance(shape, dict):
-        if "*" in shape:
-            return {"type": "object", "additionalProperties": schema_of(shape["*"])}
-        return {"type": "object", "properties": {k: schema_of(v) for k, v in shape.items()}}
-    if isinstance(shape, list):
-        return {"type": "array", "items": schema_of(shape[0])}
-    if shape is NUM:
-        return {"type": "number", "exclusiveMinimum": -NUM_LIMIT, "exclusiveMaximum": NUM_LIMIT}
-    if shape in _LEAVES:
-        return {"type": _LEAVES[shape]}
-    raise ValueError(f"not a shape: {shape!r}")
+_ANY_VALUE = ["object", "array", "string", "integer", "number", "boolean"]
+_READING: Dict[int, Tuple[Dict[str, Any], Dict[str, Any]]] = {}
 
 
-def conform(value: Any, shape: Any) -> Any:
-    """``value`` cut to the compact Python ``shape``: ``cut(value, schema_of(shape))``."""
-    return cut(value, schema_of(shape))
+def reading_schema(node: Dict[str, Any]) -> Dict[str, Any]:
+    """The schema a reader cuts an untrusted fact to (``contract.conform``): only the types count (a range, an enum,
+    ``required`` are the contract's to refuse, not the reader's to drop), ``null`` never fits, and a number that is
+    not an integer must be finite and below 1e15 in size. Derived once per declared node."""
+    hit = _READING.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    t = node.get("type")
+    types = [t] if isinstance(t, str) else list(t) if t is not None else list(_ANY_VALUE)
+    out: Dict[str, Any] = {"type": [x for x in types if x != "null"]}
+    if "number" in types and "integer" not in types:
+        out.update(exclusiveMinimum=-NUM_LIMIT, exclusiveMaximum=NUM_LIMIT)
+    if t is not None and isinstance(node.get("properties"), dict):
+        out["properties"] = {k: reading_schema(v) for k, v in node["properties"].items()}
+    if t is not None and isinstance(node.get("additionalProperties"), dict):
+        out["additionalProperties"] = reading_schema(node["additionalProperties"])
+    if t is not None and isinstance(node.get("items"), dict):
+        out["items"] = reading_schema(node["items"])
+    _READING[id(node)] = (node, out)
+    return out

@@ -15,8 +15,9 @@ host only through ``ctx.host``.  It may
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from dl_doctor.facts.contract import Fact
 from dl_doctor.host import Host
 
 
@@ -53,18 +54,32 @@ class ProbeSpec:
     # Probes that legitimately take longer (running every interpreter) name the option that holds
     # their own time limit; the run's --timeout is the floor.
     timeout_option: Optional[str] = None
-    # The facts this probe provides, as dotted paths below its name ("value", "devices"); empty: the built-in
-    # facts schema (doctor/facts/facts-v1.json) says, or, for a plugin without one, anything below its name.
+    # The facts this probe provides, as dotted paths below its name ("value", "devices"; "[]" an item of a list,
+    # "*" a value of a map); empty: anything below its name.
     provides: Tuple[str, ...] = ()
+    # The same, typed: the object stored under its name, each fact with its JSON type and meaning
+    # (dl_doctor.facts.contract); the built-in probes' make the facts schema and docs/facts.md. None: untyped.
+    facts: Optional[Fact] = None
 
 
 def probe(name: str, description: str, root_adds: Optional[str] = None, timeout_option: Optional[str] = None,
-          provides: Sequence[str] = ()):
-    """Declare a probe whose facts are stored under ``name`` (``provides``: the fact paths below it)."""
+          provides: Union[Sequence[str], Fact] = ()):
+    """Declare a probe whose facts are stored under ``name``. ``provides``: the fact paths below it, as a tuple of
+    dotted paths or typed, as one :class:`~dl_doctor.facts.contract.Fact` (an ``obj(...)``: the object stored under
+    ``name``)."""
+    if isinstance(provides, Fact):
+        if "object" not in provides.types and "map" not in provides.types:
+            raise TypeError(f"probe {name}: provides= must be an object (obj(...)), not {provides.type_text()}")
+        typed: Optional[Fact] = provides
+        paths = provides.paths()
+    elif isinstance(provides, str):
+        raise TypeError(f"probe {name}: provides= is a tuple of fact paths, not one string")
+    else:
+        typed, paths = None, tuple(provides)
 
     def wrap(func: Callable[[ProbeContext], Dict[str, Any]]) -> ProbeSpec:
         return ProbeSpec(name=name, func=func, description=description, root_adds=root_adds,
                          module=getattr(func, "__module__", ""), timeout_option=timeout_option,
-                         provides=tuple(provides))
+                         provides=paths, facts=typed)
 
     return wrap

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from dl_doctor.facts.contract import boolean, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 DMI = "/sys/class/dmi/id"
@@ -16,7 +17,26 @@ def is_ec2(dmi: Dict[str, Optional[str]], hypervisor_uuid: Optional[str]) -> boo
     return (hypervisor_uuid or "").strip().lower().startswith("ec2")
 
 
-@probe("cloud", "cloud identity from DMI (/sys/class/dmi/id): EC2 and the instance type")
+CLOUD_FACTS = obj(
+    "DMI: cloud vendor and instance type",
+    provider=string("aws on EC2, else null"),
+    ec2=boolean("EC2 per DMI: sys_vendor Amazon EC2 (Nitro) or a hypervisor UUID starting ec2 (Xen)"),
+    instance_type=string("the instance type from DMI product_name (Nitro instances only)"),
+    instance_type_source=string("where instance_type came from (dmi product_name)"),
+    board_asset_tag=string("DMI board_asset_tag on EC2 (the instance id on Nitro)"),
+    dmi=obj(
+        "the DMI strings read from /sys/class/dmi/id",
+        sys_vendor=string("sys_vendor"),
+        product_name=string("product_name"),
+        product_version=string("product_version"),
+        board_asset_tag=string("board_asset_tag"),
+        bios_vendor=string("bios_vendor"),
+        chassis_asset_tag=string("chassis_asset_tag"),
+    ),
+)
+
+
+@probe("cloud", "cloud identity from DMI (/sys/class/dmi/id): EC2 and the instance type", provides=CLOUD_FACTS)
 def cloud_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     if not host.is_dir(DMI) and not host.is_dir("/sys/hypervisor"):

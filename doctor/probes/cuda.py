@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from dl_doctor.facts.contract import array, boolean, obj, string
 from dl_doctor.probes import ProbeContext, probe
 
 _CUDA_H = re.compile(r"^#define[ \t]{1,16}CUDA_VERSION[ \t]{1,16}([0-9]{1,9})", re.M)
@@ -59,7 +60,39 @@ def toolkit_version(ctx: ProbeContext, root: str) -> Tuple[Optional[str], Option
     return None, None
 
 
-@probe("cuda_toolkits", "CUDA toolkits: /usr/local/cuda-*, the /usr/local/cuda link, CUDA_HOME and nvcc on PATH")
+CUDA_TOOLKITS_FACTS = obj(
+    "CUDA toolkits (/usr/local/cuda-*, CUDA_HOME, nvcc on PATH) and their versions",
+    toolkits=array(obj(
+        "",
+        path=string("the toolkit's directory (a /usr/local/cuda-* directory, CUDA_HOME or CUDA_PATH, the link's "
+                    "target)"),
+        version=string("its CUDA version (null: none of the sources below says)"),
+        source=string("where the version was read: version.json, version.txt, include/cuda.h, dist-info/..., "
+                      "nvcc --version"),
+        nvcc=boolean("it has bin/nvcc"),
+    ), "one entry per toolkit directory found"),
+    default=obj(
+        "the /usr/local/cuda link (null: there is none)",
+        path=string("/usr/local/cuda"),
+        link=string("what the link points to, as written (null: a directory, not a link)"),
+        target=string("the directory it resolves to"),
+        version=string("that toolkit's version"),
+    ),
+    cuda_home=string("CUDA_HOME, else CUDA_PATH, of the session"),
+    nvcc_on_path=string("the nvcc that PATH finds"),
+    container_env=obj(
+        "the CUDA variables a CUDA container image sets, those that are set",
+        NVIDIA_REQUIRE_CUDA=string("the image's driver requirement (cuda>=12.2 brand=...)"),
+        CUDA_VERSION=string("the image's CUDA version"),
+        NV_CUDA_CUDART_VERSION=string("the image's cudart package version"),
+        NVIDIA_VISIBLE_DEVICES=string("the GPUs the container runtime exposes"),
+        NVIDIA_DRIVER_CAPABILITIES=string("the driver capabilities the container runtime mounts"),
+    ),
+)
+
+
+@probe("cuda_toolkits", "CUDA toolkits: /usr/local/cuda-*, the /usr/local/cuda link, CUDA_HOME and nvcc on PATH",
+       provides=CUDA_TOOLKITS_FACTS)
 def cuda_toolkits_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     env = host.environ()

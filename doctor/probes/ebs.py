@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from dl_doctor.util.parse import isnum
 from dl_doctor.host.devices import nvme_log_page
+from dl_doctor.facts.contract import array, boolean, integer, map_of, number, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 EBS_MODEL = "Amazon Elastic Block Store"
@@ -86,11 +87,56 @@ def parse_volume_type_option(text: str) -> Dict[str, Any]:
     return {vol.strip(): out}
 
 
+_EBS_STATS = {k: integer(m) for k, m in (
+    ("total_read_ops", "read operations completed"), ("total_write_ops", "write operations completed"),
+    ("total_read_bytes", "bytes read"), ("total_write_bytes", "bytes written"),
+    ("total_read_time", "time spent reading (microseconds)"), ("total_write_time", "time spent writing (microseconds)"),
+    ("ebs_volume_performance_exceeded_iops", "time the volume's I/O was over its provisioned IOPS (microseconds)"),
+    ("ebs_volume_performance_exceeded_tp", "time over the volume's provisioned throughput (microseconds)"),
+    ("ec2_instance_ebs_performance_exceeded_iops", "time over the instance's EBS IOPS limit (microseconds)"),
+    ("ec2_instance_ebs_performance_exceeded_tp", "time over the instance's EBS throughput limit (microseconds)"))}
+EBS_FACTS = obj(
+    "EBS and instance-store volumes and their I/O",
+    volumes=array(obj(
+        "",
+        device=string("the block device (nvme1n1)"),
+        controller=string("its NVMe controller (nvme1)"),
+        model=string("the NVMe model string"),
+        kind=string("ebs, instance-store or other, from the model"),
+        volume_id=string("the EBS volume id (vol-...) from the NVMe serial"),
+        size_gib=number("its size in GiB"),
+        partitions=array(string(), "its partitions (nvme1n1p1...)"),
+        mounted=boolean("it or one of its partitions is mounted"),
+        window=obj(
+            "I/O over the sample window (/proc/diskstats; null: not sampled)",
+            iops=number("operations per second"),
+            read_iops=number("reads per second"),
+            write_iops=number("writes per second"),
+            throughput_mibps=number("MiB/s read and written"),
+            avg_queue_depth=number("average queue depth"),
+            in_flight=integer("I/Os in flight at the end"),
+            window_s=number("the window's length in seconds"),
+        ),
+        ebs_stats=obj("the EBS detailed performance statistics log page (root only)",
+                      dict(_EBS_STATS, volume_queue_length=integer("the volume's queue length now"))),
+        ebs_stats_window=obj("how much each counter of ebs_stats grew over the window", _EBS_STATS),
+        stats_error=string("why the statistics log page could not be read"),
+    ), "each NVMe block device"),
+    volume_types=map_of(obj(
+        "",
+        type=string("gp2, gp3, io1, io2, st1, sc1..."),
+        iops=integer("provisioned IOPS"),
+        throughput_mibps=number("provisioned throughput in MiB/s"),
+    ), "volume id -> its type and provisioning, as given with --ebs-volume-type"),
+    sampled=boolean("whether the I/O window was sampled (live, with EBS or instance-store volumes)"),
+)
+
+
 @probe("ebs", "EBS and instance-store NVMe volumes: IOPS, throughput and queue depth over a short window, and "
        "EBS's own statistics of time over the volume/instance limits",
        root_adds="the EBS detailed performance statistics (time each volume spent over its IOPS/throughput limit), "
                  "which need an NVMe admin command on /dev/nvmeN",
-       timeout_option="ebs_timeout")
+       timeout_option="ebs_timeout", provides=EBS_FACTS)
 def ebs_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     if not host.is_dir("/sys/block"):

@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Set
 
+from dl_doctor.facts.contract import array, boolean, obj, string
 from dl_doctor.probes import ProbeContext, probe
 
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system", "/run/systemd/system")
@@ -80,7 +81,65 @@ def fabric_manager_version(ctx: ProbeContext, packages: Optional[List[Dict[str, 
     return None
 
 
-@probe("gpu_services", "nvidia-fabricmanager, nvidia-persistenced and the NVIDIA container toolkit")
+def _unit_facts(meaning: str, **more):
+    return obj(
+        meaning,
+        installed=boolean("its unit file exists (/etc/systemd/system, /usr/lib/systemd/system, /lib/systemd/system, "
+                          "/run/systemd/system)"),
+        unit_path=string("the unit file found first"),
+        enabled=boolean("some target wants it (/etc/systemd/system/*.wants/)"),
+        active=string("systemctl is-active (live only): active, inactive, failed, activating..."),
+        journal_tail=array(string(), "its last journal lines of this boot: live when it is failed, activating or "
+                                     "deactivating (journalctl -b -u), in a tree when it is enabled (judged by "
+                                     "DLD-LOG-002)"),
+        journal_state=string("in a tree: its state after systemd's last line about it in the journal of the last "
+                             "boot (failed, active, inactive, activating)"),
+        **more,
+    )
+
+
+GPU_SERVICES_FACTS = obj(
+    "fabric manager, persistence daemon, container toolkit",
+    fabric_manager=_unit_facts(
+        "nvidia-fabricmanager.service (NVSwitch systems need it running)",
+        version=obj(
+            "the installed fabric manager's version (null: not found)",
+            version=string("the version (535.104.05)"),
+            source=string("where it was read: a dpkg package, the package's docs directory, nv-fabricmanager "
+                          "--version"),
+        ),
+    ),
+    persistenced=_unit_facts(
+        "nvidia-persistenced.service",
+        running=boolean("its pid file exists (/run/nvidia-persistenced; live only)"),
+    ),
+    suspend_units=obj("the driver's suspend and resume hooks (GPU memory survives a suspend only through them)",
+                      keys={name: _unit_facts(f"{name}.service")
+                            for name in ("nvidia-suspend", "nvidia-resume", "nvidia-hibernate")}, since="0.2.0"),
+    other_units=obj("nvidia-dcgm and nvidia-imex: installed, enabled, active (live), and in a tree "
+                    "journal_state/journal_tail from its journal",
+                    keys={"nvidia-dcgm": _unit_facts("DCGM's host engine (nvidia-dcgm.service)"),
+                          "nvidia-imex": _unit_facts("the IMEX daemon of multi-node NVLink (nvidia-imex.service)")},
+                    since="0.2.0"),
+    container_toolkit=obj(
+        "the NVIDIA container toolkit and the container runtimes' configuration",
+        binaries=array(string(), "the toolkit's programs found (nvidia-container-toolkit, nvidia-container-runtime, "
+                                 "nvidia-ctk, nvidia-container-cli in /usr/bin)"),
+        docker_installed=boolean("dockerd exists (/usr/bin, /usr/sbin)"),
+        docker_runtimes=array(string(), "the runtimes /etc/docker/daemon.json names (null: no daemon.json, or it "
+                                        "could not be read)"),
+        docker_daemon_json_error=string("why /etc/docker/daemon.json could not be used"),
+        containerd_nvidia_runtime=boolean("/etc/containerd/config.toml mentions nvidia (null: no such file)"),
+        docker_cgroup_driver=string("Docker's native.cgroupdriver exec-opt (systemd, cgroupfs; null: not set)"),
+        containerd_systemd_cgroup=boolean("containerd's config sets SystemdCgroup = true (null: no config)"),
+        cdi_specs=array(string(), "CDI specifications of NVIDIA devices (/etc/cdi/nvidia*.yaml, "
+                                  "/var/run/cdi/nvidia*.yaml)"),
+    ),
+)
+
+
+@probe("gpu_services", "nvidia-fabricmanager, nvidia-persistenced and the NVIDIA container toolkit",
+       provides=GPU_SERVICES_FACTS)
 def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     from dl_doctor.probes.kmod import dpkg_packages

@@ -12,6 +12,7 @@ import json
 from typing import Any, Dict, Optional
 
 from dl_doctor.host.devices import http
+from dl_doctor.facts.contract import array, boolean, map_of, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 from dl_doctor.probes.cloud import DMI, is_ec2
 
@@ -77,7 +78,38 @@ def imds_collect(host, endpoint: str, timeout: float) -> Dict[str, Any]:
     return out
 
 
-@probe("imds", "EC2 instance metadata (IMDSv2): instance type, zone, spot life-cycle, interruption and scheduled events")
+IMDS_FACTS = obj(
+    "EC2 instance metadata (only on EC2)",
+    endpoint=string("the metadata service asked (http://169.254.169.254, or --imds-endpoint)"),
+    errors=map_of(string("the error"), "what could not be read -> why (a timeout, HTTP 500, not JSON)"),
+    instance_type=string("meta-data/instance-type"),
+    instance_id=string("meta-data/instance-id"),
+    availability_zone=string("meta-data/placement/availability-zone"),
+    region=string("meta-data/placement/region"),
+    life_cycle=string("meta-data/instance-life-cycle: on-demand, spot or scheduled"),
+    spot_instance_action=obj(
+        "meta-data/spot/instance-action: the spot interruption notice (null: none)",
+        action=string("terminate, stop or hibernate"),
+        time=string("when (UTC, ISO 8601)"),
+    ),
+    scheduled_events=array(obj(
+        "",
+        Code=string("instance-reboot, system-reboot, system-maintenance, instance-retirement, instance-stop"),
+        Description=string("the event's description"),
+        EventId=string("the event's id"),
+        NotBefore=string("the start of its window"),
+        NotAfter=string("the end of its window"),
+        State=string("active, completed or canceled"),
+    ), "meta-data/events/maintenance/scheduled (null: none)"),
+    public_ipv4=string("meta-data/public-ipv4 (null: the instance has none)"),
+    instance_role=string("the instance role's name from the credentials listing (credentials are never requested)",
+                         since="0.2.0"),
+    imdsv1_allowed=boolean("a token-less request for the instance id was answered", since="0.2.0"),
+)
+
+
+@probe("imds", "EC2 instance metadata (IMDSv2): instance type, zone, spot life-cycle, interruption and scheduled events",
+       provides=IMDS_FACTS)
 def imds_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     if not host.live:

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.host import MAX_COMMAND_OUTPUT, CommandUnavailable
 from dl_doctor.host.devices import read_kmsg
+from dl_doctor.facts.contract import array, boolean, integer, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 from dl_doctor.readers.syslog import MAX_LOG_BYTES  # noqa: E402
@@ -96,9 +97,71 @@ def kernel_journal(host) -> Optional[Tuple[List[str], str, Dict[str, Any]]]:
              "cut_by_cap": len(result.stdout.encode("utf-8", "replace")) >= MAX_COMMAND_OUTPUT, "bytes": len(text)})
 
 
+KERNEL_LOG_FACTS = obj(
+    "the kernel log of this boot: Xids, NVRM errors",
+    source=string("where the log was read: /dev/kmsg, journalctl -k -b, journal, or a syslog file"),
+    xids=array(obj(
+        "",
+        code=integer("the Xid number", range=(0, 4294967296)),
+        bus=string("the GPU's PCI address, lower case"),
+        pid=string("the pid= field, where printed"),
+        text=string("the rest of the message"),
+        line=string("the whole line (its last 300 characters)"),
+    ), "NVRM: Xid lines, in order"),
+    init_failures=array(obj(
+        "",
+        bus=string("the GPU's PCI address, where printed"),
+        code=string("the failure code in parentheses, where printed"),
+        line=string("the whole line (its last 300 characters)"),
+    ), "RmInitAdapter failed lines: a GPU the driver could not initialise"),
+    api_mismatches=array(obj(
+        "",
+        client=string("the user-space driver's version"),
+        kernel_module=string("the kernel module's version"),
+    ), "NVRM: API mismatch messages: user-space driver and kernel module of different versions"),
+    fallen_off_bus=array(string(), "PCI addresses of GPUs that have fallen off the bus"),
+    module_key_rejected=boolean("a module's signature was rejected (Key was rejected by service, module "
+                                "verification failed)"),
+    lines=array(string(), "the NVIDIA-related lines of this boot (the last 400)"),
+    truncated=boolean("there were more than 400 such lines"),
+    boot=obj(
+        "how far the boot's log was read: source (/dev/kmsg, journalctl -k -b, journal, a syslog file), "
+        "boot_start_seen, cut_by_cap, bytes read; from a tree's journal also boot_id",
+        source=string("where it was read"),
+        boot_start_seen=boolean("the start of the boot is in what was read (nothing of the boot was lost)"),
+        cut_by_cap=boolean("the read stopped at its size cap"),
+        bytes=integer("characters of log text read"),
+        bytes_read=integer("bytes of files read (syslog files, journal files)"),
+        files=array(string(), "the files read (a syslog file and its rotations, journal files)"),
+        records=integer("/dev/kmsg: records read"),
+        first_sequence=integer("/dev/kmsg: the sequence number of the first record (0: the ring buffer still holds "
+                               "the boot's start)"),
+        boot_id=string("a tree's journal: the boot read"),
+        entries=integer("a tree's journal: entries of that boot"),
+        skipped_compressed=integer("a tree's journal: entries skipped as compressed"),
+        errors=array(string(), "a tree's journal: the first problems reading it"),
+        since="0.2.0",
+    ),
+    candidates=array(obj(
+        "",
+        line=string("the line (its last 300 characters)"),
+        after_module_load=boolean("it comes after the boot's last NVIDIA module load"),
+    ), "this boot's lines worth matching against the signature base, each with after_module_load (judged by "
+       "DLD-LOG-001)", since="0.2.0"),
+    candidates_dropped=integer("candidate lines left out beyond the kept ones (the oldest)", since="0.2.0"),
+    suspends=array(obj(
+        "",
+        line=string("the line"),
+        after_module_load=boolean("it comes after the boot's last NVIDIA module load"),
+    ), "suspend and resume lines of this boot (the last 50)", since="0.2.0"),
+    module_loaded=boolean("the log shows the NVIDIA module being loaded in this boot", since="0.2.0"),
+)
+
+
 @probe("kernel_log", "NVIDIA messages in the kernel log of this boot (Xid errors, RmInitAdapter, API mismatch), "
        "and the events the signature base knows, against the NVIDIA module load",
-       root_adds="the kernel log (/dev/kmsg, /var/log/messages), where Xid errors and driver load failures appear")
+       root_adds="the kernel log (/dev/kmsg, /var/log/messages), where Xid errors and driver load failures appear",
+       provides=KERNEL_LOG_FACTS)
 def kernel_log_probe(ctx: ProbeContext) -> Dict[str, Any]:
     from dl_doctor.readers.syslog import candidate_lines, read_boot
 

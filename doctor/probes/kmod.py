@@ -9,6 +9,7 @@ import re
 from functools import cmp_to_key
 from typing import Any, Dict, List, Optional
 
+from dl_doctor.facts.contract import array, boolean, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 MODULE_NAMES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.gz", "nvidia.ko.zst")
@@ -235,7 +236,69 @@ def _find_modules(ctx: ProbeContext, kernel: str) -> List[str]:
     return sorted(found)
 
 
-@probe("kmod", "installed kernels, the NVIDIA module built for each, boot default, DKMS/akmods, nouveau, Secure Boot")
+KMOD_FACTS = obj(
+    "kernels and NVIDIA modules on disk: boot default, DKMS/akmods, Secure Boot, nouveau",
+    running_kernel=string("the running kernel (/proc/sys/kernel/osrelease, uname -r; in a tree, what it holds)"),
+    installed_kernels=array(string(), "kernels with a boot image (/boot/vmlinuz-*, /lib/modules/*/vmlinuz), oldest "
+                                      "first"),
+    boot_default=obj(
+        "the kernel the next boot starts",
+        kernel=string("its release"),
+        source=string("how it was found: grubenv's saved_entry (and its BLS entry), the /boot/vmlinuz link, or the "
+                      "newest installed kernel"),
+    ),
+    nvidia_modules=array(obj(
+        "",
+        kernel=string("the /lib/modules directory it is in"),
+        path=string("the module file (nvidia.ko, .ko.xz, .ko.gz, .ko.zst)"),
+        kind=string("where it was installed from its path: kernel, updates, extra, dkms, weak-updates"),
+        link=string("the symbolic link's target, when the file is a link (weak-updates)"),
+        link_kernel=string("the kernel of the /lib/modules directory the link points into"),
+        vermagic=string("its vermagic: the kernel it was built for (read for the running and default kernels)"),
+        version=string("its version (modinfo)"),
+        signer=string("who signed it (modinfo)"),
+        sig_id=string("its signature type (modinfo)"),
+        license=string("its license (modinfo)"),
+        signed=boolean("it ends with a module signature (null: not known)"),
+        note=string("why it was not read in full (zstd, too large, unreadable)"),
+    ), "every nvidia.ko* below /lib/modules/*"),
+    dkms=obj(
+        "DKMS's NVIDIA module",
+        registered=boolean("/var/lib/dkms/nvidia exists"),
+        builds=array(obj(
+            "",
+            version=string("the module version"),
+            kernel=string("the kernel it is built for"),
+        ), "the builds DKMS has (/var/lib/dkms/nvidia/VERSION/KERNEL)"),
+    ),
+    akmods=boolean("akmods builds the NVIDIA module (its cache or sources exist)"),
+    dnf_module=obj(
+        "the nvidia-driver DNF module stream (null: none is set)",
+        stream=string("the enabled stream (latest-dkms, 535-dkms, open-dkms...)"),
+        state=string("its state (enabled, disabled)"),
+    ),
+    runfile_installer=boolean("NVIDIA's .run installer was used (nvidia-uninstall or its log exists)"),
+    dpkg_packages=array(obj(
+        "",
+        package=string("the package name"),
+        version=string("its version"),
+    ), "installed dpkg packages of NVIDIA, CUDA, linux-image and dkms (null: no dpkg status file)"),
+    nouveau=obj(
+        "the nouveau driver",
+        loaded=boolean("nouveau is in /proc/modules (null: not known)"),
+        blacklisted=boolean("some modprobe.d file or the kernel command line blacklists it"),
+        blacklist_sources=array(string(), "which files or command line arguments do"),
+    ),
+    secure_boot=obj(
+        "the Secure Boot state from the EFI variable",
+        enabled=boolean("Secure Boot is on (null: not known)"),
+        source=string("where the state comes from (efivars SecureBoot, legacy BIOS boot, ...)"),
+    ),
+)
+
+
+@probe("kmod", "installed kernels, the NVIDIA module built for each, boot default, DKMS/akmods, nouveau, Secure Boot",
+       provides=KMOD_FACTS)
 def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     if not host.is_dir("/lib/modules") and not host.is_dir("/boot"):

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from dl_doctor.readers.ldso import Loader
 from dl_doctor.util.parse import ascii_int
+from dl_doctor.facts.contract import Fact, array, boolean, count, integer, map_of, obj, string
 from dl_doctor.probes import ProbeContext, probe
 
 PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64", "/opt/aws-ofi-nccl/lib",
@@ -43,7 +44,41 @@ def _version_from_name(name: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
-@probe("network", "EFA devices, libfabric and the aws-ofi-nccl plugin, network interfaces, NCCL/FI settings")
+NETWORK_FACTS = obj(
+    "network devices, EFA, NCCL/libfabric",
+    infiniband_devices=array(obj(
+        "",
+        name=string("the device (/sys/class/infiniband/NAME)"),
+        driver=string("its bound driver (efa, mlx5_core...)"),
+    ), "RDMA devices in /sys/class/infiniband"),
+    efa_devices=array(string(), "the EFA devices among them (driver efa, or named efa*/rdmap*)"),
+    uverbs=array(string(), "/dev/infiniband/uverbs* (live only): what user-space RDMA opens"),
+    libfabric=array(obj(
+        "",
+        path=string("the library file"),
+        version=string("its version from the file name"),
+    ), "libfabric.so* in the EFA installer's and the system's library directories"),
+    efa_provider=boolean("libfabric's EFA provider is installed (the EFA installer's libfabric)"),
+    efa_installed=map_of(string("its version"), "/opt/amazon/efa_installed_packages: package (and efa-installer) -> "
+                                                "version (null: no such file)"),
+    ofi_nccl_plugins=array(obj(
+        "",
+        path=string("the plugin file (libnccl-net*.so*)"),
+        link=string("the link's target, when it is a link"),
+    ), "NCCL network plugins (aws-ofi-nccl) in the usual directories"),
+    nccl_plugin_lookup=obj(
+        "the NCCL net plugin NCCL would load, found as the loader would",
+        name=string("the library NCCL asks for (libnccl-net.so, or from NCCL_NET_PLUGIN)"),
+        found=string("where it resolves (null: not found)"),
+        via=string("how: LD_LIBRARY_PATH, ld.so.cache, a default directory, path"),
+    ),
+    interfaces=array(string(), "network interfaces (/sys/class/net)"),
+    env=map_of(string("the value"), "NCCL_* and FI_* settings of the session (null: the environment is not known)"),
+)
+
+
+@probe("network", "EFA devices, libfabric and the aws-ofi-nccl plugin, network interfaces, NCCL/FI settings",
+       provides=NETWORK_FACTS)
 def network_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     devices: List[Dict[str, Any]] = []
@@ -85,7 +120,38 @@ def network_probe(ctx: ProbeContext) -> Dict[str, Any]:
     }
 
 
-@probe("limits", "resource limits (memlock, nofile, core) and kernel settings (IOMMU, NUMA balancing, THP, governor)")
+def _rlimit(what: str):
+    return obj(what, soft=Fact("integer|string", "the soft limit (unlimited, or a number)"),
+               hard=Fact("integer|string", "the hard limit (unlimited, or a number)"))
+
+
+LIMITS_FACTS = obj(
+    "resource limits (memlock, nofile), NUMA and kernel settings",
+    rlimits=obj(
+        "dl-doctor's own resource limits, as a process of this session gets them (live only)",
+        memlock=_rlimit("RLIMIT_MEMLOCK in bytes: locked memory (RDMA registers its buffers)"),
+        nofile=_rlimit("RLIMIT_NOFILE: open files"),
+        core=_rlimit("RLIMIT_CORE in bytes: core dumps"),
+    ),
+    limits_conf=array(obj(
+        "",
+        domain=string("who: a user, @group, *"),
+        type=string("soft, hard or -"),
+        item=string("memlock, nofile, ..."),
+        value=string("the value as written"),
+        file=string("the file"),
+    ), "the lines of /etc/security/limits.conf and limits.d/*.conf"),
+    iommu_cmdline=array(string(), "kernel command line arguments about the IOMMU (null: no command line)"),
+    cmdline_known=boolean("the kernel command line could be read"),
+    transparent_hugepage=string("the transparent hugepage mode: always, madvise, never"),
+    numa_balancing=integer("kernel.numa_balancing (0 off, 1 on)"),
+    numa_nodes=count("NUMA nodes (/sys/devices/system/node)"),
+    cpu_governor=string("cpu0's cpufreq scaling governor (null: no cpufreq)"),
+)
+
+
+@probe("limits", "resource limits (memlock, nofile, core) and kernel settings (IOMMU, NUMA balancing, THP, governor)",
+       provides=LIMITS_FACTS)
 def limits_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     rlimits: Optional[Dict[str, Any]] = None

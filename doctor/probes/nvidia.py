@@ -6,6 +6,7 @@ import posixpath
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from dl_doctor.facts.contract import array, boolean, count, map_of, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 NVIDIA_VENDOR = "10de"
@@ -75,7 +76,24 @@ def _hex(text: Optional[str]) -> Optional[str]:
     return value[2:] if value.startswith("0x") else value
 
 
-@probe("gpu_pci", "NVIDIA devices on the PCI bus (/sys/bus/pci)")
+GPU_PCI_FACTS = obj(
+    "PCI devices of NVIDIA (GPUs, NVSwitches) from sysfs",
+    devices=array(obj(
+        "",
+        keys={"class": string("the PCI class code, hexadecimal (030000, 030200, 068000...)")},
+        bdf=string("the PCI address (0000:17:00.0)"),
+        vendor_id=string("10de"),
+        device_id=string("the PCI device id, hexadecimal (the GPU model, through the compatibility matrix)"),
+        subsystem_device_id=string("the PCI subsystem device id, hexadecimal"),
+        kind=string("gpu, nvswitch, audio, usb, serial-bus or other, from the class"),
+        driver=string("the bound kernel driver (nvidia, vfio-pci, nouveau; null: none)"),
+    ), "one entry per NVIDIA PCI function: bdf, device id, kind, bound driver"),
+    gpu_count=count("NVIDIA GPUs on the PCI bus"),
+    nvswitch_count=count("NVSwitches on the PCI bus"),
+)
+
+
+@probe("gpu_pci", "NVIDIA devices on the PCI bus (/sys/bus/pci)", provides=GPU_PCI_FACTS)
 def gpu_pci_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     base = "/sys/bus/pci/devices"
@@ -102,8 +120,60 @@ def gpu_pci_probe(ctx: ProbeContext) -> Dict[str, Any]:
             "nvswitch_count": sum(1 for d in devices if d["kind"] == "nvswitch")}
 
 
+NVIDIA_DRIVER_FACTS = obj(
+    "the NVIDIA kernel module and the user-space driver (libcuda, libnvidia-ml) found",
+    kernel_module=obj(
+        "the NVIDIA kernel module",
+        loaded=boolean("whether the nvidia module is loaded"),
+        loaded_source=string("what says so: /proc/driver/nvidia/version, /proc/modules, /sys/module/nvidia"),
+        version=string("the loaded module's version (/proc/driver/nvidia/version)"),
+        flavor=string("open or proprietary"),
+        build=string("the rest of the NVRM version line (build date, Release Build)"),
+        gcc=string("the compiler it was built with"),
+    ),
+    modules=array(string(), "loaded modules named nvidia* or nouveau (/proc/modules; null: not readable)"),
+    module_autoload=array(obj(
+        "",
+        module=string("the module name"),
+        file=string("the file that names it"),
+    ), "NVIDIA modules the root filesystem loads at boot (/etc/modules-load.d/*.conf, /etc/modules): {module, "
+       "file}", since="0.2.0"),
+    proc_gpus=array(obj(
+        "",
+        bdf=string("the GPU's PCI address"),
+        values=string("a field of /proc/driver/nvidia/gpus/BDF/information, by its name in lower case (model, "
+                      "irq, gpu_uuid, video_bios, bus_type, device_minor, gpu_excluded...)"),
+    ), "the GPUs the loaded driver lists (/proc/driver/nvidia/gpus)"),
+    device_access=boolean("this user can read and write /dev/nvidiactl (live, with the module loaded; null: not "
+                          "known)"),
+    device_nodes=array(string(), "/dev/nvidia* (live only)"),
+    dev_char_links=array(string(), "/dev/char links to NVIDIA devices (live only; systemd needs them for device "
+                                   "cgroups)", since="0.2.0"),
+    gsp_firmware=map_of(array(string(), "its gsp_*.bin files"),
+                        "driver version -> the GSP firmware files installed for it (/lib/firmware/nvidia/VERSION)",
+                        since="0.2.0"),
+    userspace=obj(
+        "the user-space driver libraries found in the system's library directories",
+        libraries=array(obj(
+            "",
+            library=string("libcuda or libnvidia-ml"),
+            version=string("its version from the file name"),
+            path=string("the file"),
+        ), "libcuda.so.VERSION and libnvidia-ml.so.VERSION files (each real file once)"),
+        versions=array(string(), "versions of the user-space driver libraries found"),
+    ),
+    forward_compat_libs=array(obj(
+        "",
+        path=string("the libcuda file"),
+        version=string("its version"),
+        active=boolean("its directory is on LD_LIBRARY_PATH or in /etc/ld.so.conf.d"),
+    ), "CUDA forward-compatibility libcuda (/usr/local/cuda*/compat, compat directories on LD_LIBRARY_PATH)"),
+)
+
+
 @probe("nvidia_driver", "the NVIDIA kernel module: loaded, version, flavour (/proc/driver/nvidia, /proc/modules)",
-       root_adds="access to /dev/nvidiactl, which NVML needs for GPU health (ECC, clocks, retired pages)")
+       root_adds="access to /dev/nvidiactl, which NVML needs for GPU health (ECC, clocks, retired pages)",
+       provides=NVIDIA_DRIVER_FACTS)
 def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     version_text = host.try_read("/proc/driver/nvidia/version", 65536)

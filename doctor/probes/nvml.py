@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Type
 
+from dl_doctor.facts.contract import array, boolean, count, integer, map_of, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 # nvmlClocksEventReasons / ClocksThrottleReasons bits (nvml.h).
@@ -133,8 +134,65 @@ def _device(nv: Any, error_type: Type[BaseException], index: int) -> Dict[str, A
     return dev
 
 
+NVML_FACTS = obj(
+    "NVML (nvidia-ml-py): driver version, each GPU's health",
+    init_error=string("why nvmlInit failed (then devices is empty)"),
+    init_error_code=integer("NVML's error code for it"),
+    driver_version=string("the driver version NVML reports"),
+    cuda_driver_version=string("the CUDA version the driver supports (12.4)"),
+    device_count=count("GPUs NVML counts"),
+    devices=array(obj(
+        "",
+        index=count("NVML's index"),
+        unsupported=array(string(), "queries this GPU or nvidia-ml-py does not support"),
+        errors=map_of(string("NVML's error"), "query -> why it failed (handle: the GPU could not be opened)"),
+        name=string("the product name (NVIDIA H100 80GB HBM3)"),
+        uuid=string("the GPU's UUID (GPU-...)"),
+        bus_id=string("the PCI address, as sysfs writes it (0000:10:1c.0)"),
+        memory_total_bytes=integer("GPU memory in all"),
+        memory_used_bytes=integer("GPU memory in use"),
+        compute_capability=string("the CUDA compute capability (9.0)"),
+        persistence_mode=boolean("persistence mode is on"),
+        ecc_mode=boolean("ECC is on (current mode)"),
+        ecc_uncorrected_volatile=integer("uncorrectable ECC errors since the driver loaded"),
+        ecc_uncorrected_aggregate=integer("uncorrectable ECC errors over the GPU's life"),
+        retired_pages_pending=boolean("retired pages wait for a reset (pre-Ampere page retirement)"),
+        remapped_rows=obj(
+            "row remapping (Ampere and later)",
+            correctable=integer("rows remapped for correctable errors"),
+            uncorrectable=integer("rows remapped for uncorrectable errors"),
+            pending=boolean("a remap waits for a GPU reset"),
+            failure=boolean("a remap failed: the GPU has no spare rows left"),
+        ),
+        throttle_mask=integer("the current clock event (throttle) reasons, as NVML's bit mask"),
+        throttle_reasons=array(string(), "the same, by name (gpu_idle, sw_power_cap, hw_slowdown, "
+                                         "hw_thermal_slowdown...)"),
+        pcie=obj(
+            "the PCIe link",
+            gen=integer("its current generation", range=(0, 64)),
+            max_gen=integer("its maximum generation", range=(0, 64)),
+            width=integer("its current width (lanes)", range=(0, 1024)),
+            max_width=integer("its maximum width (lanes)", range=(0, 1024)),
+        ),
+        mig_mode=obj(
+            "MIG mode",
+            current=boolean("MIG is on"),
+            pending=boolean("MIG is on after the next reset"),
+        ),
+        processes=array(obj(
+            "",
+            pid=integer("its process id"),
+            used_memory_bytes=integer("GPU memory it uses"),
+        ), "compute processes on the GPU (other users' only as root)"),
+        temperature_c=integer("the GPU's temperature", range=(-273, 1000)),
+        utilization_gpu=integer("percent of the last sample period a kernel ran", range=(0, 100)),
+    ), "one entry per GPU NVML sees"),
+)
+
+
 @probe("nvml", "GPU health through NVML: memory, ECC, row remapping, throttling, PCIe link, MIG, processes",
-       root_adds="NVML queries that need access to /dev/nvidiactl (ECC counters, processes of other users)")
+       root_adds="NVML queries that need access to /dev/nvidiactl (ECC counters, processes of other users)",
+       provides=NVML_FACTS)
 def nvml_probe(ctx: ProbeContext) -> Dict[str, Any]:
     if not ctx.host.kernel_live:
         raise Unavailable("NVML talks to the running driver; not under a sysroot")

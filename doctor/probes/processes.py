@@ -11,6 +11,7 @@ import posixpath
 import re
 from typing import Any, Dict, List
 
+from dl_doctor.facts.contract import array, integer, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 MAX_PIDS = 8192          # /proc entries looked at
@@ -32,8 +33,22 @@ def mapped_cuda_libraries(maps: str) -> List[str]:
     return list(seen)
 
 
+PYTHON_PROCESSES_FACTS = obj(
+    "Python processes running now (live only)",
+    processes=array(obj(
+        "",
+        pid=integer("its process id"),
+        exe=string("its executable (/proc/PID/exe)"),
+        cmdline=string("its command line (the first 1000 characters)"),
+        cuda_libraries=array(string(), "the CUDA-family libraries it has mapped: what really loaded"),
+    ), "one entry per Python process whose maps could be read (at most 256)"),
+    unreadable=integer("Python processes whose maps this user may not read"),
+    since="0.2.0",
+)
+
+
 @probe("python_processes", "Python processes running now and the CUDA libraries each has mapped (/proc/PID/maps)",
-       root_adds="the maps of other users' processes")
+       root_adds="the maps of other users' processes", provides=PYTHON_PROCESSES_FACTS)
 def python_processes_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     if not host.kernel_live:

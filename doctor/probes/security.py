@@ -13,6 +13,7 @@ import posixpath
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from dl_doctor.facts.contract import Fact, array, boolean, integer, map_of, obj, string
 from dl_doctor.probes import ProbeContext, probe
 
 MAX_CONFIG = 1 << 20
@@ -332,9 +333,90 @@ def sshd_live(host) -> Optional[Dict[str, str]]:
     return out or None
 
 
+SECURITY_FACTS = obj(
+    "the box's own security posture: sshd, Jupyter and code-server, Docker, listening sockets, suspicious processes",
+    sshd=obj(
+        "sshd's effective settings from its files (first value wins; Include read where it stands; Match blocks "
+        "reported apart): settings, sources (file:line), match_blocks, files",
+        installed=boolean("/usr/sbin/sshd exists or its configuration does"),
+        settings=map_of(string("its value as written"), "keyword (lower case) -> the value that wins, outside Match "
+                                                         "blocks (passwordauthentication, permitrootlogin, port...)"),
+        sources=map_of(string("file:line"), "keyword -> where its winning value is written"),
+        match_blocks=array(obj(
+            "",
+            criteria=string("the Match line's criteria"),
+            file=string("the file"),
+            line=integer("its line number"),
+            settings=map_of(string("its value"), "keyword -> value inside the block"),
+        ), "Match blocks, whose settings apply only to what they match"),
+        files=array(string(), "the files read, in order (sshd_config and its Includes)"),
+        errors=array(string(), "files that could not be read"),
+        effective_live=map_of(string("its value"), "sshd -T's answer, keyword -> value (live, as root, through the "
+                                                    "trust rule; null: not run)"),
+    ),
+    jupyter_configs=array(obj(
+        "",
+        path=string("the jupyter_{server,notebook,lab}_config.py or .json file"),
+        user=string("whose home it is in (null: a system directory)"),
+        settings=map_of(Fact("string|boolean|integer", "its value"),
+                        "setting (lower case: ip, token, password, allow_root, certfile...) -> value, read as text, "
+                        "never run; error: the JSON is not valid"),
+    ), "Jupyter configuration files in the system's and each home's Jupyter directories"),
+    code_server_configs=array(obj(
+        "",
+        path=string("~/.config/code-server/config.yaml"),
+        user=string("whose it is"),
+        settings=map_of(string("its value (a password only as (set))"), "bind-addr, auth, cert, password, "
+                                                                         "hashed-password -> value"),
+    ), "code-server configurations in each home"),
+    docker=obj(
+        "Docker's exposure",
+        installed=boolean("dockerd exists"),
+        hosts=array(obj(
+            "",
+            address=string("what it listens on (unix://, tcp://0.0.0.0:2375...)"),
+            keys={"from": string("where it is set: daemon.json or a docker.service unit")},
+        ), "the daemon's -H/--host settings and daemon.json hosts"),
+        tls=boolean("TLS is on (tlsverify in daemon.json or --tlsverify)"),
+        docker_group=array(string(), "members of the docker group (null: no such group)"),
+        containers=array(obj(
+            "",
+            container=string("the container id (12 characters)"),
+            privileged=boolean("it runs privileged"),
+            host_root_mounted=boolean("it bind-mounts the host's /"),
+        ), "containers that run privileged or mount the host's root (their hostconfig.json)"),
+    ),
+    listening=array(obj(
+        "",
+        proto=string("tcp, tcp6, udp or udp6"),
+        address=string("the local address"),
+        port=integer("the local port"),
+        process=obj(
+            "its owner, looked for only beyond loopback on a risky port (null: not looked for or not found)",
+            pid=integer("its process id"),
+            name=string("its name (comm)"),
+        ),
+    ), "TCP listeners and bound UDP sockets from /proc/net (live), with the owner of each one beyond loopback "
+       "where readable"),
+    jupyter_processes=array(obj(
+        "",
+        pid=integer("its process id"),
+        argv=array(string(), "its command line, redacted (tokens masked)"),
+    ), "Jupyter and code-server processes running (live; null: not looked at)"),
+    suspicious_processes=array(obj(
+        "",
+        pid=integer("its process id"),
+        name=string("its name (comm)"),
+        exe=string("its executable"),
+        reasons=array(string(), "why it is suspicious: a miner's name, runs from /tmp..."),
+    ), "processes with a miner's name or running from /tmp, /var/tmp or /dev/shm (live)"),
+    since="0.2.0",
+)
+
+
 @probe("security", "the box's own security posture: sshd settings, Jupyter and code-server, Docker's listeners "
        "and group, sockets listening beyond loopback, processes that look like miners",
-       root_adds="other users' Jupyter configs and processes, the owners of listening sockets")
+       root_adds="other users' Jupyter configs and processes, the owners of listening sockets", provides=SECURITY_FACTS)
 def security_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     sshd = parse_sshd(host)

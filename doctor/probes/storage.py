@@ -6,6 +6,7 @@ import posixpath
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from dl_doctor.facts.contract import array, boolean, integer, map_of, number, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 from dl_doctor.probes.system import parse_meminfo
 
@@ -60,7 +61,30 @@ def mount_for(path: str, entries: List[Dict[str, Any]]) -> Optional[Dict[str, An
     return best
 
 
-@probe("mounts", "mounted filesystems and the /dev/shm size")
+MOUNTS_FACTS = obj(
+    "/proc/mounts, with /dev/shm",
+    entries=array(obj(
+        "",
+        device=string("the mounted device or source (octal escapes undone)"),
+        mountpoint=string("where it is mounted"),
+        fstype=string("the filesystem type"),
+        options=array(string(), "the mount options"),
+    ), "one entry per line of /proc/self/mounts (live) or the tree's /proc/mounts"),
+    shm=obj(
+        "/dev/shm, where NCCL and DataLoader workers share memory",
+        path=string("/dev/shm"),
+        mounted=boolean("something is mounted on /dev/shm"),
+        fstype=string("its filesystem type"),
+        options=array(string(), "its mount options"),
+        device=string("its device"),
+        size_bytes=integer("its size: statvfs (live), its size= option, or half of RAM for a tmpfs without one"),
+        size_source=string("where size_bytes came from: statvfs, mount options, tmpfs default (half of RAM)"),
+        free_bytes=integer("free bytes in it (statvfs, live only)"),
+    ),
+)
+
+
+@probe("mounts", "mounted filesystems and the /dev/shm size", provides=MOUNTS_FACTS)
 def mounts_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     text = host.try_read("/proc/self/mounts") if host.live else None
@@ -128,7 +152,30 @@ def _existing(host, path: str) -> str:
     return path
 
 
-@probe("disks", "free space and inodes on /, home, /tmp, /var/tmp, the cache directories and the data mounts")
+DISKS_FACTS = obj(
+    "free space and inodes on /, home, /tmp, /var/tmp, the cache directories and the data mounts",
+    volumes=array(obj(
+        "",
+        paths=array(string(), "the locations looked at on this volume (/, home, a cache directory...)"),
+        roles=array(string(), "what they are: root, home, tmp, var-tmp, cache:huggingface, cache:torch, cache:pip, "
+                              "cache:conda-pkgs, mount"),
+        mountpoint=string("the volume's mount point (null: not in /proc/self/mounts)"),
+        fstype=string("its filesystem type"),
+        device=string("its device"),
+        network=boolean("a network filesystem (NFS, Lustre, EFS, s3 and gcs FUSE, SMB)"),
+        total_bytes=integer("its size in bytes (statvfs)"),
+        free_bytes=integer("bytes available to unprivileged users"),
+        used_pct=number("percent used", range=(0, 100)),
+        inodes_total=integer("inodes in all"),
+        inodes_free=integer("inodes available to unprivileged users"),
+        measured=string("live, or filesystem holding the sysroot tree (under --sysroot)"),
+    ), "each mounted volume: size, free space, inodes, roles"),
+    errors=map_of(string("the error"), "path -> why statvfs failed on it"),
+)
+
+
+@probe("disks", "free space and inodes on /, home, /tmp, /var/tmp, the cache directories and the data mounts",
+       provides=DISKS_FACTS)
 def disks_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     # Under a sysroot, statvfs measures the filesystem holding the tree, so the

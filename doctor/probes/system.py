@@ -7,6 +7,7 @@ import shlex
 from typing import Any, Dict, List, Optional
 
 from dl_doctor.util.parse import ascii_int, isnum
+from dl_doctor.facts.contract import array, boolean, integer, map_of, number, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 
@@ -74,7 +75,23 @@ def detect_container(files: Dict[str, Optional[str]], env: Dict[str, str]) -> Di
 
 # -- probes -------------------------------------------------------------------
 
-@probe("os", "operating system and release (/etc/os-release)")
+OS_FACTS = obj(
+    "/etc/os-release and the distribution's release files",
+    id=string("ID from /etc/os-release (e.g. ubuntu, rhel, amzn)"),
+    id_like=array(string(), "ID_LIKE, as a list (empty when not set)"),
+    name=string("NAME"),
+    version_id=string("VERSION_ID"),
+    version=string("VERSION"),
+    pretty_name=string("PRETTY_NAME"),
+    platform_id=string("PLATFORM_ID (RHEL and its rebuilds: platform:el9)"),
+    source=string("the file read: /etc/os-release, /usr/lib/os-release, or distro (live, when neither exists)"),
+    redhat_release=string("the text of /etc/redhat-release, where it exists"),
+    system_release=string("the text of /etc/system-release, where it exists (Amazon Linux, RHEL)"),
+    debian_version=string("the text of /etc/debian_version, where it exists"),
+)
+
+
+@probe("os", "operating system and release (/etc/os-release)", provides=OS_FACTS)
 def os_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     text = host.try_read("/etc/os-release")
@@ -113,7 +130,18 @@ def os_probe(ctx: ProbeContext) -> Dict[str, Any]:
     return out
 
 
-@probe("kernel", "running kernel, installed kernels and command line")
+KERNEL_FACTS = obj(
+    "the running kernel, its command line, and the kernels with modules installed",
+    release=string("the running kernel (uname -r; under --sysroot, the tree's newest)"),
+    version=string("/proc/version"),
+    cmdline=string("the kernel command line (/proc/cmdline)"),
+    arch=string("the machine architecture (uname -m; live only)"),
+    running=boolean("whether the running kernel's release could be read"),
+    installed=array(string(), "kernel releases with a /lib/modules directory"),
+)
+
+
+@probe("kernel", "running kernel, installed kernels and command line", provides=KERNEL_FACTS)
 def kernel_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     release = host.try_read("/proc/sys/kernel/osrelease", 4096)
@@ -136,7 +164,25 @@ def kernel_probe(ctx: ProbeContext) -> Dict[str, Any]:
     }
 
 
-@probe("system", "host name and container detection")
+SYSTEM_FACTS = obj(
+    "the host name, whether dl-doctor runs in a container, and the cgroup's limits",
+    hostname=string("the host name"),
+    container=obj(
+        "whether dl-doctor runs in a container, and which",
+        in_container=boolean("a container marker was found"),
+        kind=string("docker, podman, kubernetes, containerd, cri-o, lxc, or the container= variable's value"),
+        evidence=array(string(), "the markers found (/.dockerenv, /proc/1/cgroup, KUBERNETES_SERVICE_HOST...)"),
+    ),
+    cgroup=obj(
+        "the cgroup's memory and CPU limits",
+        version=integer("the cgroup version (1 or 2)", range=(1, 2)),
+        memory_limit_bytes=integer("the memory limit in bytes (null: unlimited or unknown)"),
+        cpu_limit=number("the CPU quota in CPUs (quota / period; null: unlimited)", range=(0, 1048576)),
+    ),
+)
+
+
+@probe("system", "host name and container detection", provides=SYSTEM_FACTS)
 def system_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     hostname = None
@@ -178,7 +224,14 @@ def cgroup_limits(host) -> Dict[str, Any]:
     return out
 
 
-@probe("environment", "environment variables of the session (secrets are redacted in every report)")
+ENVIRONMENT_FACTS = obj(
+    "the session environment (secret values are masked in every output)",
+    variables=map_of(string("the variable's value"), "NAME -> value of the session's variables, sorted by name"),
+)
+
+
+@probe("environment", "environment variables of the session (secrets are redacted in every report)",
+       provides=ENVIRONMENT_FACTS)
 def environment_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     env = host.environ()
@@ -187,7 +240,17 @@ def environment_probe(ctx: ProbeContext) -> Dict[str, Any]:
     return {"variables": dict(sorted(env.items()))}
 
 
-@probe("memory", "host memory and swap (/proc/meminfo)")
+MEMORY_FACTS = obj(
+    "/proc/meminfo, in bytes",
+    total_bytes=integer("MemTotal"),
+    available_bytes=integer("MemAvailable"),
+    swap_total_bytes=integer("SwapTotal"),
+    swap_free_bytes=integer("SwapFree"),
+    shmem_bytes=integer("Shmem: shared memory, tmpfs included"),
+)
+
+
+@probe("memory", "host memory and swap (/proc/meminfo)", provides=MEMORY_FACTS)
 def memory_probe(ctx: ProbeContext) -> Dict[str, Any]:
     text = ctx.host.try_read("/proc/meminfo")
     if text is None:

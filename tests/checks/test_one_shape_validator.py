@@ -7,11 +7,37 @@ import math
 
 import pytest
 
-from dl_doctor.checks import verify
-from dl_doctor.facts import shape
+from dl_doctor.facts import fact_schema, shape
+from dl_doctor.facts.contract import conform
 from dl_doctor.facts.validate import InputError, check_schema
 
 _MISSING = object()
+NUM = float
+# The verify checks' own schema before the facts contract declared it (checks/verify.py at 792138c): the reference the
+# declared shape and the one cut must agree with.
+_GPU_WATCH = {"index": int, "samples": int, "throttle": {"*": int}, "ecc_delta": {"corrected": NUM, "uncorrected": NUM},
+              "xid": [int], "temperature_c": {"min": NUM, "max": NUM}, "slowdown_temp_c": NUM,
+              "power_w": {"min": NUM, "max": NUM}, "power_limit_w": NUM, "sm_clock_mhz": {"min": NUM, "max": NUM},
+              "max_sm_clock_mhz": NUM, "name": str, "uuid": str}
+VERIFY_SHAPE = {
+    "framework": str, "version": str, "cuda": str, "cudnn": int, "level": str, "python": str, "error": str,
+    "no_gpu": str, "include_busy": bool, "errors": {"*": str}, "skipped": {"*": str}, "left_alone": {"*": str},
+    "devices": [{"index": int, "cuda_index": int, "uuid": str, "name": str, "capability": str, "fp8": str,
+                 "matmul": {"*": {"tflops": NUM, "seconds": NUM, "n": int, "iters": int}}, "conv": {"ok": bool},
+                 "copy_gbps": {"h2d": NUM, "d2h": NUM}, "copy_pinned": bool}],
+    "allreduce": {"gpus": [int], "bytes": int, "iters": int, "seconds": NUM, "algbw_gbps": NUM, "busbw_gbps": NUM,
+                  "correct": bool},
+    "pairs": [{"gpus": [int], "busbw_gbps": NUM, "correct": bool, "error": str}],
+    "busbw_expectation": {"gbps": NUM, "via": str, "unverified": bool, "floor_gbps": NUM, "floor_ratio": NUM},
+    "nvml_gpus": [{"index": int, "uuid": str, "name": str, "bus_id": str, "pcie": {"gen": int, "width": int}}],
+    "watch": {"ran": bool, "reason": str, "interval_s": NUM, "gpus": [_GPU_WATCH], "xid_watch": str,
+              "xid_unattributed": [int]},
+    "dcgm": {"ran": bool, "reason": str, "command": str, "exit": int, "shape": str, "version": str,
+             "runtime_error": str, "truncated": bool,
+             "results": [{"category": str, "test": str, "gpu": str, "status": str, "messages": [str]}]},
+    "dcgm_health": {"ran": bool, "reason": str, "command": str, "exit": int, "watches_off": bool, "overall": str,
+                    "incidents": [{"entity": str, "system": str, "status": str, "message": str}]},
+}
 
 
 def _conform_before(value, sh):
@@ -47,14 +73,15 @@ def _values():
            "watch": {"gpus": [{"throttle": {"hw_slowdown": 3, "x": 1.0}, "xid": [79, "79"]}], "ran": "yes"},
            "dcgm": {"results": [{"messages": ["a", 1, None]}], "exit": 1.0}, "extra": {"kept": False}}
     for v in ODD:
-        yield {k: v for k in verify.VERIFY_SHAPE}
+        yield {k: v for k in VERIFY_SHAPE}
         yield {"devices": [v, {"matmul": v, "conv": v}], "watch": {"gpus": [v]}, "errors": v}
 
 
-def test_the_cut_agrees_with_the_verify_conform_it_replaces():
+def test_the_cut_of_the_declared_verify_facts_agrees_with_the_verify_conform_it_replaces():
+    declared = fact_schema("verify")
     for value in _values():
-        want = _conform_before(value, verify.VERIFY_SHAPE)
-        got = verify.conform(value, verify.VERIFY_SHAPE)
+        want = _conform_before(value, VERIFY_SHAPE)
+        got = conform(value, declared)
         assert (got is shape.MISSING) == (want is _MISSING) and (want is _MISSING or repr(got) == repr(want)), value
         if want is not _MISSING:
             assert list(got) == list(want)  # the same key order: evidence and reports keep theirs
@@ -64,7 +91,7 @@ def test_the_contract_check_and_the_cut_judge_a_node_alike():
     sch = {"type": "object", "required": ["a"], "properties": {
         "a": {"type": ["integer", "null"], "minimum": 0, "maximum": 10},
         "b": {"type": "array", "items": {"type": "string", "enum": ["x", "y"]}},
-        "c": shape.schema_of(shape.NUM)}}
+        "c": {"type": "number", "exclusiveMinimum": -1e15, "exclusiveMaximum": 1e15}}}
     ok = {"a": 3, "b": ["x", "y"], "c": 2.5}
     check_schema(ok, sch, "f.json")
     assert shape.cut(ok, sch) == ok
@@ -84,8 +111,13 @@ def test_the_contract_check_and_the_cut_judge_a_node_alike():
     assert shape.cut({"b": []}, sch) is shape.MISSING  # what the contract refuses, the cut leaves out
 
 
-def test_schema_of_refuses_what_is_not_a_shape():
-    assert shape.schema_of({"*": [int]}) == {"type": "object", "additionalProperties": {"type": "array",
-                                                                                       "items": {"type": "integer"}}}
-    with pytest.raises(ValueError, match="not a shape"):
-        shape.schema_of(bytes)
+def test_a_reader_cuts_by_type_only_and_never_keeps_null():
+    """What the contract refuses on load (a range, an enum, a missing key) a reader of an unenforced fact keeps;
+    null and non-finite numbers it drops."""
+    node = {"type": "object", "required": ["a"], "properties": {
+        "a": {"type": ["integer", "null"], "minimum": 0}, "s": {"type": "string", "enum": ["x"]},
+        "n": {"type": ["number", "null"]}, "any": {}}}
+    assert conform({"a": -5, "s": "y", "n": 2.5, "any": [1]}, node) == {"a": -5, "s": "y", "n": 2.5, "any": [1]}
+    assert conform({"a": None, "n": math.inf, "any": None}, node) == {}
+    assert conform(None, node) is shape.MISSING
+    assert shape.reading_schema(node) is shape.reading_schema(node)  # derived once per declared node

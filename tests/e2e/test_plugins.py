@@ -204,7 +204,7 @@ def test_the_zipapp_builds_reproducibly_and_runs(tmp_path):
 
 
 def test_the_facts_reference_is_current():
-    """docs/facts.md is generated (tests/tools/make_facts_doc.py) from the schema and the registry."""
+    """docs/facts.md is generated (tests/tools/make_facts_doc.py) from the built-in probes' provides=."""
     sys.path.insert(0, str(ROOT / "tests" / "tools"))
     try:
         import make_facts_doc

@@ -1,8 +1,9 @@
-"""Regenerate the shapes of the facts in doctor/facts/facts-v1.json from every recorded fact.
+"""Regenerate the shapes of the facts in doctor/facts/facts-v1.json from the built-in probes' declarations.
 
-Reads the recorded machine snapshots, the check fixtures and a live `collect` of this machine, and writes, for each
-fact path seen, the JSON types seen there (null always allowed; a path only ever seen as null is left free), with
-ranges for counts. Run after a probe adds or changes a fact:
+Each built-in probe declares its facts with ``provides=`` (dl_doctor.facts.contract: a JSON type and a meaning for
+each); this writes them as ``properties.facts`` of the facts schema. Nothing is collected: the schema says what the
+code declares, not what some machine happened to show. Run after a probe adds or changes a fact
+(tests/probes/test_provides.py fails until it is run):
 
     python tests/tools/make_facts_schema.py
 """
@@ -10,91 +11,50 @@ ranges for counts. Run after a probe adds or changes a fact:
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Set
+from typing import Any, Dict, List
 
-from dl_doctor.facts.validate import json_type as kind
+from dl_doctor.facts.contract import schema_of
+from dl_doctor.probes import ProbeSpec
+from dl_doctor.registry import load_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "doctor" / "facts" / "facts-v1.json"
-COUNT = re.compile(r"(^|_)(count|gpus|gpu_count|device_count|num_[a-z_]+|[a-z]+_count)$")
-COUNT_MAX = 65536
-# Ranges of facts that a check uses as a size or an index (a facts file with gpu_count = 10**8 must not make a check
-# build a list of 10**8 items); by path below `facts`.
-RANGES = {
-    "nvml.devices[].index": (0, COUNT_MAX), "nvml.devices[].pcie.gen": (0, 64), "nvml.devices[].pcie.max_gen": (0, 64),
-    "nvml.devices[].pcie.width": (0, 1024), "nvml.devices[].pcie.max_width": (0, 1024),
-    "nvml.devices[].temperature_c": (-273, 1000), "nvml.devices[].utilization_gpu": (0, 100),
-    "limits.numa_nodes": (0, COUNT_MAX), "python_envs.scan.limit": (0, 100000), "kernel_log.xids[].code": (0, 2 ** 32),
-    "system.cgroup.version": (1, 2), "disks.volumes[].used_pct": (0, 100), "system.cgroup.cpu_limit": (0, 1 << 20),
-}
 
 
-class Node:
-    def __init__(self) -> None:
-        self.types: Set[str] = set()
-        self.props: Dict[str, "Node"] = {}
-        self.items: "Node | None" = None
-
-    def add(self, value: Any) -> None:
-        self.types.add(kind(value))
-        if isinstance(value, dict):
-            for k, v in value.items():
-                self.props.setdefault(k, Node()).add(v)
-        elif isinstance(value, list):
-            self.items = self.items or Node()
-            for v in value:
-                self.items.add(v)
-
-    def schema(self, name: str = "", path: str = "", item: bool = False) -> Dict[str, Any]:
-        seen = self.types - {"null"}
-        if not seen:
-            return {}
-        if "number" in seen and "integer" in seen:
-            seen.discard("integer")
-        # a fact may always be null (unknown); an item of a list only where recordings show one
-        nullable = not item or "null" in self.types
-        out: Dict[str, Any] = {"type": sorted(seen | ({"null"} if nullable else set()))}
-        if "object" in seen and self.props:
-            out["properties"] = {k: self.props[k].schema(k, f"{path}.{k}" if path else k) for k in sorted(self.props)}
-        if "array" in seen and self.items is not None:
-            items = self.items.schema(name, path + "[]", item=True)
-            if items:
-                out["items"] = items
-        if seen <= {"integer", "number"} and path in RANGES:
-            out.update(minimum=RANGES[path][0], maximum=RANGES[path][1])
-        elif seen <= {"integer", "number"} and COUNT.search(name):
-            out.update(minimum=0, maximum=COUNT_MAX)
-        return out
+def builtin_probes() -> List[ProbeSpec]:
+    """The built-in probes (the registry also holds whatever plugins are installed), by name."""
+    return sorted((p for p in load_registry().probes if p.module.startswith("dl_doctor.")), key=lambda p: p.name)
 
 
-def main() -> int:
-    facts = Node()
-    for path in sorted((ROOT / "tests" / "fixtures" / "snapshots").glob("*.json")):
-        facts.add(json.loads(path.read_text())["facts"])
-    for path in sorted((ROOT / "tests" / "fixtures" / "checks").glob("*.json")):
-        for case in json.loads(path.read_text()).get("cases", []):
-            if isinstance(case.get("facts"), dict):
-                facts.add(case["facts"])
-    live = subprocess.run([sys.executable, "-m", "dl_doctor", "collect", "-o", "-", "--timeout", "10"],
-                          capture_output=True, text=True, cwd="/", check=True)
-    facts.add(json.loads(live.stdout)["facts"])
-    schema = json.loads(SCHEMA.read_text())
-    probes = {k: facts.props[k].schema(k, k) for k in sorted(facts.props)}
-    schema["properties"]["facts"] = {
+def facts_section() -> Dict[str, Any]:
+    probes = {}
+    for spec in builtin_probes():
+        if spec.facts is None:
+            raise SystemExit(f"probe {spec.name} ({spec.module}) declares no typed provides=")
+        probes[spec.name] = schema_of(spec.facts)
+        probes[spec.name].setdefault("description", spec.description)
+    return {
         "type": "object",
-        "description": "Each probe's facts. Generated by tests/tools/make_facts_schema.py from every recorded fact: "
-                       "the types each fact has had (null is allowed for every fact, and for an item of a list only "
-                       "where recordings show one; facts not named here, such as a plugin's, are free), and ranges "
-                       "for counts.",
+        "description": "Each probe's facts. Generated by tests/tools/make_facts_schema.py from the built-in probes' "
+                       "provides= declarations (dl_doctor.facts.contract): each fact's JSON types and meaning (null is "
+                       "allowed for every fact, and for an item of a list where declared; facts not named here, such "
+                       "as a plugin's, are free), and ranges for counts.",
         "additionalProperties": {"type": "object"},
         "properties": probes,
     }
-    SCHEMA.write_text(json.dumps(schema, indent=1, sort_keys=False) + "\n")
-    print(f"{SCHEMA}: {len(probes)} probes")
+
+
+def render() -> str:
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    schema["properties"]["facts"] = facts_section()
+    return json.dumps(schema, indent=1, ensure_ascii=False) + "\n"
+
+
+def main() -> int:
+    SCHEMA.write_text(render(), encoding="utf-8")
+    print(f"{SCHEMA}: {len(builtin_probes())} probes")
     return 0
 
 

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 from dl_doctor.readers.consumers import lib_version
 from dl_doctor.host import Host, UntrustedCommand
 from dl_doctor.probes import ProbeContext, probe
+from dl_doctor.probes.python_envs.provides import PYTHON_ENVS_FACTS
 from dl_doctor.host.trust import python_startup_paths
 from dl_doctor.util.workers import map_daemon
 
@@ -1196,7 +1197,7 @@ def _inspect_until(ctx: ProbeContext, envs: List[Dict[str, Any]], deadline: floa
 
 
 @probe("python_envs", "every Python environment: frameworks, bundled CUDA libraries, which copy would load",
-       timeout_option="python_envs_timeout")
+       timeout_option="python_envs_timeout", provides=PYTHON_ENVS_FACTS)
 def python_envs_probe(ctx: ProbeContext) -> Dict[str, Any]:
     started = time.monotonic()
     limit = int(ctx.options.get("env_limit") or DEFAULT_ENV_LIMIT)

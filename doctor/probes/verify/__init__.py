@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from dl_doctor.probes import ProbeContext, Unavailable, probe
+from dl_doctor.probes.verify.provides import VERIFY_FACTS
 
 
 def _interpreter(ctx: ProbeContext) -> str:
@@ -24,7 +25,7 @@ def _interpreter(ctx: ProbeContext) -> str:
 @probe("verify", "short bounded workloads in an environment's own torch or JAX: matmul per GPU and dtype, a cuDNN "
        "convolution, pinned copies, an NCCL all-reduce, with NVML watched meanwhile; dcgmi diag and health where "
        "DCGM is installed (only with dl-doctor verify or run --verify)",
-       timeout_option="verify_timeout")
+       timeout_option="verify_timeout", provides=VERIFY_FACTS)
 def verify_probe(ctx: ProbeContext) -> Dict[str, Any]:
     if not ctx.options.get("verify"):
         raise Unavailable("not asked for: dl-doctor verify (or run --verify) runs the workloads")
