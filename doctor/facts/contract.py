@@ -151,11 +151,13 @@ def array(items: Fact, meaning: str = "", **kw: Any) -> Fact:
     return Fact(kw.pop("types", "array"), meaning, items=items, **kw)
 
 
-def obj(meaning: str = "", keys: Optional[Mapping[str, Fact]] = None, **named: Fact) -> Fact:
+def obj(meaning: str = "", keys: Optional[Mapping[str, Fact]] = None, *, types: str = "object",
+        since: Optional[str] = None, null: Optional[bool] = None, values: Optional[Fact] = None,
+        enforce: bool = True, **named: Fact) -> Fact:
     """An object with these keys (``keys=`` for names that are not Python identifiers, ``**named`` for the rest;
-    ``types``, ``since``, ``null``, ``values`` as for :class:`Fact`)."""
-    opts = {k: named.pop(k) for k in ("types", "since", "null", "values", "enforce") if k in named}
-    return Fact(opts.pop("types", "object"), meaning, keys={**dict(keys or {}), **named}, **opts)  # type: ignore
+    ``types``, ``since``, ``null``, ``values``, ``enforce`` as for :class:`Fact`)."""
+    return Fact(types, meaning, keys={**dict(keys or {}), **named}, since=since, null=null, values=values,
+                enforce=enforce)
 
 
 def map_of(values: Fact, meaning: str = "", **kw: Any) -> Fact:
