@@ -377,7 +377,9 @@ def prewarm(out: Optional[OutputOptions] = None) -> Any:
     return thread
 
 
-def collect_facts(reg, opts: CollectOptions, capture: Any = None) -> Dict[str, Any]:
+def collect_facts(reg, opts: CollectOptions, capture: Any = None, overlays: Sequence[str] = ()) -> Dict[str, Any]:
+    """The facts snapshot; the probes that need knowledge get the run's matrix (the built-in data, the site overlays
+    and ``overlays``: --matrix-overlay) through ProbeContext.matrix."""
     from dl_doctor.engine import collect
     from dl_doctor.host import Host
 
@@ -387,7 +389,7 @@ def collect_facts(reg, opts: CollectOptions, capture: Any = None) -> Dict[str, A
                     run_as_owner=opts.run_as_owner)
     except NotADirectoryError as exc:
         raise InputProblem(str(exc))
-    return collect(reg.probes, host, opts.probe_options(), timeout=opts.timeout)
+    return collect(reg.probes, host, opts.probe_options(), timeout=opts.timeout, matrix=load_matrix(overlays))
 
 
 def judge(snapshot: Dict[str, Any], reg, opts: JudgeOptions, *, mode: str, started: _dt.datetime, t0: float,
@@ -603,7 +605,7 @@ def why(text: str, *, report: Optional[str] = None, collect: Optional[CollectOpt
                         command_timeout=collect.timeout, run_as_owner=collect.run_as_owner)
         except NotADirectoryError as exc:
             raise InputProblem(str(exc))
-        snapshot = run_probes(reg_probes, host, collect.probe_options(), timeout=collect.timeout)
+        snapshot = run_probes(reg_probes, host, collect.probe_options(), timeout=collect.timeout, matrix=matrix)
         findings = {f.id: f.to_dict() for f in evaluate(snapshot, checks, matrix)}
         out["evidence_from"] = collect.sysroot or "this machine"
         out["checks_run"] = sorted(findings)

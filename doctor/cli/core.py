@@ -101,7 +101,7 @@ def run_cmd(**kw) -> int:
     reg = app.registry()
     app.validate_inputs(reg, judge)
     app.prewarm(out)
-    snapshot = app.collect_facts(reg, collect)
+    snapshot = app.collect_facts(reg, collect, overlays=judge.overlays)
     outcome = app.write_outputs(snapshot, reg, judge, out, mode=snapshot["mode"], started=started, t0=t0,
                                 extra_options=collect.report_options())
     if kw.get("engine"):

@@ -84,7 +84,7 @@ def bundle_cmd(output, redact, quiet, no_color, **kw) -> int:
     if not os.path.isdir(parent):
         raise app.InputProblem(f"cannot write {output}: {parent} is not a directory")
     capture = Capture()
-    snapshot = app.collect_facts(reg, collect_opts(kw), capture=capture)
+    snapshot = app.collect_facts(reg, collect_opts(kw), capture=capture, overlays=judge.overlays)
     report, findings = app.judge(snapshot, reg, judge, mode=snapshot["mode"], started=started, t0=t0,
                                  extra_options={"bundle": True})
     red = redactor_for(snapshot, redact)

@@ -53,7 +53,7 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
     def consumers_from_sites() -> None:
         try:
             early["value"] = host.cached(("consumers",) + sites_key, lambda: _consumers(
-                host, env, dists, owned, ld, None, torch_mode))
+                host, env, dists, owned, ld, None, torch_mode, ctx.matrix))
         except Exception as exc:  # noqa: BLE001 - the consumer model costs only its own facts
             early["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -90,7 +90,7 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
     try:
         if extra:  # wheel libraries on sys.path outside the site directories (a .pth, PYTHONPATH): redo with them
             out["consumers"] = host.cached(("consumers",) + key, lambda: _consumers(host, env, dists, owned, ld,
-                                                                                   live_path, torch_mode))
+                                                                                   live_path, torch_mode, ctx.matrix))
         elif "error" in early:
             out["consumers_error"] = early["error"]
         else:

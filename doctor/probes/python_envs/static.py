@@ -283,12 +283,14 @@ def resolve_torch_libraries(host: Host, env: Dict[str, Any], static: Dict[str, A
 
 
 def _consumers(host: Host, env: Dict[str, Any], dists: Dict[str, Dict[str, Any]], owned: Dict[str, Tuple[str, str]],
-               ld: List[str], live_path: Optional[List[str]], torch_preload: Optional[str]) -> List[Dict[str, Any]]:
-    from dl_doctor.app import load_matrix
+               ld: List[str], live_path: Optional[List[str]], torch_preload: Optional[str],
+               matrix: Any) -> List[Dict[str, Any]]:
+    """The consumer model (dl_doctor.readers.consumers.scan) of one environment; ``matrix`` is the run's
+    (ProbeContext.matrix: its consumer table names the libraries each consumer opens by name), None without one."""
     from dl_doctor.readers.consumers import scan
 
     python = env.get("python")
     return scan(host, sites=list(dists and {d["location"] for d in dists.values()} or []), dists=dists, owned=owned,
                 ld_library_path=ld, sys_path=live_path or sorted({d["location"] for d in dists.values()}),
-                executable=python if python and host.is_file(python) else None, matrix=load_matrix(()),
+                executable=python if python and host.is_file(python) else None, matrix=matrix,
                 torch_preload=torch_preload)
