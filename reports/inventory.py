@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+from dl_doctor.facts.derive import torch_cpu_only
 from dl_doctor.util.units import human_bytes
 
 
@@ -71,7 +72,7 @@ def inventory(report: Dict[str, Any]) -> List[Tuple[str, str]]:
         parts = [f"Python {env.get('python_version') or '?'}"]
         torch = fw.get("torch")
         if torch:
-            parts.append(f"torch {torch.get('version')}" + (" (CPU build)" if torch.get("cpu_only") else
+            parts.append(f"torch {torch.get('version')}" + (" (CPU build)" if torch_cpu_only(torch, env.get("conda_packages")) else
                                                            f" (CUDA {torch.get('cuda')})"))
         for name in ("torchvision", "tensorflow", "jax", "numpy"):
             if fw.get(name):

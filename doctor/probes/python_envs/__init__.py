@@ -6,6 +6,7 @@ The probe (this module) assembles what its parts find: ``discovery`` (which envi
 torch/version.py, wheel RECORDs, ELF dynamic sections, the consumer model) and ``live`` (the scripts run in each
 interpreter: a stdlib-only one, valid on Python 3.6, RHEL 8's platform-python, that never imports the frameworks;
 with --deep, the frameworks imported in a subprocess with a timeout, recording what was really mapped).
+Verdicts are not facts: whether a torch is a CPU-only build is derived from them (dl_doctor.facts.derive).
 """
 
 from __future__ import annotations

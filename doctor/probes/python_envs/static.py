@@ -9,6 +9,7 @@ import posixpath
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from dl_doctor.facts.derive import torch_cpu_only
 from dl_doctor.host import Host
 from dl_doctor.readers.consumers import lib_version
 
@@ -158,9 +159,6 @@ def inspect_static(host: Host, env: Dict[str, Any]) -> Tuple[Dict[str, Any], Dic
         t = frameworks.setdefault("torch", {})
         t.update(path=torch_dir, version=info.get("__version__") or t.get("version"), cuda=info.get("cuda"),
                  git_version=info.get("git_version"))
-        conda_torch = conda.get("pytorch") or {}
-        t["cpu_only"] = (t.get("cuda") is None or "+cpu" in (t.get("version") or "") or "cpu" in conda_torch.get("build", "")
-                         or (conda.get("pytorch-mutex") or {}).get("build", "").startswith("cpu") or "cpuonly" in conda)
         init = _read(host, f"{torch_dir}/__init__.py", 4 << 20) or ""
         t["preload"] = torch_preload_model(init)
     tv_dir = next((f"{s}/torchvision" for s in sites if host.is_dir(f"{s}/torchvision")), None)
@@ -221,7 +219,7 @@ def resolve_torch_libraries(host: Host, env: Dict[str, Any], static: Dict[str, A
     """Which file each key CUDA library resolves to when this environment imports torch."""
     t = static["frameworks"].get("torch") or {}
     torch_dir = t.get("path")
-    if not torch_dir or t.get("cpu_only"):
+    if not torch_dir or torch_cpu_only(t, static.get("conda_packages")):
         return None
     python = env.get("python")
     executable = python if python and host.is_file(python) else None
