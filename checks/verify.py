@@ -21,6 +21,9 @@ COPY_FLOOR = 0.5
 # this share of the samples, they warn
 SLOWDOWN_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 SLOWDOWN_SHARE = 0.1
+# An all-reduce under a quarter of its links' one-direction bandwidth (the matrix's NVLink figure, else the PCIe link:
+# dl_doctor.compat_matrix Matrix.node_busbw_expectation) warns (docs/verify.md)
+ALLREDUCE_FLOOR = 0.25
 
 
 # requires=("verify",): without the facts (no `dl-doctor verify`), the engine skips with "not checked: ...", and the
@@ -36,6 +39,8 @@ _GPU_WATCH = {"index": int, "samples": int, "throttle": {"*": int}, "ecc_delta":
               "xid": [int], "temperature_c": {"min": NUM, "max": NUM}, "slowdown_temp_c": NUM,
               "power_w": {"min": NUM, "max": NUM}, "power_limit_w": NUM, "sm_clock_mhz": {"min": NUM, "max": NUM},
               "max_sm_clock_mhz": NUM, "name": str, "uuid": str}
+# Older facts files also carry busbw_expectation, the expectation the probe used to compute: it is not read, the matrix
+# of the run that judges says (allreduce_expectation), so `dl-doctor check` re-judges an old file with today's.
 VERIFY_SHAPE = {
     "framework": str, "version": str, "cuda": str, "cudnn": int, "level": str, "python": str, "error": str,
     "no_gpu": str, "include_busy": bool, "errors": {"*": str}, "skipped": {"*": str}, "left_alone": {"*": str},
@@ -45,7 +50,6 @@ VERIFY_SHAPE = {
     "allreduce": {"gpus": [int], "bytes": int, "iters": int, "seconds": NUM, "algbw_gbps": NUM, "busbw_gbps": NUM,
                   "correct": bool},
     "pairs": [{"gpus": [int], "busbw_gbps": NUM, "correct": bool, "error": str}],
-    "busbw_expectation": {"gbps": NUM, "via": str, "unverified": bool, "floor_gbps": NUM, "floor_ratio": NUM},
     "nvml_gpus": [{"index": int, "uuid": str, "name": str, "bus_id": str, "pcie": {"gen": int, "width": int}}],
     "watch": {"ran": bool, "reason": str, "interval_s": NUM, "gpus": [_GPU_WATCH], "xid_watch": str,
               "xid_unattributed": [int]},
@@ -229,6 +233,16 @@ def cudnn_runs(facts: Facts) -> Result:
     return passed(f"a convolution ran forward and backward {where}", **evidence)
 
 
+def allreduce_expectation(v: Dict[str, Any], matrix) -> Dict[str, Any]:
+    """What the verify facts' all-reduce is held against, from the GPUs NVML named (``nvml_gpus``: their names and
+    PCIe links) and ``matrix``: the node's expectation (``gbps``, ``via``, ``unverified``) with the floor under
+    which it warns (``floor_gbps``, ``floor_ratio``); ``{}`` when nothing is known."""
+    expect = matrix.node_busbw_expectation(v.get("nvml_gpus") or []) if matrix is not None else {}
+    if not expect.get("gbps"):
+        return {}
+    return dict(expect, floor_gbps=round(ALLREDUCE_FLOOR * expect["gbps"], 1), floor_ratio=ALLREDUCE_FLOOR)
+
+
 @check(
     id="DLD-VER-003", slug="nccl-allreduce-fails",
     problem="NCCL does not all-reduce across this node's GPUs, or does so far below its links' speed",
@@ -244,7 +258,7 @@ def cudnn_runs(facts: Facts) -> Result:
     scheduled there; one that runs at PCIe speed where NVLink is expected makes every step wait for it.""",
     fix="""Check the fabric manager and NVLink (DLD-GPU-004, DLD-GPU-008), reset the GPUs or reboot.""",
 )
-def allreduce(facts: Facts) -> Result:
+def allreduce(facts: Facts, matrix) -> Result:
     v, early = _verified(facts)
     if early is not None:
         return early
@@ -261,7 +275,7 @@ def allreduce(facts: Facts) -> Result:
                     {"allreduce": ar, "error": err, "pairs": pairs}, fix)
     if not isinstance(ar, dict):
         return skip(f"not run: {(v.get('skipped') or {}).get('allreduce') or 'no all-reduce result'}")
-    expect = v.get("busbw_expectation") or {}
+    expect = allreduce_expectation(v, matrix)
     floor = expect.get("floor_gbps")
     evidence = {"allreduce": ar, "expectation": expect, "pairs": pairs}
     measured = f"NCCL all-reduce across GPUs {ar.get('gpus', [])}: bus bandwidth {ar.get('busbw_gbps')} GB/s"

@@ -24,11 +24,6 @@ class InputProblem(Exception):
 
 # -- options --------------------------------------------------------------------------------------------------------
 
-# How long `dcgmi diag -r N` may take (DCGM's documentation: level 1 seconds, 2 about two minutes, 3 about fifteen
-# minutes, 4 longer), with room; 0 runs no diagnostic
-DCGM_DIAG_SECONDS = {0: 0.0, 1: 120.0, 2: 600.0, 3: 2400.0, 4: 9000.0}
-
-
 @dataclass
 class CollectOptions:
     """What `run`, `collect` and `bundle` collect, and how."""
@@ -50,6 +45,8 @@ class CollectOptions:
     dcgm_level: Optional[int] = None  # verify's dcgmi diag -r level (None: 1 with --quick, 2 with --long; 0: none)
 
     def probe_options(self) -> Dict[str, Any]:
+        from dl_doctor.probes.verify.dcgm import DCGM_DIAG_SECONDS  # how long dcgmi diag may take, per level
+
         return {"timeout": self.timeout, "python": list(self.pythons), "deep": self.deep,
                 "no_env_scan": self.no_env_scan, "env_limit": self.env_limit,
                 "env_timeout": max(self.timeout, 10.0),
