@@ -441,7 +441,7 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
     if out.html_path == "/dev/null":
         outcome.written.append("/dev/null")  # asked for nothing: rendering it would only cost time
     elif out.html_path or defaults:
-        targets.append((out.html_path or base + ".html", lambda: _render("html", report), True))
+        targets.append((out.html_path or base + ".html", lambda: _render("html", report, judge_opts.overlays), True))
     if out.junit_path:
         targets.append((out.junit_path, lambda: _render("junit", report), True))
     if out.prom_path:
@@ -481,12 +481,29 @@ def _archive_problem(directory: str, exc: OSError) -> str:
     return f"cannot write into {directory}: {exc.strerror or exc}"
 
 
-def _render(kind: str, report: Dict[str, Any]) -> str:
+def gpu_names(report: Dict[str, Any], overlays: Sequence[str] = ()) -> Dict[str, str]:
+    """The GPU model for each PCI ID of the report's GPUs (``10de:20b0`` -> ``NVIDIA A100 SXM4 40GB``), from the
+    run's matrix (with ``overlays``), for the renderers that name them (the HTML inventory): reports never load the
+    matrix. Empty where the matrix cannot be loaded (a name is a nicety; the ID is the fact)."""
+    from dl_doctor.reports.inventory import gpu_ids
+
+    ids = gpu_ids(report)
+    if not ids:
+        return {}
+    try:
+        matrix = load_matrix(overlays)
+    except InputProblem:
+        return {}
+    entries = {pci: matrix.gpu_by_pci(pci) for pci in ids}
+    return {pci: e["name"] for pci, e in entries.items() if e}
+
+
+def _render(kind: str, report: Dict[str, Any], overlays: Sequence[str] = ()) -> str:
     """Renderers are imported only when their output is asked for (jinja2 costs a noticeable part of a start)."""
     if kind == "html":
         from dl_doctor.reports import html
 
-        return html.render(report)
+        return html.render(report, gpu_names=gpu_names(report, overlays))
     if kind == "junit":
         from dl_doctor.reports import junit
 

@@ -232,7 +232,8 @@ def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> 
         from dl_doctor.redact import redact as do_redact
         from dl_doctor.reports import html
 
-        rendered = html.render(do_redact(report, extended=True, snapshot=report) if redact else report)
+        shown = do_redact(report, extended=True, snapshot=report) if redact else report
+        rendered = html.render(shown, gpu_names=app.gpu_names(shown))
         written.append((html_path, rendered))
     done = []
     for path, text in written:
