@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.checks.common import compatible_copy, first_heading, driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
 from dl_doctor import versions
+from dl_doctor.facts.derive import torch_cpu_only
 from dl_doctor.fixes import install, root_command
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
@@ -18,6 +19,12 @@ def _envs(facts: Facts) -> List[Dict[str, Any]]:
 
 def _torch_envs(facts: Facts) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
     return [(e, e["frameworks"]["torch"]) for e in _envs(facts) if (e.get("frameworks") or {}).get("torch")]
+
+
+def _cpu_only(env: Dict[str, Any], torch: Dict[str, Any]) -> bool:
+    """Whether the environment's torch is a CPU-only build: derived from its facts (dl_doctor.facts.derive), never
+    the ``cpu_only`` an older facts file may still carry."""
+    return torch_cpu_only(torch, env.get("conda_packages"))
 
 
 def _label(env: Dict[str, Any]) -> str:
@@ -58,8 +65,8 @@ def _best_variant(matrix, torch_version: str, driver: Optional[str]) -> Optional
 )
 def cpu_only(facts: Facts, matrix) -> Result:
     envs = _torch_envs(facts)
-    cpu = [(e, t) for e, t in envs if t.get("cpu_only")]
-    cuda = [(e, t) for e, t in envs if not t.get("cpu_only")]
+    cpu = [(e, t) for e, t in envs if _cpu_only(e, t)]
+    cuda = [(e, t) for e, t in envs if not _cpu_only(e, t)]
     evidence: Dict[str, Any]
     evidence = {"cpu_only": [{"env": _label(e), "torch": t.get("version")} for e, t in cpu],
                 "cuda_builds": [{"env": _label(e), "torch": t.get("version"), "cuda": t.get("cuda")} for e, t in cuda]}
@@ -94,7 +101,7 @@ def cpu_only(facts: Facts, matrix) -> Result:
     build for the CUDA version the driver supports.""",
 )
 def cuda_unusable(facts: Facts) -> Result:
-    builds = [(e, t) for e, t in _torch_envs(facts) if not t.get("cpu_only")]
+    builds = [(e, t) for e, t in _torch_envs(facts) if not _cpu_only(e, t)]
     if not builds:
         return skip("no CUDA build of torch here")
     gpus = facts.get("gpu_pci.gpu_count")
@@ -187,7 +194,7 @@ def arch_missing(facts: Facts, matrix) -> Result:
     weak: List[str] = []
     unknown, ok = [], []
     for env, t in _torch_envs(facts):
-        if t.get("cpu_only"):
+        if _cpu_only(env, t):
             continue
         entries, source, verified = _arch_entries(env, t, matrix)
         if entries is None:

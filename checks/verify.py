@@ -23,6 +23,9 @@ COPY_FLOOR = 0.5
 # this share of the samples, they warn
 SLOWDOWN_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 SLOWDOWN_SHARE = 0.1
+# An all-reduce under a quarter of its links' one-direction bandwidth (the matrix's NVLink figure, else the PCIe link:
+# dl_doctor.compat_matrix Matrix.node_busbw_expectation) warns (docs/verify.md)
+ALLREDUCE_FLOOR = 0.25
 
 
 # requires=("verify",): without the facts (no `dl-doctor verify`), the engine skips with "not checked: ...", and the
@@ -183,6 +186,16 @@ def cudnn_runs(facts: Facts) -> Result:
     return passed(f"a convolution ran forward and backward {where}", **evidence)
 
 
+def allreduce_expectation(v: Dict[str, Any], matrix) -> Dict[str, Any]:
+    """What the verify facts' all-reduce is held against, from the GPUs NVML named (``nvml_gpus``: their names and
+    PCIe links) and ``matrix``: the node's expectation (``gbps``, ``via``, ``unverified``) with the floor under
+    which it warns (``floor_gbps``, ``floor_ratio``); ``{}`` when nothing is known."""
+    expect = matrix.node_busbw_expectation(v.get("nvml_gpus") or []) if matrix is not None else {}
+    if not expect.get("gbps"):
+        return {}
+    return dict(expect, floor_gbps=round(ALLREDUCE_FLOOR * expect["gbps"], 1), floor_ratio=ALLREDUCE_FLOOR)
+
+
 @check(
     id="DLD-VER-003", slug="nccl-allreduce-fails",
     problem="NCCL does not all-reduce across this node's GPUs, or does so far below its links' speed",
@@ -198,7 +211,7 @@ def cudnn_runs(facts: Facts) -> Result:
     scheduled there; one that runs at PCIe speed where NVLink is expected makes every step wait for it.""",
     fix="""Check the fabric manager and NVLink (DLD-GPU-004, DLD-GPU-008), reset the GPUs or reboot.""",
 )
-def allreduce(facts: Facts) -> Result:
+def allreduce(facts: Facts, matrix) -> Result:
     v, early = _verified(facts)
     if early is not None:
         return early
@@ -215,7 +228,7 @@ def allreduce(facts: Facts) -> Result:
                     {"allreduce": ar, "error": err, "pairs": pairs}, fix)
     if not isinstance(ar, dict):
         return skip(f"not run: {(v.get('skipped') or {}).get('allreduce') or 'no all-reduce result'}")
-    expect = v.get("busbw_expectation") or {}
+    expect = allreduce_expectation(v, matrix)
     floor = expect.get("floor_gbps")
     evidence: Dict[str, Any] = {"allreduce": ar, "expectation": expect, "pairs": pairs}
     measured = f"NCCL all-reduce across GPUs {ar.get('gpus', [])}: bus bandwidth {ar.get('busbw_gbps')} GB/s"

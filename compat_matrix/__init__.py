@@ -25,6 +25,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from dl_doctor.compat_matrix.schema import COMMON, TABLES, Table, check_value
+from dl_doctor.util.units import PCIE_GBPS_PER_LANE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -355,6 +356,30 @@ class Matrix:
         if len(matches) > 1:
             out["other_matches"] = [m["name"] for m in matches[1:]]
         return out
+
+    def busbw_expectation(self, name: Optional[str], pcie: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        """What an all-reduce's bus bandwidth on a GPU named ``name`` is held against (GB/s, one direction): half
+        the GPU's NVLink bandwidth from the matrix (quoted for both directions together), else its PCIe link
+        (``pcie``: NVML's generation and width, times the per-lane rate after line coding). ``{}`` when neither is
+        known."""
+        entry = None
+        if name:
+            entry = self.gpu(name) or (self.gpu(name.replace("NVIDIA ", "", 1)) if name.startswith("NVIDIA ") else None)
+        nvlink = (entry or {}).get("nvlink_gbps")
+        if nvlink:
+            return {"gbps": nvlink / 2.0, "via": f"NVLink ({nvlink} GB/s both directions, matrix)",
+                    "unverified": "nvlink_gbps" in ((entry or {}).get("unverified") or [])}
+        gen, width = (pcie or {}).get("gen"), (pcie or {}).get("width")
+        if gen in PCIE_GBPS_PER_LANE and width:
+            return {"gbps": round(PCIE_GBPS_PER_LANE[gen] * width, 1), "via": f"PCIe gen{gen} x{width} (NVML)"}
+        return {}
+
+    def node_busbw_expectation(self, gpus: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
+        """The all-reduce's expectation for a node whose GPUs are ``gpus`` (each with ``name`` and ``pcie``, as
+        NVML names them): the lowest of its GPUs' (the slowest link sets the pace); ``{}`` when none is known."""
+        found = [e for e in (self.busbw_expectation(g.get("name"), g.get("pcie")) for g in gpus if isinstance(g, dict))
+                 if e]
+        return min(found, key=lambda e: e["gbps"]) if found else {}
 
     # -- PyTorch -----------------------------------------------------------------
 

@@ -24,11 +24,6 @@ class InputProblem(Exception):
 
 # -- options --------------------------------------------------------------------------------------------------------
 
-# How long `dcgmi diag -r N` may take (DCGM's documentation: level 1 seconds, 2 about two minutes, 3 about fifteen
-# minutes, 4 longer), with room; 0 runs no diagnostic
-DCGM_DIAG_SECONDS = {0: 0.0, 1: 120.0, 2: 600.0, 3: 2400.0, 4: 9000.0}
-
-
 @dataclass
 class CollectOptions:
     """What `run`, `collect` and `bundle` collect, and how."""
@@ -50,6 +45,8 @@ class CollectOptions:
     dcgm_level: Optional[int] = None  # verify's dcgmi diag -r level (None: 1 with --quick, 2 with --long; 0: none)
 
     def probe_options(self) -> Dict[str, Any]:
+        from dl_doctor.probes.verify.dcgm import DCGM_DIAG_SECONDS  # how long dcgmi diag may take, per level
+
         return {"timeout": self.timeout, "python": list(self.pythons), "deep": self.deep,
                 "no_env_scan": self.no_env_scan, "env_limit": self.env_limit,
                 "env_timeout": max(self.timeout, 10.0),
@@ -374,7 +371,9 @@ def prewarm(out: Optional[OutputOptions] = None) -> Any:
     return thread
 
 
-def collect_facts(reg, opts: CollectOptions, capture: Any = None) -> Dict[str, Any]:
+def collect_facts(reg, opts: CollectOptions, capture: Any = None, overlays: Sequence[str] = ()) -> Dict[str, Any]:
+    """The facts snapshot; the probes that need knowledge get the run's matrix (the built-in data, the site overlays
+    and ``overlays``: --matrix-overlay) through ProbeContext.matrix."""
     from dl_doctor.engine import collect
     from dl_doctor.host import Host
 
@@ -384,7 +383,7 @@ def collect_facts(reg, opts: CollectOptions, capture: Any = None) -> Dict[str, A
                     run_as_owner=opts.run_as_owner)
     except NotADirectoryError as exc:
         raise InputProblem(str(exc))
-    return collect(reg.probes, host, opts.probe_options(), timeout=opts.timeout)
+    return collect(reg.probes, host, opts.probe_options(), timeout=opts.timeout, matrix=load_matrix(overlays))
 
 
 def judge(snapshot: Dict[str, Any], reg, opts: JudgeOptions, *, mode: str, started: _dt.datetime, t0: float,
@@ -439,7 +438,7 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
     if out.html_path == "/dev/null":
         outcome.written.append("/dev/null")  # asked for nothing: rendering it would only cost time
     elif out.html_path or defaults:
-        targets.append((out.html_path or base + ".html", lambda: _render("html", report), True))
+        targets.append((out.html_path or base + ".html", lambda: _render("html", report, judge_opts.overlays), True))
     if out.junit_path:
         targets.append((out.junit_path, lambda: _render("junit", report), True))
     if out.prom_path:
@@ -481,12 +480,29 @@ def _archive_problem(directory: str, exc: OSError) -> str:
     return f"cannot write into {directory}: {exc.strerror or exc}"
 
 
-def _render(kind: str, report: Dict[str, Any]) -> str:
+def gpu_names(report: Dict[str, Any], overlays: Sequence[str] = ()) -> Dict[str, str]:
+    """The GPU model for each PCI ID of the report's GPUs (``10de:20b0`` -> ``NVIDIA A100 SXM4 40GB``), from the
+    run's matrix (with ``overlays``), for the renderers that name them (the HTML inventory): reports never load the
+    matrix. Empty where the matrix cannot be loaded (a name is a nicety; the ID is the fact)."""
+    from dl_doctor.reports.inventory import gpu_ids
+
+    ids = gpu_ids(report)
+    if not ids:
+        return {}
+    try:
+        matrix = load_matrix(overlays)
+    except InputProblem:
+        return {}
+    entries = {pci: matrix.gpu_by_pci(pci) for pci in ids}
+    return {pci: e["name"] for pci, e in entries.items() if e}
+
+
+def _render(kind: str, report: Dict[str, Any], overlays: Sequence[str] = ()) -> str:
     """Renderers are imported only when their output is asked for (jinja2 costs a noticeable part of a start)."""
     if kind == "html":
         from dl_doctor.reports import html
 
-        return html.render(report)
+        return html.render(report, gpu_names=gpu_names(report, overlays))
     if kind == "junit":
         from dl_doctor.reports import junit
 
@@ -603,7 +619,7 @@ def why(text: str, *, report: Optional[str] = None, collect: Optional[CollectOpt
                         command_timeout=collect.timeout, run_as_owner=collect.run_as_owner)
         except NotADirectoryError as exc:
             raise InputProblem(str(exc))
-        snapshot = run_probes(reg_probes, host, collect.probe_options(), timeout=collect.timeout)
+        snapshot = run_probes(reg_probes, host, collect.probe_options(), timeout=collect.timeout, matrix=matrix)
         findings = {f.id: f.to_dict() for f in evaluate(snapshot, checks, matrix)}
         out["evidence_from"] = collect.sysroot or "this machine"
         out["checks_run"] = sorted(findings)

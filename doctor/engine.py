@@ -69,12 +69,13 @@ def _where(exc: BaseException) -> str:
 
 
 def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[str, Any]] = None,
-            timeout: float = DEFAULT_TIMEOUT) -> Dict[str, Any]:
-    """Run every probe concurrently and return a facts snapshot (a plain dict)."""
+            timeout: float = DEFAULT_TIMEOUT, matrix: Any = None) -> Dict[str, Any]:
+    """Run every probe concurrently and return a facts snapshot (a plain dict). ``matrix`` is the run's
+    compatibility matrix, handed to every probe as ``ProbeContext.matrix``."""
     options = MappingProxyType(dict(options or {}))
     started = utc_now()
     t0 = time.monotonic()
-    runs = [_ProbeRun(spec, ProbeContext(host=host, options=options)) for spec in probes]
+    runs = [_ProbeRun(spec, ProbeContext(host=host, options=options, matrix=matrix)) for spec in probes]
     for run in runs:
         run.thread.start()
     def limit_of(spec: ProbeSpec) -> float:

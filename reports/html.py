@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import pathlib
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Mapping, Optional
 
 import jinja2
 from markupsafe import Markup, escape
@@ -94,14 +94,16 @@ def template() -> jinja2.Template:
     return _environment().get_template("report.html.j2")
 
 
-def render(report: Dict[str, Any]) -> str:
+def render(report: Dict[str, Any], gpu_names: Optional[Mapping[str, str]] = None) -> str:
+    """The report as one page; ``gpu_names`` names the GPUs' PCI IDs in the inventory (the application's, from the
+    run's matrix: dl_doctor.app.gpu_names)."""
     findings = sorted(report.get("findings", []), key=lambda f: (ORDER.index(f["status"]), f["id"]))
     return template().render(
         report=report,
         headline=headline(report),
         problems=[f for f in findings if f["status"] in ("error", "fail", "warn")],
         others=[f for f in findings if f["status"] in ("pass", "skip")],
-        inventory=inventory(report),
+        inventory=inventory(report, gpu_names),
         stack_html=Markup(stack.render_html(stack.build(report))),
         summary=report.get("summary", {}),
     )

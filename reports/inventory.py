@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from dl_doctor.facts.derive import torch_cpu_only
 from dl_doctor.util.units import human_bytes
 
 
@@ -16,19 +17,22 @@ def _get(facts: Dict[str, Any], path: str) -> Any:
     return node
 
 
-def _gpu_name(pci_id: str) -> str:
-    """``10de:20b0`` -> ``NVIDIA A100 SXM4 40GB (10de:20b0)`` when the matrix knows it."""
-    try:
-        from dl_doctor import compat_matrix
-
-        entry = compat_matrix.load().gpu_by_pci(pci_id)
-    except Exception:  # noqa: BLE001 - a name is a nicety; the ID is the fact
-        entry = None
-    return f"{entry['name']} ({pci_id})" if entry else pci_id
+def _gpu_name(pci_id: str, gpu_names: Optional[Mapping[str, str]]) -> str:
+    """``10de:20b0`` -> ``NVIDIA A100 SXM4 40GB (10de:20b0)`` when ``gpu_names`` (the application's, from the run's
+    matrix) names it; the ID alone otherwise (a name is a nicety, the ID is the fact)."""
+    name = (gpu_names or {}).get(pci_id)
+    return f"{name} ({pci_id})" if name else pci_id
 
 
-def inventory(report: Dict[str, Any]) -> List[Tuple[str, str]]:
-    """(item, value) rows built from the report's facts; unknown items are left out."""
+def gpu_ids(report: Dict[str, Any]) -> List[str]:
+    """The PCI IDs (``10de:XXXX``) of the report's NVIDIA GPUs, for the caller that names them (gpu_names)."""
+    devices = _get(report.get("facts", {}) or {}, "gpu_pci.devices") or []
+    return sorted({f"10de:{d.get('device_id')}" for d in devices if isinstance(d, dict) and d.get("kind") == "gpu"})
+
+
+def inventory(report: Dict[str, Any], gpu_names: Optional[Mapping[str, str]] = None) -> List[Tuple[str, str]]:
+    """(item, value) rows built from the report's facts; unknown items are left out. ``gpu_names``: the GPU model
+    for a PCI ID (``10de:20b0``), supplied by the application from the run's matrix (a report never loads it)."""
     facts = report.get("facts", {}) or {}
     rows: List[Tuple[str, str]] = []
 
@@ -55,7 +59,7 @@ def inventory(report: Dict[str, Any]) -> List[Tuple[str, str]]:
         for g in gpus:
             key = f"10de:{g.get('device_id')}"
             ids[key] = ids.get(key, 0) + 1
-        add("NVIDIA GPUs", ", ".join(f"{n} × {_gpu_name(k)}" for k, n in sorted(ids.items())))
+        add("NVIDIA GPUs", ", ".join(f"{n} × {_gpu_name(k, gpu_names)}" for k, n in sorted(ids.items())))
     elif _get(facts, "gpu_pci.gpu_count") == 0:
         add("NVIDIA GPUs", "none")
     if _get(facts, "gpu_pci.nvswitch_count"):
@@ -71,7 +75,7 @@ def inventory(report: Dict[str, Any]) -> List[Tuple[str, str]]:
         parts = [f"Python {env.get('python_version') or '?'}"]
         torch = fw.get("torch")
         if torch:
-            parts.append(f"torch {torch.get('version')}" + (" (CPU build)" if torch.get("cpu_only") else
+            parts.append(f"torch {torch.get('version')}" + (" (CPU build)" if torch_cpu_only(torch, env.get("conda_packages")) else
                                                            f" (CUDA {torch.get('cuda')})"))
         for name in ("torchvision", "tensorflow", "jax", "numpy"):
             if fw.get(name):

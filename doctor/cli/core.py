@@ -101,7 +101,7 @@ def run_cmd(**kw) -> int:
     reg = app.registry()
     app.validate_inputs(reg, judge)
     app.prewarm(out)
-    snapshot = app.collect_facts(reg, collect)
+    snapshot = app.collect_facts(reg, collect, overlays=judge.overlays)
     outcome = app.write_outputs(snapshot, reg, judge, out, mode=snapshot["mode"], started=started, t0=t0,
                                 extra_options=collect.report_options())
     if kw.get("engine"):
@@ -233,7 +233,8 @@ def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> 
         from dl_doctor.redact import redact as do_redact
         from dl_doctor.reports import html
 
-        rendered = html.render(do_redact(report, extended=True, snapshot=report) if redact else report)
+        shown = do_redact(report, extended=True, snapshot=report) if redact else report
+        rendered = html.render(shown, gpu_names=app.gpu_names(shown))
         written.append((html_path, rendered))
     done = []
     for path, text in written:

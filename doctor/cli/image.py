@@ -86,13 +86,14 @@ def bundle_cmd(output, redact, quiet, no_color, **kw) -> int:
     if not os.path.isdir(parent):
         raise app.InputProblem(f"cannot write {output}: {parent} is not a directory")
     capture = Capture()
-    snapshot = app.collect_facts(reg, collect_opts(kw), capture=capture)
+    snapshot = app.collect_facts(reg, collect_opts(kw), capture=capture, overlays=judge.overlays)
     report, findings = app.judge(snapshot, reg, judge, mode=snapshot["mode"], started=started, t0=t0,
                                  extra_options={"bundle": True})
     red = redactor_for(snapshot, redact)
     hostname = red.text(report.get("host", {}).get("hostname") or "")
     top = f"dl-doctor-bundle-{app.safe_name(hostname)}-{started.strftime('%Y%m%dT%H%M%SZ')}"
-    data, manifest = build(capture, snapshot, report, html_report.render, red, top)
+    data, manifest = build(capture, snapshot, report, lambda rep: html_report.render(
+        rep, gpu_names=app.gpu_names(rep, judge.overlays)), red, top)
     app.write_or_refuse(output, data, private=True)  # for the ticket, not for every user on the host
     rep = json.loads(json.dumps(red.value(report)))
     click.echo(terminal.render(rep, color=use_color(no_color), quiet=quiet, paths=[],

@@ -31,6 +31,9 @@ class ProbeContext:
     options: Mapping[str, Any] = field(default_factory=dict)
     denials: List[str] = field(default_factory=list)
     input_errors: List[str] = field(default_factory=list)
+    # The run's compatibility matrix (the one the application loaded, with its overlays), for the probes that need
+    # knowledge to decide what to record (the consumer table); None when the caller gave none. Probes never load it.
+    matrix: Optional[Any] = None
 
     def denied(self, what_root_would_add: str) -> None:
         """Record that part of the facts needs more privilege."""

@@ -108,6 +108,49 @@ def test_tensorflow_opens_its_cuda_libraries_from_its_runpath(tmp_path, with_whe
         assert any("nvidia/cusolver/lib (RUNPATH)" in d for d in missing["libcusolver.so.11"]["looked_in"])
 
 
+TF_DLOPEN_OVERLAY = """\
+schema_version = 1
+[sources.acme-tf]
+url = "https://wiki.example.com/tensorflow"
+
+[[consumer]]
+name = "tensorflow"
+package = "tensorflow"
+build_info = "tensorflow/python/platform/build_info.py"
+build_keys = { cuda = "cuda_version", cudnn = "cudnn_version" }
+preload = "none"
+dlopen_by = ["libtensorflow_framework.so.*", "libtensorflow_cc.so.*"]
+dlopen = { "12" = ["libcudart.so.12", "libacme_collectives.so.3"] }
+install = ["{python} -m pip install 'tensorflow[and-cuda]=={version}'"]
+source = ["acme-tf"]
+"""
+
+
+def test_a_matrix_overlay_reaches_the_consumer_model(tmp_path):
+    """The probe models consumers with the run's matrix (ProbeContext.matrix), --matrix-overlay included: an
+    overlay that changes TensorFlow's dlopen table changes what python_envs records."""
+    root, site = _venv_tree(tmp_path, "tf")
+    _tensorflow(site)
+    _wheels(site)
+
+    def recorded(*extra: str) -> dict:
+        r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--json", "-", "--html", "/dev/null",
+                            "--fail-on", "never", "--only", "DLD-PY-011", *extra], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr
+        envs = json.loads(r.stdout)["facts"]["python_envs"]["environments"]
+        return next(c for e in envs for c in e.get("consumers") or [] if c["distribution"] == "tensorflow")
+
+    builtin = recorded()
+    assert builtin["dlopen"] == ["libcudart.so.12", "libcublas.so.12", "libcublasLt.so.12", "libcufft.so.11",
+                                 "libcusolver.so.11", "libcusparse.so.12", "libcudnn.so.9"]
+    overlay = tmp_path / "acme.toml"
+    overlay.write_text(TF_DLOPEN_OVERLAY)
+    overlaid = recorded("--matrix-overlay", str(overlay))
+    assert overlaid["dlopen"] == ["libcudart.so.12", "libacme_collectives.so.3"]
+    assert "libacme_collectives.so.3" in [m["soname"] for m in overlaid["missing"]]
+
+
 @pytest.mark.parametrize("with_wheels", [False, True])
 def test_jax_plugin_preloads_the_wheels(tmp_path, with_wheels):
     root, site = _venv_tree(tmp_path, "jax")

@@ -230,7 +230,7 @@ def _input(pattern: re.Pattern, unit: str, size: int):
 
 def test_the_pattern_census_finds_the_patterns():
     assert len(PATTERNS) > 50
-    assert "dl_doctor.redact._ALWAYS[0]" in PATTERNS and "dl_doctor.probes.python_envs._VERSION_PY_LINE" in PATTERNS
+    assert "dl_doctor.redact._ALWAYS[0]" in PATTERNS and "dl_doctor.probes.python_envs.static._VERSION_PY_LINE" in PATTERNS
 
 
 @pytest.mark.slow

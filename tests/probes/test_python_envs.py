@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dl_doctor.engine import collect
+from dl_doctor.facts.derive import torch_cpu_only
 from dl_doctor.host import Host
 from dl_doctor.probes import ProbeContext
 from dl_doctor.probes.python_envs import discover, inspect, parse_version_py, python_envs_probe, torch_preload_model
@@ -126,7 +127,11 @@ def test_discovery_and_static_inspection_on_a_tree(tree):
     facts = python_envs_probe.func(_ctx(host))
     by = {e["prefix"]: e for e in facts["environments"]}
     conda = by["/opt/conda/envs/pytorch"]
-    assert conda["frameworks"]["torch"] == {**conda["frameworks"]["torch"], "version": "2.1.2", "cpu_only": True}
+    assert conda["frameworks"]["torch"] == {**conda["frameworks"]["torch"], "version": "2.1.2", "cuda": None}
+    # the verdict is derived from the facts (cuda = None, conda's cpuonly and pytorch-mutex cpu), not recorded
+    assert "cpu_only" not in conda["frameworks"]["torch"]
+    assert torch_cpu_only(conda["frameworks"]["torch"], conda["conda_packages"]) is True
+    assert torch_cpu_only(by["/home/alice/proj/.venv"]["frameworks"]["torch"]) is False
     assert conda["frameworks"]["numpy"]["version"] == "2.0.1" and conda["python_version"] == "3.10"
     venv = by["/home/alice/proj/.venv"]
     assert venv["frameworks"]["torch"]["cuda"] == "12.4" and venv["installers"]["torch"] == "pip"
@@ -267,7 +272,7 @@ needs_t214 = pytest.mark.skipif(not T214.exists(), reason=f"no torch 2.14.1 envi
 def test_real_cpu_build_is_reported(run_cli):
     r = run_cli("run", "--no-env-scan", "--python", str(T213), "--json", "-", "--only", "python")
     env = next(e for e in json.loads(r.stdout)["facts"]["python_envs"]["environments"] if e["python"] == str(T213))
-    assert env["frameworks"]["torch"]["version"] == "2.13.0+cpu" and env["frameworks"]["torch"]["cpu_only"] is True
+    assert env["frameworks"]["torch"]["version"] == "2.13.0+cpu" and torch_cpu_only(env["frameworks"]["torch"])
     assert env["resolution"] is None
 
 

@@ -194,13 +194,18 @@ def test_the_probe_runs_the_workload_under_a_recorded_nvml_and_leaves_a_busy_gpu
 
     nv = _p5({6: {"processes": [{"pid": 777, "used": 1 << 30}]}})
     ctx = ProbeContext(host=_GpuHost(), options={"verify": True, "verify_level": "quick", "python": [str(TORCH_ENV)],
-                                                 "verify_nvml": nv})
+                                                 "verify_nvml": nv}, matrix=MATRIX)
     out = verify_probe.func(ctx)
     assert out["version"].startswith("2.") and out["devices"][0]["name"] == "cpu"
     assert list(out["left_alone"]) == [6] and "pid 777" in out["left_alone"][6]
     assert out["watch"]["ran"] and len(out["watch"]["gpus"]) == 8 and out["watch"]["gpus"][0]["samples"] >= 1
-    # 8 x H100 SXM: half of the 900 GB/s NVLink the matrix cites, and a quarter of that as the floor
-    assert out["busbw_expectation"]["gbps"] == 450.0 and out["busbw_expectation"]["floor_gbps"] == 112.5
+    # the probe records the measurement and the GPUs NVML named, not what they are held against: the check derives
+    # that from the matrix (8 x H100 SXM: half of the 900 GB/s NVLink it cites, and a quarter of that as the floor)
+    assert "busbw_expectation" not in out
+    from dl_doctor.checks.verify import allreduce_expectation
+
+    assert allreduce_expectation(out, MATRIX) == {"gbps": 450.0, "via": "NVLink (900 GB/s both directions, matrix)",
+                                                  "unverified": False, "floor_gbps": 112.5, "floor_ratio": 0.25}
     assert nv.shutdowns == 1
     # a CPU torch on a GPU host: the framework is blind to the GPUs NVML lists, which fails, and the GPUs were
     # watched with nothing running on them, which is not a pass either
@@ -227,13 +232,15 @@ def test_renumbering_gives_tested_devices_nvmls_index_by_uuid():
 
 
 def test_the_all_reduce_expectation_is_nvlink_from_the_matrix_else_the_pcie_link():
-    from dl_doctor.probes.verify.workload import busbw_expectation
-
-    assert busbw_expectation(MATRIX, H100, {"gen": 5, "width": 16})["gbps"] == 450.0
-    pcie = busbw_expectation(MATRIX, "NVIDIA L4", {"gen": 4, "width": 16})
+    assert MATRIX.busbw_expectation(H100, {"gen": 5, "width": 16})["gbps"] == 450.0
+    pcie = MATRIX.busbw_expectation("NVIDIA L4", {"gen": 4, "width": 16})
     assert pcie["gbps"] == 31.5 and pcie["via"] == "PCIe gen4 x16 (NVML)"
-    assert busbw_expectation(MATRIX, "NVIDIA L4", {}) == {}
-    assert busbw_expectation(MATRIX, "NVIDIA H200", None)["unverified"] is True
+    assert MATRIX.busbw_expectation("NVIDIA L4", {}) == {}
+    assert MATRIX.busbw_expectation("NVIDIA H200", None)["unverified"] is True
+    # the node's: the slowest GPU's (its link sets the pace)
+    node = [{"name": H100, "pcie": {"gen": 5, "width": 16}}, {"name": "NVIDIA L4", "pcie": {"gen": 4, "width": 16}}]
+    assert MATRIX.node_busbw_expectation(node)["gbps"] == 31.5
+    assert MATRIX.node_busbw_expectation([{"name": "NVIDIA L4"}]) == {}
 
 
 def _watched(**per_gpu):
@@ -269,7 +276,7 @@ def test_under_load_an_xid_or_new_uncorrectable_ecc_fails_and_thermal_slowdown_w
 def test_a_slow_all_reduce_warns_and_names_the_slowest_pairs_a_failing_pair_fails():
     v = {"version": "2.7.1+cu126", "devices": [_gpu(i, 700.0) for i in range(8)], "errors": {}, "skipped": {},
          "allreduce": {"gpus": list(range(8)), "busbw_gbps": 61.2, "correct": True},
-         "busbw_expectation": {"gbps": 450.0, "via": "NVLink (900 GB/s both directions, matrix)", "floor_gbps": 112.5},
+         "nvml_gpus": [{"index": i, "name": H100, "pcie": {"gen": 5, "width": 16}} for i in range(8)],
          "pairs": [{"gpus": [a, b], "busbw_gbps": 38.0 if 4 in (a, b) else 310.0, "correct": True}
                    for a in range(8) for b in range(a + 1, 8)],
          "left_alone": {}}
@@ -286,6 +293,67 @@ def test_a_slow_all_reduce_warns_and_names_the_slowest_pairs_a_failing_pair_fail
     assert f.status.value == "pass" and "(expectation 450.0 GB/s via NVLink" in f.message
     assert f.message.endswith("; left alone as in use by others (--include-busy tests them too): "
                               "GPU 7 (1 compute process(es): pid 9)")
+
+
+H100_NVLINK_1600 = """\
+schema_version = 1
+[sources.acme-fabric]
+url = "https://wiki.example.com/fabric"
+
+[[gpu]]
+name = "NVIDIA H100 SXM5 80GB"
+aliases = ["H100", "H100-SXM5-80GB", "H100 80GB HBM3"]
+pci_device_ids = ["2330"]
+compute_capability = "9.0"
+architecture = "Hopper"
+class = "datacenter"
+source = ["acme-fabric"]
+nvlink_gbps = 1600
+"""
+
+
+def test_check_rejudges_an_old_facts_file_with_the_matrix_not_its_stored_expectation(tmp_path):
+    """An older facts file carries busbw_expectation, what the probe then held the all-reduce against: `dl-doctor
+    check` ignores it and asks the matrix of its own run, overlays included."""
+    verify = {"version": "2.7.1+cu126", "python": "/opt/env/bin/python", "errors": {}, "skipped": {},
+              "devices": [_gpu(i, 700.0) for i in range(2)],
+              "allreduce": {"gpus": [0, 1], "busbw_gbps": 180.0, "correct": True},
+              "nvml_gpus": [{"index": i, "uuid": f"GPU-{i}", "name": H100, "pcie": {"gen": 5, "width": 16}}
+                            for i in range(2)],
+              # stored by an older dl-doctor: a floor that 180 GB/s would be under
+              "busbw_expectation": {"gbps": 4000.0, "via": "NVLink (8000 GB/s both directions, matrix)",
+                                    "floor_gbps": 1000.0, "floor_ratio": 0.25}}
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(snapshot({"verify": verify})))
+    overlay = tmp_path / "fabric.toml"
+    overlay.write_text(H100_NVLINK_1600)
+
+    def judged(*extra):
+        r = subprocess.run([str(DOCTOR), "check", str(old), "--only", "DLD-VER-003", "--json", "-", "--html",
+                            "/dev/null", "--fail-on", "never", *extra], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        [f] = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "DLD-VER-003"]
+        return f
+
+    f = judged()  # today's built-in matrix: 900 GB/s NVLink, 450 one way, a floor of 112.5
+    assert f["status"] == "pass" and "(expectation 450.0 GB/s via NVLink (900 GB/s both directions" in f["message"]
+    assert f["evidence"]["expectation"]["floor_gbps"] == 112.5
+    f = judged("--matrix-overlay", str(overlay))  # the site's: 1600 GB/s, 800 one way, a floor of 200
+    assert f["status"] == "warn"
+    assert "bus bandwidth 180.0 GB/s, under a quarter of the 800.0 GB/s its links carry in one direction" in f["message"]
+    assert f["evidence"]["expectation"]["floor_gbps"] == 200.0
+
+
+def test_the_probe_plans_pairs_with_the_runs_matrix_and_records_no_expectation():
+    """Without a matrix the probe has no expectation to plan with (pairs only with --long or a failure); with one,
+    the node's expectation times PAIRS_BELOW."""
+    from dl_doctor.probes import ProbeContext
+    from dl_doctor.probes.verify import _pairs_below
+
+    gpus = [{"index": i, "name": H100, "pcie": {"gen": 5, "width": 16}} for i in range(8)]
+    assert _pairs_below(ProbeContext(host=None), gpus) is None
+    assert _pairs_below(ProbeContext(host=None, matrix=MATRIX), gpus) == 112.5
+    assert _pairs_below(ProbeContext(host=None, matrix=MATRIX), [{"index": 0, "name": "NVIDIA T9000"}]) is None
 
 
 # -- DCGM: recorded outputs (tests/fixtures/dcgm/README.md says where each comes from) ----------------------------
@@ -415,7 +483,7 @@ def test_the_workloads_gpu_branch_leaves_a_busy_gpu_alone_runs_fp8_where_it_exis
 
     host = _fake_torch_host(tmp_path, _four(slow_gpus=[3]))
     busy = {"00000000-aaaa-bbbb-cccc-000000000001": "GPU 1 (1 compute process(es): pid 5)"}
-    out = run_workload(host, sys.executable, "quick", skip=busy, busbw_floor=1000.0)
+    out = run_workload(host, sys.executable, "quick", skip=busy, pairs_below_gbps=1000.0)
     assert "error" not in out, out
     assert [d["index"] for d in out["devices"]] == [0, 2, 3]
     assert out["skipped"]["cuda1"] == "left alone as in use by others: GPU 1 (1 compute process(es): pid 5)"
@@ -424,10 +492,10 @@ def test_the_workloads_gpu_branch_leaves_a_busy_gpu_alone_runs_fp8_where_it_exis
     assert a100["fp8"] == "compute capability 8.0 has no fp8 Tensor Cores (8.9 and later)"
     assert h100["uuid"] == "00000000-aaaa-bbbb-cccc-000000000000" and h100["conv"] == {"ok": True}
     assert out["allreduce"]["gpus"] == [0, 2, 3] and out["allreduce"]["correct"] is True
-    assert [p["gpus"] for p in out["pairs"]] == [[0, 2], [0, 3], [2, 3]]  # slow against the floor: every pair
+    assert [p["gpus"] for p in out["pairs"]] == [[0, 2], [0, 3], [2, 3]]  # under pairs_below_gbps: every pair
     slow = {tuple(p["gpus"]) for p in out["pairs"] if p["busbw_gbps"] < 10}
     assert slow == {(0, 3), (2, 3)}
-    out["busbw_expectation"] = {"gbps": 450.0, "via": "NVLink (900 GB/s both directions, matrix)", "floor_gbps": 112.5}
+    out["nvml_gpus"] = [{"index": i, "name": H100, "pcie": {"gen": 5, "width": 16}} for i in range(4)]
     f = _judge("DLD-VER-003", out)
     named = f.message.split("slowest pairs: ")[1]
     assert f.status.value == "warn" and {named[:7], named.split(", ")[1][:7]} == {"GPU 0-3", "GPU 2-3"}
@@ -437,7 +505,7 @@ def test_a_failing_pair_and_a_failing_matmul_in_the_gpu_branch_fail_their_checks
     from dl_doctor.probes.verify.workload import run_workload
 
     host = _fake_torch_host(tmp_path, _four(broken_pairs=[[0, 1], [0, 1, 2, 3]], matmul_error="cuda:2"))
-    out = run_workload(host, sys.executable, "quick", busbw_floor=1.0)
+    out = run_workload(host, sys.executable, "quick", pairs_below_gbps=1.0)
     assert out["errors"]["allreduce"].startswith("RuntimeError: NCCL error")
     assert [p for p in out["pairs"] if "error" in p] == [{"gpus": [0, 1], "error": "RuntimeError: NCCL error: "
                                                          "unhandled system error"}]
@@ -490,12 +558,12 @@ def test_an_environment_with_neither_framework_says_so():
 
 def test_the_jax_device_branch_runs_on_xlas_cpu_devices_with_a_real_all_reduce():
     """The JAX workload's per-device branch and its shard_map psum, run for real on three XLA host devices
-    (--xla_force_host_platform_device_count), small sizes; the all-reduce floor set high so every pair runs."""
+    (--xla_force_host_platform_device_count), small sizes; pairs_below_gbps set high so every pair runs."""
     _need_jax()
     from dl_doctor.host import Host
     from dl_doctor.probes.verify.workload import run_workload
 
-    out = run_workload(Host(), str(JAX_ENV), "quick", busbw_floor=1e6,
+    out = run_workload(Host(), str(JAX_ENV), "quick", pairs_below_gbps=1e6,
                        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=3"}, jax_platform="cpu",
                        framework="jax", n=128, iters=2, copy_mib=4, allreduce_mib=1, pair_mib=1, allreduce_iters=2,
                        conv_batch=1)

@@ -1,8 +1,12 @@
-"""The workloads of `dl-doctor verify` (and `run --verify`), as facts: only when asked for, never in a default run."""
+"""The workloads of `dl-doctor verify` (and `run --verify`), as facts: only when asked for, never in a default run.
+
+The probe (this module) picks the interpreter and the GPUs and assembles the facts; ``workload`` holds the scripts
+run in that interpreter, ``gpuwatch`` watches NVML meanwhile, ``dcgm`` runs and reads dcgmi. It records what was
+measured, never what it is held against: the checks (checks/verify.py) judge with the run's matrix."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 from dl_doctor.probes.verify.provides import VERIFY_FACTS
@@ -31,22 +35,21 @@ def verify_probe(ctx: ProbeContext) -> Dict[str, Any]:
         raise Unavailable("not asked for: dl-doctor verify (or run --verify) runs the workloads")
     if not ctx.host.live:
         raise Unavailable("workloads run on a running machine, not a sysroot")
-    from dl_doctor.probes.verify.workload import ALLREDUCE_FLOOR, busbw_expectation, renumber, run_workload
+    from dl_doctor.probes.verify.dcgm import run_diag, run_health
+    from dl_doctor.probes.verify.workload import renumber, run_workload
 
     level = ctx.options.get("verify_level") or "quick"
     watch, why = _watch(ctx)
     gpus = watch.identities() if watch is not None else []
     skip = {} if ctx.options.get("verify_include_busy") or watch is None else watch.busy()
-    expect = _expectation(gpus, busbw_expectation)
-    floor = round(ALLREDUCE_FLOOR * expect["gbps"], 1) if expect.get("gbps") else None
     env, extra = _visibility(ctx, gpus, skip)
     python = _interpreter(ctx)
     # the trust rule (docs/security.md): an interpreter named with --python runs as asked; one found through
     # CONDA_PREFIX, VIRTUAL_ENV or PATH runs as root only if root controls it and what it executes at start-up
     requested = bool(ctx.options.get("python"))
     try:
-        out = run_workload(ctx.host, python, level, skip=skip, busbw_floor=floor, watch=watch, env=env,
-                           requested=requested, startup_paths=() if requested else _startup(ctx.host, python),
+        out = run_workload(ctx.host, python, level, skip=skip, pairs_below_gbps=_pairs_below(ctx, gpus), watch=watch,
+                           env=env, requested=requested, startup_paths=() if requested else _startup(ctx.host, python),
                            framework=ctx.options.get("verify_framework") or "auto", **extra)
     finally:
         if watch is not None:
@@ -55,20 +58,28 @@ def verify_probe(ctx: ProbeContext) -> Dict[str, Any]:
     out["nvml_gpus"] = gpus
     out["left_alone"] = {g["index"]: skip[g["uuid"]] for g in gpus if g.get("uuid") in skip}
     out["include_busy"] = bool(ctx.options.get("verify_include_busy"))
-    if expect:
-        out["busbw_expectation"] = dict(expect, floor_gbps=floor, floor_ratio=ALLREDUCE_FLOOR)
     if watch is None:
         out["watch"] = {"ran": False, "reason": why}
-    out["dcgm"] = _dcgm(ctx, int(ctx.options.get("verify_dcgm_level", 2 if level == "long" else 1)))
-    out["dcgm_health"] = _dcgm_health(ctx)
+    out["dcgm"] = run_diag(ctx.host, int(ctx.options.get("verify_dcgm_level", 2 if level == "long" else 1)))
+    out["dcgm_health"] = run_health(ctx.host)
     return out
+
+
+def _pairs_below(ctx: ProbeContext, gpus) -> Optional[float]:
+    """The all-reduce bus bandwidth (GB/s) under which every pair of GPUs is also measured alone (PAIRS_BELOW of
+    the node's expectation in the run's matrix, ProbeContext.matrix); None without a matrix or an expectation. What
+    the measurement is judged against is the check's to say (checks/verify.py), not recorded here."""
+    from dl_doctor.probes.verify.workload import PAIRS_BELOW
+
+    expect = ctx.matrix.node_busbw_expectation(gpus) if ctx.matrix is not None else {}
+    return round(PAIRS_BELOW * expect["gbps"], 1) if expect.get("gbps") else None
 
 
 def _startup(host, python: str) -> List[str]:
     """What ``python`` executes before any script: its environment's .pth files and their imports, sitecustomize."""
     import posixpath
 
-    from dl_doctor.probes.python_envs import site_dirs
+    from dl_doctor.probes.python_envs.static import site_dirs
     from dl_doctor.host.trust import python_startup_paths
 
     prefix = posixpath.dirname(posixpath.dirname(python))
@@ -114,60 +125,3 @@ def _watch(ctx: ProbeContext):
         watch.close()
         return None, why
     return watch, None
-
-
-def _expectation(gpus, busbw_expectation) -> Dict[str, Any]:
-    """The all-reduce's expectation for this node: the lowest of its GPUs' (the slowest link sets the pace)."""
-    from dl_doctor import compat_matrix
-
-    try:
-        matrix = compat_matrix.load()
-    except Exception:  # noqa: BLE001 - a broken site overlay costs only the expectation
-        return {}
-    found = [e for e in (busbw_expectation(matrix, g.get("name"), g.get("pcie")) for g in gpus) if e]
-    return min(found, key=lambda e: e["gbps"]) if found else {}
-
-
-def _dcgm(ctx: ProbeContext, level: int) -> Dict[str, Any]:
-    """`dcgmi diag -r LEVEL` where DCGM is installed (1 with --quick, 2 with --long, or --dcgm-level), its JSON parsed
-    (both shapes); the run's own judgement comes from that JSON, not from the exit code."""
-    from dl_doctor.app import DCGM_DIAG_SECONDS
-    from dl_doctor.probes.verify.dcgm import load_json, parse_diag
-
-    if not level:
-        return {"ran": False, "reason": "not asked for (--dcgm-level 0)"}
-    exe = ctx.host.which("dcgmi")
-    if not exe:
-        return {"ran": False, "reason": "dcgmi is not installed"}
-    argv = [exe, "diag", "-r", str(level), "-j"]
-    try:
-        r = ctx.host.run(argv, timeout=DCGM_DIAG_SECONDS.get(level, 600.0))
-    except OSError as exc:
-        return {"ran": False, "reason": f"dcgmi could not run: {exc}"}
-    doc = load_json(r.stdout)
-    parsed = parse_diag(doc)
-    if parsed["shape"] is None:
-        return {"ran": False, "reason": f"dcgmi diag printed no diagnostic JSON (exit {r.returncode}): "
-                                        f"{(r.stderr or r.stdout or '').strip()[-300:]}"}
-    return {"ran": True, "command": " ".join(argv[1:]), "exit": r.returncode, **parsed}
-
-
-def _dcgm_health(ctx: ProbeContext) -> Dict[str, Any]:
-    """`dcgmi health -c -j`: what DCGM's background health watches have seen. Read-only: dl-doctor does not set
-    watches (`dcgmi health -s a` would change the host engine's state); without them, it says so. dcgmi exits 0
-    whatever the health is, so only the JSON is read."""
-    from dl_doctor.probes.verify.dcgm import load_json, parse_health
-
-    exe = ctx.host.which("dcgmi")
-    if not exe:
-        return {"ran": False, "reason": "dcgmi is not installed"}
-    try:
-        r = ctx.host.run([exe, "health", "-c", "-j"], timeout=30)
-    except OSError as exc:
-        return {"ran": False, "reason": f"dcgmi could not run: {exc}"}
-    parsed = parse_health(load_json(r.stdout))
-    if parsed["overall"] is None:
-        text = (r.stdout or r.stderr or "").strip()[-300:]
-        return {"ran": False, "reason": f"dcgmi health gave no report (exit {r.returncode}): {text}",
-                "watches_off": "not enabled" in text}
-    return {"ran": True, "command": "health -c -j", "exit": r.returncode, **parsed}

@@ -1,4 +1,5 @@
-"""DCGM's JSON: `dcgmi diag -j` in both shapes, as one list of results, and `dcgmi health -c -j`.
+"""DCGM for the verify probe: `dcgmi diag` and `dcgmi health` run (run_diag, run_health) and their JSON read:
+`dcgmi diag -j` in both shapes, as one list of results, and `dcgmi health -c -j`.
 
 `dcgmi diag -j`:
 
@@ -23,6 +24,9 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
+# How long `dcgmi diag -r N` may take (DCGM's documentation: level 1 seconds, 2 about two minutes, 3 about fifteen
+# minutes, 4 longer), with room; 0 runs no diagnostic. The verify probe's time limit adds it (dl_doctor.app).
+DCGM_DIAG_SECONDS = {0: 0.0, 1: 120.0, 2: 600.0, 3: 2400.0, 4: 9000.0}
 MAX_RESULTS = 2000
 MAX_TEXT = 400
 MAX_DOCUMENT = 8 << 20
@@ -143,3 +147,45 @@ def parse_health(doc: Any) -> Dict[str, Any]:
                                   "status": HEALTH_STATES[(_value(entity) or "").lower()]})
     return {"overall": HEALTH_STATES.get((overall or "").lower(), (overall or "unknown").lower()),
             "incidents": incidents[:200]}
+
+
+# -- running dcgmi (through the host: the verify probe's) --------------------------------------------------------
+
+def run_diag(host, level: int) -> Dict[str, Any]:
+    """`dcgmi diag -r LEVEL` where DCGM is installed (1 with --quick, 2 with --long, or --dcgm-level), its JSON parsed
+    (both shapes); the run's own judgement comes from that JSON, not from the exit code."""
+    if not level:
+        return {"ran": False, "reason": "not asked for (--dcgm-level 0)"}
+    exe = host.which("dcgmi")
+    if not exe:
+        return {"ran": False, "reason": "dcgmi is not installed"}
+    argv = [exe, "diag", "-r", str(level), "-j"]
+    try:
+        r = host.run(argv, timeout=DCGM_DIAG_SECONDS.get(level, 600.0))
+    except OSError as exc:
+        return {"ran": False, "reason": f"dcgmi could not run: {exc}"}
+    doc = load_json(r.stdout)
+    parsed = parse_diag(doc)
+    if parsed["shape"] is None:
+        return {"ran": False, "reason": f"dcgmi diag printed no diagnostic JSON (exit {r.returncode}): "
+                                        f"{(r.stderr or r.stdout or '').strip()[-300:]}"}
+    return {"ran": True, "command": " ".join(argv[1:]), "exit": r.returncode, **parsed}
+
+
+def run_health(host) -> Dict[str, Any]:
+    """`dcgmi health -c -j`: what DCGM's background health watches have seen. Read-only: dl-doctor does not set
+    watches (`dcgmi health -s a` would change the host engine's state); without them, it says so. dcgmi exits 0
+    whatever the health is, so only the JSON is read."""
+    exe = host.which("dcgmi")
+    if not exe:
+        return {"ran": False, "reason": "dcgmi is not installed"}
+    try:
+        r = host.run([exe, "health", "-c", "-j"], timeout=30)
+    except OSError as exc:
+        return {"ran": False, "reason": f"dcgmi could not run: {exc}"}
+    parsed = parse_health(load_json(r.stdout))
+    if parsed["overall"] is None:
+        text = (r.stdout or r.stderr or "").strip()[-300:]
+        return {"ran": False, "reason": f"dcgmi health gave no report (exit {r.returncode}): {text}",
+                "watches_off": "not enabled" in text}
+    return {"ran": True, "command": "health -c -j", "exit": r.returncode, **parsed}

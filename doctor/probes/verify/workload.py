@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from dl_doctor.util.units import PCIE_GBPS_PER_LANE
 
 LEVELS = {"quick": {"n": 4096, "iters": 10, "copy_mib": 256, "allreduce_mib": 64, "allreduce_iters": 5,
                     "pair_mib": 32, "seconds": 60},
@@ -75,8 +74,8 @@ def node_allreduce(allreduce):
         out["allreduce"] = allreduce(tested, plan["allreduce_mib"], plan["allreduce_iters"])
     except BaseException as exc:
         out["errors"]["allreduce"] = err(exc)
-    floor = plan.get("busbw_floor_gbps")
-    slow = "allreduce" in out and floor and out["allreduce"]["busbw_gbps"] < floor
+    below = plan.get("pairs_below_gbps")
+    slow = "allreduce" in out and below and out["allreduce"]["busbw_gbps"] < below
     if len(tested) > 2 and (plan["level"] == "long" or slow or "allreduce" in out["errors"]):
         out["pairs"] = []
         for x in range(len(tested)):
@@ -354,43 +353,29 @@ WORKLOAD = PRELUDE + "BODIES = %r\nexec(compile(BODIES[framework], '<dl-doctor v
 # TF32 and BF16 from 8.0, Ampere; FP8 from 8.9, Ada and Hopper); fp32 and fp16 run everywhere. Both frameworks'
 # workloads read it from their plan.
 MIN_CAPABILITY = {"tf32": (8, 0), "bf16": (8, 0), "fp8": (8, 9)}
-ALLREDUCE_FLOOR = 0.25  # an all-reduce under a quarter of its links' one-direction bandwidth warns (docs/verify.md)
-
-
-def busbw_expectation(matrix, name: Optional[str], pcie: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """What an all-reduce's bus bandwidth is held against (GB/s, one direction): half the GPU's NVLink bandwidth
-    from the matrix (quoted for both directions together), else its PCIe link (NVML's generation x width x the
-    per-lane rate after line coding). ``{}`` when neither is known."""
-    entry = None
-    if matrix is not None and name:
-        entry = matrix.gpu(name) or (matrix.gpu(name.replace("NVIDIA ", "", 1)) if name.startswith("NVIDIA ") else None)
-    nvlink = (entry or {}).get("nvlink_gbps")
-    if nvlink:
-        return {"gbps": nvlink / 2.0, "via": f"NVLink ({nvlink} GB/s both directions, matrix)",
-                "unverified": "nvlink_gbps" in ((entry or {}).get("unverified") or [])}
-    gen, width = (pcie or {}).get("gen"), (pcie or {}).get("width")
-    if gen in PCIE_GBPS_PER_LANE and width:
-        return {"gbps": round(PCIE_GBPS_PER_LANE[gen] * width, 1), "via": f"PCIe gen{gen} x{width} (NVML)"}
-    return {}
+# The share of the node's expected all-reduce bus bandwidth (ProbeContext.matrix.node_busbw_expectation) under which
+# every pair of GPUs is also all-reduced alone, to name the slow link; the workload's own plan, not a verdict: the
+# check (checks/verify.py, ALLREDUCE_FLOOR) judges the measurement against today's matrix.
+PAIRS_BELOW = 0.25
 
 
 def run_workload(host, python: str, level: str = "quick", skip: Optional[Dict[str, str]] = None,
-                 busbw_floor: Optional[float] = None, timeout: Optional[float] = None, watch=None,
+                 pairs_below_gbps: Optional[float] = None, timeout: Optional[float] = None, watch=None,
                  env: Optional[Dict[str, str]] = None, requested: bool = True, startup_paths=(),
                  **plan_extra: Any) -> Dict[str, Any]:
     """Run the workload with ``python`` (under Host.run's trust rule) and return its results (or why it could not).
 
-    ``skip`` maps GPU UUIDs to why they are left alone; ``watch`` (a started-up GpuWatch) samples NVML while the
-    workload runs; ``requested`` says the person named ``python`` (--python), and ``startup_paths`` are what it
-    executes before the workload (its .pth files), both for the trust rule; ``env`` is added to the subprocess's
-    environment and ``plan_extra`` to its plan (framework,
-    visible_uuids, no_gpu_reason, and sizes in the tests). CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA's numbering
-    NVML's where a framework gives no UUID; XLA_PYTHON_CLIENT_PREALLOCATE=false keeps JAX from taking most of each
-    GPU's memory."""
+    ``skip`` maps GPU UUIDs to why they are left alone; an all-reduce under ``pairs_below_gbps`` (GB/s of bus
+    bandwidth) has every pair of GPUs all-reduced alone as well, as with --long; ``watch`` (a started-up GpuWatch)
+    samples NVML while the workload runs; ``requested`` says the person named ``python`` (--python), and
+    ``startup_paths`` are what it executes before the workload (its .pth files), both for the trust rule; ``env`` is
+    added to the subprocess's environment and ``plan_extra`` to its plan (framework, visible_uuids, no_gpu_reason,
+    and sizes in the tests). CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA's numbering NVML's where a framework gives no
+    UUID; XLA_PYTHON_CLIENT_PREALLOCATE=false keeps JAX from taking most of each GPU's memory."""
     skip = skip or {}
     plan: Dict[str, Any]
-    plan = dict(LEVELS[level], level=level, skip_uuids=sorted(skip), skip_reason=skip, busbw_floor_gbps=busbw_floor,
-                min_capability=MIN_CAPABILITY)
+    plan = dict(LEVELS[level], level=level, skip_uuids=sorted(skip), skip_reason=skip,
+                pairs_below_gbps=pairs_below_gbps, min_capability=MIN_CAPABILITY)
     plan.update(plan_extra)
     limit = timeout or plan["seconds"] + 30
     env = dict(host.environ(), **(env or {}))
