@@ -49,6 +49,7 @@ def normalise(doc: Any, key: str = "") -> Any:
     if isinstance(doc, list):
         return [normalise(v, key) for v in doc]
     if isinstance(doc, str):
+        doc = re.sub(r"/[^\s\"']*/tests/fixtures/", "<repo>/tests/fixtures/", doc)  # the checkout's own path
         return re.sub(r"(/tmp|/var/tmp)/(pytest-of-[^/]+/pytest-\d+/|tmp[a-z0-9_]+/)?[^/\s\"']*", "<tmp>", doc)
     return doc
 
@@ -100,14 +101,32 @@ def record(outdir: Path) -> None:
             write(outdir, f"tree-{name}", cli_report("run", "--sysroot", str(root)))
 
 
+def _load(path: Path) -> Any:
+    """A recorded report, normalised again (a recording made before a normalisation was added compares too)."""
+    return normalise(json.loads(path.read_text()))
+
+
 def compare(a: Path, b: Path) -> int:
     names = sorted({p.name for p in a.glob("*.json")} | {p.name for p in b.glob("*.json")})
-    differ = [n for n in names if not (a / n).exists() or not (b / n).exists()
-              or (a / n).read_text() != (b / n).read_text()]
+    differ = [n for n in names if not (a / n).exists() or not (b / n).exists() or _load(a / n) != _load(b / n)]
     print(f"{len(names)} reports, {len(names) - len(differ)} identical, {len(differ)} differ")
     for n in differ:
-        print(f"  {n}")
+        if not (a / n).exists() or not (b / n).exists():
+            print(f"  {n}: only in {'the second' if (b / n).exists() else 'the first'}")
+        else:
+            print(f"  {n}: " + "; ".join(_paths(_load(a / n), _load(b / n))[:4]))
     return 1 if differ else 0
+
+
+def _paths(x: Any, y: Any, at: str = "") -> list:
+    """Where two documents differ, as dotted paths (a list's items by index)."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        return [p for k in sorted(set(x) | set(y), key=str)
+                for p in (_paths(x[k], y[k], f"{at}.{k}") if k in x and k in y
+                          else [f"{at}.{k} ({'removed' if k in x else 'added'})"])]
+    if isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+        return [p for i, (u, v) in enumerate(zip(x, y)) for p in _paths(u, v, f"{at}[{i}]")]
+    return [] if x == y else [at or "."]
 
 
 if __name__ == "__main__":
