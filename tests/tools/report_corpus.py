@@ -50,6 +50,7 @@ def normalise(doc: Any, key: str = "") -> Any:
         return [normalise(v, key) for v in doc]
     if isinstance(doc, str):
         doc = re.sub(r"/[^\s\"']*/tests/fixtures/", "<repo>/tests/fixtures/", doc)  # the checkout's own path
+        doc = re.sub(r"[\d.]+ ([KMGT]i?B) free", r"<n> \1 free", doc)  # the temporary tree's file system
         return re.sub(r"(/tmp|/var/tmp)/(pytest-of-[^/]+/pytest-\d+/|tmp[a-z0-9_]+/)?[^/\s\"']*", "<tmp>", doc)
     return doc
 
