@@ -43,9 +43,17 @@ def test_verify_on_cpu_torch_gives_a_finding_per_workload(tmp_path):
     assert facts["version"].startswith("2.") and facts["devices"][0]["matmul"]["fp32"]["tflops"] > 0
 
 
-def test_verify_without_torch_says_so_and_exits_1(tmp_path):
-    r = subprocess.run([str(DOCTOR), "verify", "--python", sys.executable, "--json", "-"], capture_output=True,
-                       text=True, timeout=300)
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> str:
+    """An interpreter with nothing installed (a fresh venv, no pip, no system site-packages): what dl-doctor's own
+    environment happens to hold beside it and its test extra (a torch, a jax) must not decide these tests."""
+    env = tmp_path_factory.mktemp("bare") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+    return str(env / "bin" / "python")
+
+
+def test_verify_without_torch_says_so_and_exits_1(run_cli, bare_python):
+    r = run_cli("verify", "--python", bare_python, "--json", "-", timeout=300)
     assert r.returncode == 1, r.stderr
     f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}
     assert f["DLD-VER-001"]["status"] == "fail" and "does not import" in f["DLD-VER-001"]["message"]
@@ -478,11 +486,11 @@ def test_verify_with_jax_on_the_cpu_gives_a_finding_per_workload(tmp_path):
     assert f["DLD-VER-001"]["message"].startswith(f"torch does not import in {JAX_ENV}: ModuleNotFoundError")
 
 
-def test_an_environment_with_neither_framework_says_so():
+def test_an_environment_with_neither_framework_says_so(bare_python):
     from dl_doctor.host import Host
     from dl_doctor.probes.verify.workload import run_workload
 
-    out = run_workload(Host(), sys.executable, "quick")
+    out = run_workload(Host(), bare_python, "quick")
     assert out["errors"] == {"import": "neither torch nor jax is installed in this environment"}
     f = _judge("DLD-VER-002", out)
     assert f.status.value == "fail" and "neither torch nor jax" in f.message
