@@ -110,9 +110,7 @@ def test_one_top_level_package_that_local_checks_and_reports_cannot_shadow(run_c
     for pkg in ("checks", "reports", "doctor", "compat_matrix"):
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("raise ImportError('the wrong package')\n")
-    env = _env([tmp_path])
-    m = subprocess.run([sys.executable, "-m", "dl_doctor", "list"], capture_output=True, text=True, cwd=tmp_path,
-                       env=env, timeout=60)
+    m = run_cli("list", exe=[sys.executable, "-m", "dl_doctor"], cwd=tmp_path, env=_pythonpath([tmp_path]), timeout=60)
     assert m.returncode == 0 and m.stderr == "", m.stderr
     assert len(m.stdout.splitlines()) >= 45
     r = run_cli("run", "--only", "DLD-SYS-001", "--json", "-", "--html", "/dev/null", "--no-env-scan",
@@ -236,7 +234,7 @@ def test_probes_read_the_host_only_through_host(path):
 
 
 @pytest.mark.slow
-def test_the_zipapp_builds_reproducibly_and_runs(tmp_path):
+def test_the_zipapp_builds_reproducibly_and_runs(run_cli, tmp_path):
     """tools/build_zipapp.py: one file with its dependencies, the same bytes twice, runs on the box's Python."""
     import hashlib
     import shutil
@@ -254,10 +252,8 @@ def test_the_zipapp_builds_reproducibly_and_runs(tmp_path):
     assert "__main__.py" in names and "dl_doctor/cli/__init__.py" in names and "click/__init__.py" in names
     assert not [n for n in names if n.endswith((".so", ".pyc"))]
     pythons = [p for p in (shutil.which("python3.9"), sys.executable) if p]
-    env = _env(None, PYENV_VERSION="3.9.18")
-    r = subprocess.run([pythons[0], str(tmp_path / "a.pyz"), "run", "--json", "-", "--html", "/dev/null",
-                        "--no-env-scan", "--only", "DLD-SYS-001,DLD-PLUGIN-001"], capture_output=True, text=True,
-                       env=env, timeout=120, cwd=tmp_path)
+    r = run_cli("run", "--json", "-", "--html", "/dev/null", "--no-env-scan", "--only", "DLD-SYS-001,DLD-PLUGIN-001",
+                exe=[pythons[0], str(tmp_path / "a.pyz")], env={"PYENV_VERSION": "3.9.18"}, timeout=120)
     assert r.returncode in (0, 1), r.stderr
     report = json.loads(r.stdout)
     assert {f["id"]: f["status"] for f in report["findings"]}["DLD-PLUGIN-001"] == "pass"
