@@ -232,7 +232,7 @@ class CliRunner:
                     for member in tar.getmembers():
                         if member.isfile() and member.name.split("/")[-1] in _BUNDLE_MEMBERS:
                             data = tar.extractfile(member).read()
-                            check(json.loads(data), f"{path}:{member.name}", f"-o{k}-{member.name.split('/')[-1]}")
+                            check(json.loads(data), f"{path}:{member.name}", f"-o{k}-{Path(member.name).stem}")
             elif path.suffix == ".json":
                 check(json.loads(path.read_text()), str(path), f"-o{k}")
         return CliResult(code, stdout, stderr, out, validated)
