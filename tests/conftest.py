@@ -1,10 +1,11 @@
-"""Shared test helpers: sysroot trees, snapshots, and the installed `dl-doctor` entry point."""
+"""Shared test helpers: sysroot trees, snapshots, and the one CLI runner (run_cli) for the installed `dl-doctor`."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -214,8 +215,8 @@ class CliRunner:
 
         if out.is_dir():
             for path in sorted(out.glob("*.json")):
-                if path in before and before[path] == _identity(path):
-                    continue
+                if path in before and before[path] == _identity(path) or not _regular(path):
+                    continue  # unchanged by this run, or a planted FIFO or link (never opened)
                 check(json.loads(path.read_text()), str(path), "")
         text = stdout.lstrip() if isinstance(stdout, str) else ""
         if text.startswith("{"):
@@ -225,7 +226,7 @@ class CliRunner:
                 doc = None  # not a document on stdout (a listing, say): nothing to validate
             check(doc, "stdout", "")
         for k, path in enumerate(p for p in outputs if p.parent != out or p.suffix != ".json"):
-            if before.get(path) == _identity(path) or not path.is_file():
+            if before.get(path) == _identity(path) or not _regular(path):
                 continue  # unchanged (refused, say) or not a regular file
             if tarfile.is_tarfile(str(path)):
                 with tarfile.open(str(path)) as tar:
@@ -260,6 +261,11 @@ def _identity(path: Path):
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+
+
+def _regular(path: Path) -> bool:
+    identity = _identity(path)
+    return identity is not None and stat.S_ISREG(identity[3])
 
 
 def _umask_setter(umask: Optional[int]):
