@@ -18,7 +18,15 @@ A plugin's test module can be as short as::
 Fixture files are the format of ``tests/fixtures/checks/<ID>.json`` (see ``docs/plugins.md``): a list of ``cases``,
 each with ``facts`` (merged over an optional file-level ``base``), ``set`` (dotted-path edits), the status it must
 ``expect``, a substring of the ``message``, optionally ``fix_contains``, ``key`` (for checks that judge several
-items), ``mode``, ``probe_errors``, ``unavailable``, ``expectations`` and ``context`` (extra keyword arguments).
+items), ``mode``, ``probe_errors``, ``unavailable``, ``expectations``, ``context`` (extra keyword arguments) and
+``evidence``.
+
+``evidence`` asserts what the finding's evidence says where that is what a person acts on (which file shadows which,
+which GPU, which variable): a dict of dotted paths into ``finding.evidence`` to the value expected there. A path
+walks dicts by key and lists by index (``"shadowed.0.path"``); a key that itself holds dots, such as a fact path
+(``"gpu_pci.gpu_count"``), is matched whole before it is split. An expected string is found as a substring of a
+string (``"/usr/local/cuda"`` in ``"/usr/local/cuda-12.4/lib64/libcudnn.so.9"``); any other expected value
+(numbers, booleans, ``null``, lists, dicts) must equal the evidence exactly. A missing path fails the case.
 """
 
 from __future__ import annotations
@@ -118,12 +126,60 @@ def run_case(spec: CheckSpec, case: Dict[str, Any], matrix: Any = None) -> Findi
     return findings[0]
 
 
+_MISSING = object()
+
+
+def evidence_at(evidence: Any, path: str) -> Any:
+    """The value at dotted ``path`` in ``evidence`` (see the module docstring), or ``_MISSING``."""
+    if path == "":
+        return evidence
+    if isinstance(evidence, dict):
+        parts = path.split(".")
+        for n in range(len(parts), 0, -1):  # the longest key first: keys may hold dots
+            key = ".".join(parts[:n])
+            if key in evidence:
+                found = evidence_at(evidence[key], ".".join(parts[n:]))
+                if found is not _MISSING:
+                    return found
+        return _MISSING
+    if isinstance(evidence, list):
+        head, _, rest = path.partition(".")
+        if head.lstrip("-").isdigit() and -len(evidence) <= int(head) < len(evidence):
+            return evidence_at(evidence[int(head)], rest)
+    return _MISSING
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(got, bool) or isinstance(want, bool):  # True is not 1 here
+        return type(got) is type(want) and got == want
+    return bool(got == want)
+
+
+def evidence_problems(evidence: Dict[str, Any], expected: Dict[str, Any]) -> List[str]:
+    """How ``evidence`` differs from what a case's ``evidence`` key expects; empty when it holds."""
+    out = []
+    for path, want in expected.items():
+        got = evidence_at(evidence, path)
+        if got is _MISSING:
+            have = sorted(evidence) if isinstance(evidence, dict) else evidence
+            out.append(f"evidence has no {path!r} (its keys: {have})")
+        elif isinstance(want, str) and isinstance(got, str):
+            if want not in got:
+                out.append(f"evidence {path!r} is {got!r}, which lacks {want!r}")
+        elif not _same(got, want):
+            out.append(f"evidence {path!r} is {got!r}, not {want!r}")
+    return out
+
+
 def assert_case(spec: CheckSpec, case: Dict[str, Any], matrix: Any = None) -> Finding:
-    """Run a case and assert what it expects: status, message, a fix for every problem."""
+    """Run a case and assert what it expects: status, message, evidence, a fix for every problem."""
     finding = run_case(spec, case, matrix)
     name = case.get("name", "?")
     assert finding.status.value == case["expect"], f"{name}: {finding.status.value}: {finding.message}"
     assert case["message"] in finding.message, f"{name}: {finding.message!r} lacks {case['message']!r}"
+    if "evidence" in case:
+        problems = evidence_problems(finding.evidence, case["evidence"])
+        assert not problems, f"{name}: " + "; ".join(problems)
     if finding.status.value in ("warn", "fail", "error"):
         assert finding.fix is not None and finding.fix.summary and finding.fix.commands, f"{name}: no fix"
         if "fix_contains" in case:

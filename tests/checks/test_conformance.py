@@ -77,3 +77,54 @@ def test_dotted_evidence_keys_are_fact_paths():
             if "." in key and "/" not in key and " " not in key and unknown_fact(REGISTRY, key) is not None:
                 wrong.add((spec.id, key))
     assert not wrong, sorted(wrong)
+
+
+# -- evidence in fixture cases ------------------------------------------------------------------------------------------
+
+EVIDENCE_CASES = [(s, c) for s, c in ALL_CASES if "evidence" in c]
+
+
+def test_cases_assert_the_evidence_a_person_acts_on():
+    """Which file shadows which, which GPU, which variable: asserted in the fixtures of at least 15 checks."""
+    assert len({s.id for s, _ in EVIDENCE_CASES}) >= 15, sorted({s.id for s, _ in EVIDENCE_CASES})
+
+
+def _case(check_id, name):
+    return next((s, c) for s, c in EVIDENCE_CASES if s.id == check_id and c["name"] == name)
+
+
+@pytest.mark.parametrize("path,wrong,says", [
+    # which library wins: another directory than the one it resolves from
+    ("problems.0", "from /usr/local/cuda-12.2/lib64/libcudnn.so.9", "which lacks"),
+    # a path the evidence does not have
+    ("problems.1", "anything", "evidence has no 'problems.1'"),
+    ("shadowed_by", "/usr/local/cuda", "evidence has no 'shadowed_by'"),
+])
+def test_a_wrong_expected_evidence_fails_the_case(path, wrong, says):
+    spec, case = _case("DLD-PY-004", "the same tree with an older cuDNN there fails")
+    testing.assert_case(spec, case, MATRIX)  # as recorded, it holds
+    with pytest.raises(AssertionError, match=says):
+        testing.assert_case(spec, {**case, "evidence": {**case["evidence"], path: wrong}}, MATRIX)
+
+
+@pytest.mark.parametrize("path,wrong", [
+    ("nvidia_driver.kernel_module.version", "535.129.03"),   # a key holding dots, matched whole
+    ("nvidia_driver.userspace.versions", ["535.104.05"]),    # lists must be equal
+    ("kernel_log.api_mismatches.0.client", "535.104.05"),    # into a list by index
+])
+def test_dotted_fact_keys_and_list_indexes_are_asserted_exactly(path, wrong):
+    spec, case = _case("DLD-DRV-003", "upgrade without reboot")
+    with pytest.raises(AssertionError, match="evidence"):
+        testing.assert_case(spec, {**case, "evidence": {path: wrong}}, MATRIX)
+
+
+def test_evidence_matching_rules():
+    ev = {"gpu_pci.gpu_count": 8, "ok": True, "items": [{"path": "/usr/local/cuda-12.4/lib64/libcudnn.so.9"}],
+          "GPU 0 (0000:10:1c.0, A100)": {"pending": False}}
+    assert testing.evidence_problems(ev, {"gpu_pci.gpu_count": 8, "ok": True, "items.0.path": "/usr/local/cuda",
+                                          "items.-1.path": "libcudnn.so.9",
+                                          "GPU 0 (0000:10:1c.0, A100).pending": False, "items": ev["items"]}) == []
+    assert testing.evidence_problems(ev, {"ok": 1}) == ["evidence 'ok' is True, not 1"]           # True is not 1
+    assert testing.evidence_problems(ev, {"gpu_pci.gpu_count": "8"})  # a string expects a string
+    assert testing.evidence_problems(ev, {"gpu_pci.gpu_count": 7.0}) == ["evidence 'gpu_pci.gpu_count' is 8, not 7.0"]
+    assert testing.evidence_problems(ev, {"items.1.path": "x"}) and testing.evidence_problems(ev, {"items.x": 1})

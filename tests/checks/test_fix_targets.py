@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +19,6 @@ from dl_doctor import compat_matrix, fixes, testing
 from dl_doctor.model import Fix
 from dl_doctor.registry import load_registry
 
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 MATRIX = compat_matrix.load(site=False)
 BUILTIN = sorted((s for s in load_registry().checks if s.module.startswith("dl_doctor.checks.")), key=lambda s: s.id)
 IMAGE = fixes.Target("image", root="/mnt/img")
@@ -187,9 +183,9 @@ SSHD_TREE = {"etc/os-release": 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\n'
                                     "PasswordAuthentication yes\n"}
 
 
-def _sshd_fix(*args):
-    r = subprocess.run([str(DOCTOR), "run", *args, "--only", "DLD-SEC-001", "--json", "-", "--fail-on", "never",
-                        "--no-env-scan"], capture_output=True, text=True, timeout=300)
+def _sshd_fix(run_cli, *args):
+    r = run_cli("run", *args, "--only", "DLD-SEC-001", "--json", "-", "--fail-on", "never", "--no-env-scan",
+                timeout=300)
     assert r.returncode == 0, r.stderr
     finding = json.loads(r.stdout)["findings"][0]
     assert finding["status"] == "fail", finding["message"]
@@ -202,9 +198,9 @@ def _assert_nothing_bare_changes_this_machine(commands, root):
         assert line.startswith("#") or _acts_only_inside(line, root), line
 
 
-def test_sshd_hardening_under_sysroot_changes_the_image(tmp_path):
+def test_sshd_hardening_under_sysroot_changes_the_image(run_cli, tmp_path):
     root = build_tree(tmp_path / "img", SSHD_TREE)
-    fix = _sshd_fix("--sysroot", str(root))
+    fix = _sshd_fix(run_cli, "--sysroot", str(root))
     _assert_nothing_bare_changes_this_machine(fix["commands"], str(root))
     assert fix["commands"][0].endswith(f"| sudo chroot {root} tee /etc/ssh/sshd_config.d/00-hardening.conf >/dev/null")
     # Ubuntu's unit is ssh; nothing runs in an image, so the reload waits for its boot
@@ -212,18 +208,18 @@ def test_sshd_hardening_under_sysroot_changes_the_image(tmp_path):
     assert [s["kind"] for s in fix["steps"]] == ["write", "service", "command"]
 
 
-def test_sshd_hardening_under_host_root_changes_the_node(tmp_path):
+def test_sshd_hardening_under_host_root_changes_the_node(run_cli, tmp_path):
     root = build_tree(tmp_path / "node", SSHD_TREE)
-    fix = _sshd_fix("--host-root", str(root))
+    fix = _sshd_fix(run_cli, "--host-root", str(root))
     _assert_nothing_bare_changes_this_machine(fix["commands"], str(root))
     assert f"sudo chroot {root} tee /etc/ssh/sshd_config.d/00-hardening.conf" in fix["commands"][0]
     assert fix["commands"][1] == "# on the node: sudo sshd -t && sudo systemctl reload ssh"
 
 
-def test_sshd_hardening_of_a_captured_tree_is_for_the_machine_it_came_from(tmp_path):
+def test_sshd_hardening_of_a_captured_tree_is_for_the_machine_it_came_from(run_cli, tmp_path):
     root = build_tree(tmp_path / "cap", {**SSHD_TREE, "proc/mounts": "/dev/root / ext4 rw 0 0\n",
                                          "etc/hostname": "gpu-node-7\n"})
-    fix = _sshd_fix("--sysroot", str(root))
+    fix = _sshd_fix(run_cli, "--sysroot", str(root))
     assert all(c.startswith("#") for c in fix["commands"]), fix["commands"]
     assert fix["commands"][0].startswith("# on gpu-node-7: printf ")
     assert "captured from gpu-node-7" in fix["summary"]
@@ -258,15 +254,14 @@ def test_a_step_of_an_unknown_kind_or_service_action_is_refused():
         fixes.service("isolate", "rescue.target")
 
 
-def test_a_saved_report_read_again_keeps_its_steps(tmp_path):
+def test_a_saved_report_read_again_keeps_its_steps(run_cli, tmp_path):
     """`report`, `why --report` and `diff` read a saved report through load_report: the steps survive, in shape."""
     from dl_doctor.app import load_report
 
     root = build_tree(tmp_path / "img", SSHD_TREE)
     out = tmp_path / "r.json"
-    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--only", "DLD-SEC-001", "--json", str(out),
-                        "--html", "/dev/null", "--fail-on", "never", "--no-env-scan", "-q"],
-                       capture_output=True, text=True, timeout=300)
+    r = run_cli("run", "--sysroot", str(root), "--only", "DLD-SEC-001", "--json", str(out), "--html", "/dev/null",
+                "--fail-on", "never", "--no-env-scan", "-q", timeout=300)
     assert r.returncode == 0, r.stderr
     saved = json.loads(out.read_text())["findings"][0]["fix"]
     doc = json.loads(out.read_text())

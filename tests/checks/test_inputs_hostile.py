@@ -20,7 +20,6 @@ from conftest import FIXTURES
 from dl_doctor.facts import validate
 from dl_doctor.facts.validate import InputError, load_json_bytes, prescan
 
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 MIB = 1 << 20
 LIMIT = 64 * MIB
 
@@ -35,9 +34,16 @@ print(json.dumps({"rc": r.returncode, "stderr": r.stderr, "seconds": time.monoto
 """
 
 
-def _measured(*argv) -> dict:
-    out = subprocess.run([sys.executable, "-c", _MEASURE, *map(str, argv)], capture_output=True, text=True,
-                         timeout=400)
+def _measured(run_cli, *argv) -> dict:
+    """``dl-doctor ARGV`` through the shared runner, as the child of a fresh interpreter that reports its peak RSS."""
+    out = run_cli(*map(str, argv), prefix=[sys.executable, "-c", _MEASURE], timeout=400)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def _measured_python(*argv) -> dict:
+    out = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, *map(str, argv)], capture_output=True,
+                         text=True, timeout=400)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -79,51 +85,51 @@ def worst(tmp_path_factory):
     ("bomb.tar.gz", "facts.json in the bundle holds more than 500000 values"),
     ("huge-member.tar.gz", "facts.json is 209715200 bytes, over the 64 MiB limit for an input"),
 ])
-def test_the_worst_inputs_are_refused_in_bounded_memory_and_time(worst, name, message):
+def test_the_worst_inputs_are_refused_in_bounded_memory_and_time(run_cli, worst, name, message):
     """On main, containers.json took several GB in `check` and the bomb 860 MB from 60 KB."""
-    r = _measured(DOCTOR, "check", worst / name, "-q", "--output-dir", worst / "out")
+    r = _measured(run_cli, "check", worst / name, "-q", "--output-dir", worst / "out")
     lines = r["stderr"].strip().splitlines()
     assert r["rc"] == 2 and len(lines) == 1 and message in lines[0] and str(worst / name) in lines[0], r
     assert r["rss_mib"] <= 300, r
     assert r["seconds"] < 60, r
 
 
-def test_the_largest_accepted_document_loads_in_bounded_memory(worst):
+def test_the_largest_accepted_document_loads_in_bounded_memory(run_cli, worst):
     """A million short strings: within every bound, so parsed; the load (what every input command does) stays
     under 300 MiB."""
     load = ("import sys; from dl_doctor import app; s = app.load_snapshot(sys.argv[1]); "
             "assert len(s['facts']['acme']['s']) == 490000")
-    r = _measured(sys.executable, "-c", load, worst / "strings.json")
+    r = _measured_python("-c", load, worst / "strings.json")
     assert r["rc"] == 0 and r["rss_mib"] <= 300, r
-    r = _measured(DOCTOR, "diff", FIXTURES / "snapshots" / "g5_ubuntu2204.json", worst / "strings.json")
+    r = _measured(run_cli, "diff", FIXTURES / "snapshots" / "g5_ubuntu2204.json", worst / "strings.json")
     assert r["rc"] == 0 and r["rss_mib"] <= 300, r
     # and judging it, redacting it and writing the JSON and HTML reports: all of `check`
     for name in ("strings.json", "long.json"):
-        r = _measured(DOCTOR, "check", worst / name, "-q", "--fail-on", "never", "--output-dir", worst / "out-ok")
+        r = _measured(run_cli, "check", worst / name, "-q", "--fail-on", "never", "--output-dir", worst / "out-ok")
         assert r["rc"] == 0 and r["rss_mib"] <= 300, (name, r)
 
 
-def test_an_input_over_64_mib_is_refused_before_it_is_read(tmp_path):
+def test_an_input_over_64_mib_is_refused_before_it_is_read(run_cli, tmp_path):
     big = tmp_path / "big.json"
     with open(big, "wb") as fh:
         fh.write(b"{")
         fh.truncate(LIMIT + 1)  # sparse: reading it would cost 64 MiB, refusing it nothing
     for argv in (["check", big, "-q"], ["diff", big, big], ["expect", "--from", big, "-o", tmp_path / "e.toml"],
                  ["report", big, "--html", tmp_path / "r.html"]):
-        r = _measured(DOCTOR, *argv)
+        r = _measured(run_cli, *argv)
         assert r["rc"] == 2 and r["stderr"].strip() == (
             f"dl-doctor: error: {big} is 67108865 bytes, over the 64 MiB limit for an input"), r
         assert r["rss_mib"] < 100, r
 
 
-def test_a_fifo_given_as_an_input_is_refused_without_blocking(tmp_path):
+def test_a_fifo_given_as_an_input_is_refused_without_blocking(run_cli, tmp_path):
     fifo = tmp_path / "facts.json"
     os.mkfifo(fifo)  # nobody writes it: a blocking open would wait forever
     for argv in (["check", fifo, "-q"], ["diff", fifo, fifo], ["report", fifo, "--html", tmp_path / "r.html"]):
-        r = subprocess.run([str(DOCTOR), *map(str, argv)], capture_output=True, text=True, timeout=60)
+        r = run_cli(*map(str, argv), timeout=60)
         assert r.returncode == 2 and r.stderr.strip() == (
             f"dl-doctor: error: cannot read {fifo}: it is a FIFO, not a regular file"), r.stderr
-    r = subprocess.run([str(DOCTOR), "check", "/dev/zero", "-q"], capture_output=True, text=True, timeout=60)
+    r = run_cli("check", "/dev/zero", "-q", timeout=60)
     assert r.returncode == 2 and "it is a device, not a regular file" in r.stderr
 
 
@@ -187,14 +193,13 @@ def test_lone_surrogates_are_repaired_in_place_keys_too():
     json.dumps(value).encode("utf-8")
 
 
-def test_a_report_whose_facts_are_too_deep_is_one_line(tmp_path):
+def test_a_report_whose_facts_are_too_deep_is_one_line(run_cli, tmp_path):
     """`report` and `why --report` load through the same loader (their own check_limits walk used to copy a path for
     every value)."""
     doc = json.loads((FIXTURES / "snapshots" / "g5_ubuntu2204.json").read_text())
     doc["facts"]["acme"] = {"x": json.loads("[" * 70 + "]" * 70)}
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"findings": [], **doc}))
-    r = subprocess.run([str(DOCTOR), "report", str(path), "--html", str(tmp_path / "r.html")], capture_output=True,
-                       text=True, timeout=60)
+    r = run_cli("report", str(path), "--html", str(tmp_path / "r.html"), timeout=60)
     assert r.returncode == 2 and r.stderr.strip() == (
         f"dl-doctor: error: {path} is nested too deeply (more than 64 levels)"), r.stderr

@@ -4,8 +4,6 @@ ranking, on the 40 reference cases as their reporters pasted them (tests/fixture
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,7 +13,6 @@ from dl_doctor import compat_matrix
 from dl_doctor.compat_matrix.signatures import PatternError, compile_pattern, match, rank
 
 HERE = Path(__file__).parents[1]
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 CASES = json.loads((HERE / "fixtures" / "why_cases.json").read_text())["cases"]
 MATRIX = compat_matrix.load(site=False)
 
@@ -85,41 +82,38 @@ def test_a_hostile_text_costs_linear_time():
     assert time.perf_counter() - start < 30  # a generous bound for slow CI; it is ~1 s here
 
 
-def test_cli_text_json_and_exit_codes(tmp_path):
-    r = subprocess.run([str(DOCTOR), "why", "--text-only", "--json",
-                        "RuntimeError: CUDA error: no kernel image is available for execution on the device"],
-                       capture_output=True, text=True)
+def test_cli_text_json_and_exit_codes(run_cli, tmp_path):
+    r = run_cli("why", "--text-only", "--json",
+                "RuntimeError: CUDA error: no kernel image is available for execution on the device")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["matched"][0]["signature"] == "arch-not-compatible"
     assert out["causes"][0]["id"] == "arch-missing-from-build" and out["causes"][0]["fix"]
-    r = subprocess.run([str(DOCTOR), "why", "--text-only", "nothing to see"], capture_output=True, text=True)
+    r = run_cli("why", "--text-only", "nothing to see")
     assert r.returncode == 0 and "No known signature" in r.stdout
-    r = subprocess.run([str(DOCTOR), "why"], capture_output=True, text=True)
+    r = run_cli("why")
     assert r.returncode == 2 and r.stderr.startswith("dl-doctor: error:")
     log = tmp_path / "train.log"
     log.write_text("epoch 1\n" * 1000 + "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error.\n")
-    r = subprocess.run([str(DOCTOR), "why", "--text-only", "--log", str(log)], capture_output=True, text=True)
+    r = run_cli("why", "--text-only", "--log", str(log))
     assert r.returncode == 0 and "/dev/shm is too small" in r.stdout
-    r = subprocess.run([str(DOCTOR), "why", "--log", str(tmp_path / "missing.log")], capture_output=True, text=True)
+    r = run_cli("why", "--log", str(tmp_path / "missing.log"))
     assert r.returncode == 2
 
 
-def test_why_against_a_report_someone_sent(tmp_path):
+def test_why_against_a_report_someone_sent(run_cli, tmp_path):
     """--report: the sender's findings decide; a confirmed cause is exit 1."""
     tree = tmp_path / "tree"
     (tree / "etc").mkdir(parents=True)
     (tree / "etc/os-release").write_text('ID=ubuntu\nVERSION_ID="22.04"\n')
-    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(tree), "--json", "-", "--fail-on", "never"],
-                       capture_output=True, text=True)
+    r = run_cli("run", "--sysroot", str(tree), "--json", "-", "--fail-on", "never")
     report = json.loads(r.stdout)
     report["findings"] = [f for f in report["findings"] if f["id"] != "DLD-MEM-001"] + [
         {"id": "DLD-MEM-001", "status": "fail", "message": "/dev/shm is 64 MB"}]
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
-    r = subprocess.run([str(DOCTOR), "why", "--json", "--report", str(path),
-                        "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-F9ffgB (size 9637888)"],
-                       capture_output=True, text=True)
+    r = run_cli("why", "--json", "--report", str(path),
+                "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-F9ffgB (size 9637888)")
     assert r.returncode == 1, r.stderr
     top = json.loads(r.stdout)["causes"][0]
     assert top["id"] == "shm-too-small" and top["verdict"] == "confirmed"
@@ -183,30 +177,31 @@ def test_why_on_a_kernel_update_tree_puts_the_missing_module_first(run_cli, tree
     assert causes[0]["id"] == "module-missing-for-kernel" and causes[0]["verdict"] == "confirmed"
 
 
-def test_why_on_the_dlami_tree_with_an_older_cudnn(tmp_path):
+def test_why_on_the_dlami_tree_with_an_older_cudnn(run_cli, tmp_path):
     from elfkit import dlami as _dlami
 
     root = _dlami(tmp_path, "libcudnn.so.9.0.0")
-    r = subprocess.run([str(DOCTOR), "why", "--json", "--sysroot", str(root),
-                        "RuntimeError: cuDNN version incompatibility: PyTorch was compiled against (9, 1, 0) but "
-                        "linked against (9, 0, 0)"], capture_output=True, text=True, timeout=300)
+    r = run_cli("why", "--json", "--sysroot", str(root),
+                "RuntimeError: cuDNN version incompatibility: PyTorch was compiled against (9, 1, 0) but "
+                "linked against (9, 0, 0)",
+                timeout=300)
     assert r.returncode == 1, r.stderr
     top = json.loads(r.stdout)["causes"][0]
     assert top["id"] == "cuda-library-shadowed" and top["verdict"] == "confirmed"
 
 
-def test_why_reads_a_rotated_compressed_log(tmp_path):
+def test_why_reads_a_rotated_compressed_log(run_cli, tmp_path):
     import gzip
 
     log = tmp_path / "kern.log.2.gz"
     log.write_bytes(gzip.compress(("Nov 30 kernel: eth0 up\n" * 50000 + "Nov 30 kernel: NVRM: The NVIDIA probe routine "
                                    "was not called for 1 device(s).\n").encode()))
-    r = subprocess.run([str(DOCTOR), "why", "--text-only", "--json", "--log", str(log)], capture_output=True, text=True)
+    r = run_cli("why", "--text-only", "--json", "--log", str(log))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["causes"][0]["id"] == "nouveau-owns-gpu"
     bad = tmp_path / "broken.gz"
     bad.write_bytes(b"\x1f\x8bnot gzip at all")
-    r = subprocess.run([str(DOCTOR), "why", "--log", str(bad)], capture_output=True, text=True)
+    r = run_cli("why", "--log", str(bad))
     assert r.returncode == 2 and "not a readable gzip file" in r.stderr
 
 

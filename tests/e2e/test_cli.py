@@ -1,7 +1,6 @@
 """The command line, end to end through the installed `dl-doctor` entry point."""
 
 import json
-import os
 import sys
 import textwrap
 from pathlib import Path
@@ -277,10 +276,8 @@ def test_version(run_cli):
     assert r.returncode == 0 and r.stdout.strip() == f"dl-doctor {__version__}"
 
 
-def test_python_m_doctor(tmp_path):
-    import subprocess
-
-    r = subprocess.run([sys.executable, "-m", "dl_doctor", "list"], capture_output=True, text=True)
+def test_python_m_doctor(run_cli):
+    r = run_cli("list", exe=[sys.executable, "-m", "dl_doctor"])
     assert r.returncode == 0 and "DLD-SYS-001" in r.stdout
 
 
@@ -325,31 +322,10 @@ def test_unwritable_output_is_a_clear_error(run_cli, tmp_path):
 
 # -- colour -------------------------------------------------------------------------------
 
-def test_colour_only_on_a_tty_and_never_with_no_color(tmp_path):
+def test_colour_only_on_a_tty_and_never_with_no_color(run_cli):
     """Run under a pseudo-terminal: colour by default, none with NO_COLOR or --no-color."""
-    import pty
-    import subprocess
-
-    from conftest import dl_doctor_exe
-
     def run(args, env_extra):
-        master, slave = pty.openpty()
-        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env_extra}
-        proc = subprocess.Popen([dl_doctor_exe(), "run", "--only", "DLD-SYS-001", "--output-dir", str(tmp_path / "o"),
-                                 *args], stdout=slave, stderr=slave, env=env)
-        os.close(slave)
-        chunks = []
-        while True:
-            try:
-                data = os.read(master, 4096)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-        proc.wait(60)
-        os.close(master)
-        return b"".join(chunks).decode()
+        return run_cli("run", "--only", "DLD-SYS-001", *args, env=env_extra, tty=True, timeout=60).stdout
 
     assert "\033[" in run([], {})
     assert "\033[" not in run([], {"NO_COLOR": "1"})

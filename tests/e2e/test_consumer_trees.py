@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
-import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -22,7 +20,6 @@ import pytest
 from elfkit import SITE, dist_info, write_elf
 from elfkit import conda_env as _conda_env, dlami as _dlami, torch_wheel as _torch, tree as _tree, wheels as _wheels
 
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 # TensorFlow 2.21.0: the nvidia entries of libtensorflow_framework.so.2's and libtensorflow_cc.so.2's RUNPATH
 TF_FRAMEWORK_RUNPATH = [f"$ORIGIN/../nvidia/{d}/lib" for d in ("cublas", "cuda_cupti", "cuda_runtime", "cudnn", "cufft",
                                                                "cusparse", "nccl", "nvshmem")] + ["$ORIGIN/../tensorrt"]
@@ -33,15 +30,16 @@ TF_BUILD_INFO = ("build_info = collections.OrderedDict([('cpu_compiler', 'clang'
 # jax-cuda12-pjrt 0.12.0.1: xla_cuda_plugin.so's RPATH (the ../../ twins left out)
 JAX_RPATH = [f"$ORIGIN/../nvidia/{d}/lib" for d in ("cuda_cupti", "nvjitlink", "cublas", "cuda_runtime", "cudnn",
                                                     "cufft", "cusparse")] + ["$ORIGIN/../tensorrt", "$ORIGIN/../nvidia/nccl/lib"]
-def _run(root: Path, *extra: str) -> Dict[str, dict]:
-    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--json", "-", "--fail-on", "never", *extra],
-                       capture_output=True, text=True, timeout=300)
+
+
+def _run(run_cli, root: Path, *extra: str) -> Dict[str, dict]:
+    r = run_cli("run", "--sysroot", str(root), "--json", "-", "--fail-on", "never", *extra, timeout=300)
     assert r.returncode == 0, r.stderr
     return {f["id"]: f for f in json.loads(r.stdout)["findings"]}
 
 
-def test_dlami_newer_same_major_cuda_on_ld_library_path_has_no_failing_finding(tmp_path):
-    findings = _run(_dlami(tmp_path, "libcudnn.so.9.3.0"))
+def test_dlami_newer_same_major_cuda_on_ld_library_path_has_no_failing_finding(run_cli, tmp_path):
+    findings = _run(run_cli, _dlami(tmp_path, "libcudnn.so.9.3.0"))
     failing = {i: f["message"] for i, f in findings.items() if f["status"] in ("fail", "error")}
     assert failing == {}
     assert findings["DLD-PY-011"]["status"] == "pass", findings["DLD-PY-011"]["message"]
@@ -51,8 +49,8 @@ def test_dlami_newer_same_major_cuda_on_ld_library_path_has_no_failing_finding(t
     assert findings["DLD-PY-004"]["status"] == "warn"
 
 
-def test_dlami_with_an_older_cudnn_there_fails(tmp_path):
-    findings = _run(_dlami(tmp_path, "libcudnn.so.9.0.0"))
+def test_dlami_with_an_older_cudnn_there_fails(run_cli, tmp_path):
+    findings = _run(run_cli, _dlami(tmp_path, "libcudnn.so.9.0.0"))
     assert findings["DLD-PY-012"]["status"] == "fail", findings["DLD-PY-012"]["message"]
     assert "(9.0.0), not the environment's" in findings["DLD-PY-012"]["message"]
     assert "9.1.0.70" in findings["DLD-PY-012"]["message"]
@@ -86,14 +84,14 @@ def _venv_tree(tmp_path: Path, name: str) -> tuple:
 
 
 @pytest.mark.parametrize("with_wheels", [False, True])
-def test_tensorflow_opens_its_cuda_libraries_from_its_runpath(tmp_path, with_wheels):
+def test_tensorflow_opens_its_cuda_libraries_from_its_runpath(run_cli, tmp_path, with_wheels):
     """tensorflow[and-cuda] works because its loader objects' RUNPATHs name the wheel directories; plain
     'pip install tensorflow' on a machine without CUDA 12 finds none of them."""
     root, site = _venv_tree(tmp_path, "tf")
     _tensorflow(site)
     if with_wheels:
         _wheels(site)
-    findings = _run(root, "--only", "DLD-PY-011,DLD-PY-012")
+    findings = _run(run_cli, root, "--only", "DLD-PY-011,DLD-PY-012")
     f = findings["DLD-PY-011"]
     if with_wheels:
         assert f["status"] == "pass", f["message"]
@@ -152,13 +150,13 @@ def test_a_matrix_overlay_reaches_the_consumer_model(tmp_path):
 
 
 @pytest.mark.parametrize("with_wheels", [False, True])
-def test_jax_plugin_preloads_the_wheels(tmp_path, with_wheels):
+def test_jax_plugin_preloads_the_wheels(run_cli, tmp_path, with_wheels):
     root, site = _venv_tree(tmp_path, "jax")
     write_elf(site / "jax_plugins/xla_cuda12/xla_cuda_plugin.so", needed=["libc.so.6"], rpath=JAX_RPATH)
     dist_info(site, "jax-cuda12-pjrt", "0.12.0.1", ["jax_plugins/xla_cuda12/xla_cuda_plugin.so"])
     if with_wheels:
         _wheels(site)
-    f = _run(root, "--only", "DLD-PY-011")["DLD-PY-011"]
+    f = _run(run_cli, root, "--only", "DLD-PY-011")["DLD-PY-011"]
     if with_wheels:
         assert f["status"] == "pass", f["message"]
     else:
@@ -166,7 +164,7 @@ def test_jax_plugin_preloads_the_wheels(tmp_path, with_wheels):
         assert any("jax[cuda12]" in c for c in f["fix"]["commands"])
 
 
-def test_an_older_system_libstdcxx_that_lacks_a_needed_glibcxx_version_fails(tmp_path):
+def test_an_older_system_libstdcxx_that_lacks_a_needed_glibcxx_version_fails(run_cli, tmp_path):
     root = _dlami(tmp_path, "libcudnn.so.9.3.0")
     site = root / "opt/conda/envs/pytorch" / SITE
     _torch(site, verneed={"libstdc++.so.6": ["GLIBCXX_3.4.30", "CXXABI_1.3.9"]})
@@ -175,15 +173,15 @@ def test_an_older_system_libstdcxx_that_lacks_a_needed_glibcxx_version_fails(tmp
               verdef=["libstdc++.so.6", "GLIBCXX_3.4", "GLIBCXX_3.4.30", "CXXABI_1.3.9"])
     write_elf(root / "usr/local/lib/libstdc++.so.6", soname="libstdc++.so.6",
               verdef=["libstdc++.so.6", "GLIBCXX_3.4", "GLIBCXX_3.4.28", "CXXABI_1.3.9"])
-    f = _run(root, "--only", "DLD-PY-013")["DLD-PY-013"]
+    f = _run(run_cli, root, "--only", "DLD-PY-013")["DLD-PY-013"]
     assert f["status"] == "fail"
     assert "needs GLIBCXX_3.4.30 from libstdc++.so.6, which" in f["message"]
     assert "/usr/local/lib/libstdc++.so.6 does not define" in f["message"]
     (root / "usr/local/lib/libstdc++.so.6").unlink()  # the system's own copy in /lib has no version definitions
-    assert _run(root, "--only", "DLD-PY-013")["DLD-PY-013"]["status"] == "pass"
+    assert _run(run_cli, root, "--only", "DLD-PY-013")["DLD-PY-013"]["status"] == "pass"
 
 
-def test_grace_aarch64_skips_an_x86_64_copy_and_names_a_wrong_architecture_wheel(tmp_path):
+def test_grace_aarch64_skips_an_x86_64_copy_and_names_a_wrong_architecture_wheel(run_cli, tmp_path):
     root = _tree(tmp_path / "grace", {"PATH": "/opt/conda/envs/pytorch/bin:/usr/bin",
                                       "CONDA_PREFIX": "/opt/conda/envs/pytorch", "LD_LIBRARY_PATH": "/opt/x86"},
                  machine="aarch64")
@@ -192,17 +190,17 @@ def test_grace_aarch64_skips_an_x86_64_copy_and_names_a_wrong_architecture_wheel
     _torch(site, machine="aarch64")
     # an x86_64 cuDNN first on LD_LIBRARY_PATH: ld.so skips a wrong-machine object and goes on searching
     write_elf(root / "opt/x86/libcudnn.so.9", soname="libcudnn.so.9", needed=["libc.so.6"])
-    f = _run(root, "--only", "DLD-PY-011,DLD-PY-012")
+    f = _run(run_cli, root, "--only", "DLD-PY-011,DLD-PY-012")
     assert f["DLD-PY-011"]["status"] == "pass", f["DLD-PY-011"]["message"]
     assert f["DLD-PY-012"]["status"] == "pass", f["DLD-PY-012"]["message"]
     # an x86_64 wheel of a framework installed on the Grace host
     write_elf(site / "cupy_backends/cuda/libs/cublas.cpython-311-x86_64-linux-gnu.so", needed=["libcublas.so.12"])
     dist_info(site, "cupy-cuda12x", "14.2.0", ["cupy_backends/cuda/libs/cublas.cpython-311-x86_64-linux-gnu.so"])
-    f = _run(root, "--only", "DLD-PY-011")["DLD-PY-011"]
+    f = _run(run_cli, root, "--only", "DLD-PY-011")["DLD-PY-011"]
     assert f["status"] == "fail" and "built for another architecture" in f["message"], f["message"]
 
 
-def test_a_compiled_extension_built_for_another_torch_fails(tmp_path):
+def test_a_compiled_extension_built_for_another_torch_fails(run_cli, tmp_path):
     root = _dlami(tmp_path, "libcudnn.so.9.3.0")
     site = root / "opt/conda/envs/pytorch" / SITE
     write_elf(site / "libc10.so", soname="libc10.so")
@@ -211,16 +209,16 @@ def test_a_compiled_extension_built_for_another_torch_fails(tmp_path):
               runpath=["$ORIGIN/torch/lib", "$ORIGIN"])
     d = dist_info(site, "flash-attn", "2.6.3+cu123torch2.4cxx11abiFALSE", [so])
     (d / "WHEEL").write_text("Wheel-Version: 1.0\nTag: cp311-cp311-linux_x86_64\n")
-    f = _run(root, "--only", "DLD-PY-014")["DLD-PY-014"]
+    f = _run(run_cli, root, "--only", "DLD-PY-014")["DLD-PY-014"]
     assert f["status"] == "fail"
     assert "flash-attn 2.6.3+cu123torch2.4cxx11abiFALSE" in f["message"] and "was built for torch 2.4" in f["message"]
     assert "torch 2.5.1+cu124 is installed" in f["message"]
     (d / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.6.3\nRequires-Dist: torch\n")
     d.rename(site / "flash_attn-2.6.3.dist-info")
-    assert _run(root, "--only", "DLD-PY-014")["DLD-PY-014"]["status"] == "pass"
+    assert _run(run_cli, root, "--only", "DLD-PY-014")["DLD-PY-014"]["status"] == "pass"
 
 
-def test_a_torch_extension_that_needs_cudart_finds_the_wheels_torch_loaded(tmp_path):
+def test_a_torch_extension_that_needs_cudart_finds_the_wheels_torch_loaded(run_cli, tmp_path):
     """bitsandbytes-like: its library needs libcudart.so.12 with no RUNPATH; it is loaded after 'import torch',
     which has loaded the environment's wheel libraries by then: no false failure."""
     root = _dlami(tmp_path, "libcudnn.so.9.3.0")
@@ -233,12 +231,12 @@ def test_a_torch_extension_that_needs_cudart_finds_the_wheels_torch_loaded(tmp_p
     write_elf(site / so, needed=["libcudart.so.12", "libcublas.so.12", "libc.so.6"])
     d = dist_info(site, "bitsandbytes", "0.45.0", [so])
     (d / "METADATA").write_text("Metadata-Version: 2.1\nName: bitsandbytes\nVersion: 0.45.0\nRequires-Dist: torch<3,>=2.0\n")
-    f = _run(root, "--only", "DLD-PY-011,DLD-PY-014")
+    f = _run(run_cli, root, "--only", "DLD-PY-011,DLD-PY-014")
     assert f["DLD-PY-011"]["status"] == "pass", f["DLD-PY-011"]["message"]
     assert f["DLD-PY-014"]["status"] == "pass", f["DLD-PY-014"]["message"]
 
 
-def test_hostile_build_info_record_and_objects_cost_only_themselves(tmp_path):
+def test_hostile_build_info_record_and_objects_cost_only_themselves(run_cli, tmp_path):
     """1 MiB of '-a-a' as build information and RECORD lines, a FIFO and a symlink to /etc/shadow listed as
     objects, a name that is not UTF-8: the run completes, bounded, and judges the rest."""
     import os
@@ -254,6 +252,6 @@ def test_hostile_build_info_record_and_objects_cost_only_themselves(tmp_path):
     (site / "tensorflow/shadow.so").symlink_to("/etc/shadow")
     (site / "tensorflow").joinpath(b"\xff\xfe.so".decode("utf-8", "surrogateescape")).write_bytes(b"\x7fELF")
     start = time.perf_counter()
-    f = _run(root, "--only", "DLD-PY-011")["DLD-PY-011"]
+    f = _run(run_cli, root, "--only", "DLD-PY-011")["DLD-PY-011"]
     assert time.perf_counter() - start < 120
     assert f["status"] == "fail" and "tensorflow 2.21.0" in f["message"]  # the real objects are still judged

@@ -25,7 +25,7 @@ import pytest
 from dl_doctor.host import trust
 from dl_doctor.host import Host, NotARegularFile, UntrustedCommand
 from dl_doctor.host.output import OutputRefused, clean_stale_temporaries, prune_reports, reserve_unique, write_file
-from conftest import FIXTURES, dl_doctor_exe
+from conftest import FIXTURES
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 OTHER_UID = 4242  # no passwd entry needed: ownership is a number
@@ -177,7 +177,7 @@ def _can_unshare() -> bool:
 
 
 @pytest.mark.skipif(not _can_unshare(), reason="needs root and a private mount namespace (unshare -m)")
-def test_cross_user_in_a_private_mount_namespace_over_home(tmp_path):
+def test_cross_user_in_a_private_mount_namespace_over_home(run_cli, tmp_path):
     """The real layout: /home/mallory/.venv/bin/python owned by mallory, discovered by the scan of /home."""
     script = tmp_path / "inner.sh"
     out = _open_dir("dld-ns-")
@@ -189,12 +189,11 @@ def test_cross_user_in_a_private_mount_namespace_over_home(tmp_path):
         printf '#!/bin/sh\\nid -u > {out}/ran\\n' > /home/mallory/.venv/bin/python
         chmod 755 /home/mallory/.venv/bin/python
         chown -R {OTHER_UID}:{OTHER_UID} /home/mallory
-        {dl_doctor_exe()} run --json {out}/report.json --html /dev/null --only DLD-PY-001 -q || true
+        "$@" || true
         """))
     try:
-        proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", str(script)], capture_output=True,
-                              text=True, timeout=180, env={"PATH": os.environ["PATH"], "HOME": "/root",
-                                                           "LANG": "C.UTF-8"})
+        proc = run_cli("run", "--json", f"{out}/report.json", "--html", "/dev/null", "--only", "DLD-PY-001", "-q",
+                       prefix=["unshare", "-m", "--propagation", "private", "sh", str(script)], timeout=180)
         assert proc.returncode == 0, proc.stderr
         assert not (out / "ran").exists()
         report = json.loads((out / "report.json").read_text())
@@ -255,11 +254,9 @@ def test_outputs_never_replace_devices_or_follow_links(run_cli, tmp_path):
     assert r.returncode == 2 and "symbolic link" in r.stderr and victim.read_text() == "precious\n"
 
 
-def test_pipelines_write_through_stdout_and_fifos(tmp_path):
+def test_pipelines_write_through_stdout_and_fifos(run_cli, tmp_path):
     facts = str(FIXTURES / "snapshots" / "g5_ubuntu2204.json")
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LANG": "C.UTF-8"}
-    proc = subprocess.run([dl_doctor_exe(), "check", facts, "--json", "/dev/stdout", "--html", "/dev/null", "-q"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    proc = run_cli("check", facts, "--json", "/dev/stdout", "--html", "/dev/null", "-q", timeout=60)
     assert proc.returncode in (0, 1), proc.stderr
     assert json.loads(proc.stdout[: proc.stdout.rindex("}") + 1])["tool"]["name"] == "dl-doctor"
 
@@ -476,16 +473,15 @@ def test_timeout_help_says_which_probes_get_longer(run_cli):
 
 @pytest.mark.skipif(not (IS_ROOT and Path("/run/systemd/system").is_dir()),
                     reason="needs root on a host booted with systemd (systemd-run)")
-def test_a_sandboxed_run_gathers_the_same_facts(tmp_path):
+def test_a_sandboxed_run_gathers_the_same_facts(run_cli):
     """The unit's sandbox (ProtectSystem=strict, ProtectHome=read-only, PrivateTmp, NoNewPrivileges...) hides
     nothing dl-doctor reads: the same probes succeed with the same facts."""
     from dl_doctor.integrations.login_hook import SANDBOX
 
     props = [f"--property={line}" for line in SANDBOX.splitlines()]
-    plain = subprocess.run([dl_doctor_exe(), "collect", "-o", "-", "--no-env-scan"], capture_output=True, text=True,
-                           timeout=120)
-    boxed = subprocess.run(["systemd-run", "--wait", "--pipe", "--quiet", *props, dl_doctor_exe(), "collect", "-o",
-                            "-", "--no-env-scan"], capture_output=True, text=True, timeout=180)
+    plain = run_cli("collect", "-o", "-", "--no-env-scan")
+    boxed = run_cli("collect", "-o", "-", "--no-env-scan", timeout=180,
+                    prefix=["systemd-run", "--wait", "--pipe", "--quiet", *props])
     assert plain.returncode == 0 and boxed.returncode == 0, boxed.stderr
     a, b = json.loads(plain.stdout), json.loads(boxed.stdout)
     assert {k: v["status"] for k, v in a["probes"].items()} == {k: v["status"] for k, v in b["probes"].items()}
@@ -494,23 +490,19 @@ def test_a_sandboxed_run_gathers_the_same_facts(tmp_path):
 
 
 @needs_root
-def test_verify_never_runs_another_users_active_environment_as_root_unless_named():
+def test_verify_never_runs_another_users_active_environment_as_root_unless_named(run_cli):
     """VIRTUAL_ENV kept through `sudo -E` points at another user's venv: dl-doctor verify, as root, does not run it;
     named with --python it runs (the person chose it), and says so."""
     base = _open_dir("dld-verify-")
     try:
         marker = base / "ran"
         py = _planted_python(base / "venv", marker)
-        env = dict(os.environ, VIRTUAL_ENV=str(base / "venv"))
-        env.pop("CONDA_PREFIX", None)
-        doctor = str(Path(sys.executable).parent / "dl-doctor")
-        r = subprocess.run([doctor, "verify", "--json", "-", "--dcgm-level", "0"], capture_output=True,
-                           text=True, timeout=120, env=env)
+        env = {"VIRTUAL_ENV": str(base / "venv")}
+        r = run_cli("verify", "--json", "-", "--dcgm-level", "0", env=env)
         f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}
         assert r.returncode == 1 and not marker.exists()
         assert f["DLD-VER-001"]["status"] == "fail" and f"could not run {py}" in f["DLD-VER-001"]["message"]
-        r = subprocess.run([doctor, "verify", "--python", str(py), "--json", "-", "--dcgm-level", "0"],
-                           capture_output=True, text=True, timeout=120, env=env)
+        r = run_cli("verify", "--python", str(py), "--json", "-", "--dcgm-level", "0", env=env)
         assert marker.exists()  # named: it ran (and failed: it is not a Python)
     finally:
         subprocess.run(["rm", "-rf", str(base)], check=False)

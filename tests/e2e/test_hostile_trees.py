@@ -20,16 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, build_tree, dl_doctor_exe
+from conftest import FIXTURES, build_tree
 from trees import UBUNTU2204_OS_RELEASE
-
-ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-
-
-def _dld(*args, timeout=90, **kw):
-    return subprocess.run([dl_doctor_exe(), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**ENV, "HOME": "/nonexistent"}, **kw)
-
 
 def _venv(root: Path, home: str = "home/alice/venv") -> Path:
     site = root / home / "lib/python3.11/site-packages"
@@ -41,7 +33,7 @@ def _venv(root: Path, home: str = "home/alice/venv") -> Path:
 
 # -- hangs ------------------------------------------------------------------------------------------------------------
 
-def test_fifos_where_the_environment_probe_reads_cannot_hang_the_run(tmp_path):
+def test_fifos_where_the_environment_probe_reads_cannot_hang_the_run(run_cli, tmp_path):
     root = tmp_path / "root"
     build_tree(root, {"etc/os-release": UBUNTU2204_OS_RELEASE})
     site = _venv(root)
@@ -52,7 +44,7 @@ def test_fifos_where_the_environment_probe_reads_cannot_hang_the_run(tmp_path):
     os.mkfifo(site / "torch/version.py")
     os.mkfifo(root / "etc/hostname")
     start = time.monotonic()
-    r = _dld("run", "--sysroot", str(root), "--json", "-", "--html", "/dev/null", timeout=60)
+    r = run_cli("run", "--sysroot", str(root), "--json", "-", "--html", "/dev/null", timeout=60)
     assert r.returncode in (0, 1), r.stderr
     assert time.monotonic() - start < 30
     report = json.loads(r.stdout)
@@ -73,7 +65,7 @@ def test_a_device_or_fifo_is_never_read_as_a_file(tmp_path):
 
 # -- names and loops --------------------------------------------------------------------------------------------------
 
-def test_undecodable_names_and_link_loops_cost_nothing(tmp_path):
+def test_undecodable_names_and_link_loops_cost_nothing(run_cli, tmp_path):
     root = tmp_path / "root"
     build_tree(root, {"etc/os-release": UBUNTU2204_OS_RELEASE, "etc/hostname": "box\n"})
     bad = os.fsencode(str(root)) + b"/home/alice/venv\xff"
@@ -82,7 +74,7 @@ def test_undecodable_names_and_link_loops_cost_nothing(tmp_path):
         fh.write(b"version = 3.11.7\n")
     os.symlink("/opt", root / "opt")  # opt -> /opt inside the tree: a loop
     os.symlink("loop", root / "loop")
-    r = _dld("run", "--sysroot", str(root), "--json", "-", "--html", str(tmp_path / "r.html"))
+    r = run_cli("run", "--sysroot", str(root), "--json", "-", "--html", str(tmp_path / "r.html"))
     assert r.returncode in (0, 1), r.stderr
     report = json.loads(r.stdout)
     prefixes = [e["prefix"] for e in report["facts"]["python_envs"]["environments"]]
@@ -91,15 +83,15 @@ def test_undecodable_names_and_link_loops_cost_nothing(tmp_path):
     assert "venv\\xff" in (tmp_path / "r.html").read_text(encoding="utf-8")
 
 
-def test_escape_sequences_from_the_machine_never_reach_the_terminal(tmp_path):
+def test_escape_sequences_from_the_machine_never_reach_the_terminal(run_cli, tmp_path):
     root = tmp_path / "root"
     evil = "Evil\x1b]0;owned\x07\x1b[2J\u202eOS"
     build_tree(root, {"etc/os-release": f'NAME="x"\nID=ubuntu\nVERSION_ID="22.04"\nPRETTY_NAME="{evil}"\n',
                       "etc/hostname": "box\x1b[31m\n"})
     _venv(root, "home/alice/\x1b[2Jvenv")
     status = tmp_path / "status"
-    r = _dld("run", "--sysroot", str(root), "--no-color", "--status-line", str(status), "--json",
-             str(tmp_path / "r.json"), "--html", "/dev/null")
+    r = run_cli("run", "--sysroot", str(root), "--no-color", "--status-line", str(status), "--json",
+                str(tmp_path / "r.json"), "--html", "/dev/null")
     assert r.returncode in (0, 1), r.stderr
     assert "\x1b" not in r.stdout and "\u202e" not in r.stdout and "\x07" not in r.stdout
     assert "Evil\\x1b]0;owned\\x07\\x1b[2J\\u202eOS" in r.stdout
@@ -110,7 +102,7 @@ def test_escape_sequences_from_the_machine_never_reach_the_terminal(tmp_path):
     cur["facts"]["kernel"]["release"] = "6.1\x1b[2J\nadded     fake: line"
     (tmp_path / "a.json").write_text(json.dumps(base))
     (tmp_path / "b.json").write_text(json.dumps(cur))
-    r = _dld("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    r = run_cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
     assert r.returncode == 1 and "\x1b" not in r.stdout
     assert "\\x1b[2J\\nadded     fake: line" in r.stdout and "\nadded     fake" not in r.stdout
 
@@ -277,7 +269,7 @@ def test_version_py_parser_is_linear_and_still_reads_torch():
     assert parse_version_py("cuda = None\n") == {"cuda": None}
 
 
-def test_a_bad_file_costs_only_its_own_facts_with_the_reason_in_probe_errors(tmp_path):
+def test_a_bad_file_costs_only_its_own_facts_with_the_reason_in_probe_errors(run_cli, tmp_path):
     root = tmp_path / "root"
     build_tree(root, {
         "etc/os-release": UBUNTU2204_OS_RELEASE,
@@ -289,7 +281,7 @@ def test_a_bad_file_costs_only_its_own_facts_with_the_reason_in_probe_errors(tmp
         "usr/local/cuda-12.4/bin/nvcc": "",
         "proc/meminfo": "MemTotal:       ²²² kB\nMemAvailable: " + "9" * 5000 + " kB\n",
     })
-    r = _dld("run", "--sysroot", str(root), "--json", "-", "--html", str(tmp_path / "r.html"))
+    r = run_cli("run", "--sysroot", str(root), "--json", "-", "--html", str(tmp_path / "r.html"))
     assert r.returncode in (0, 1), r.stderr
     report = json.loads(r.stdout)
     inputs = {e["probe"]: e["error"] for e in report["probe_errors"] if e["kind"] == "input"}

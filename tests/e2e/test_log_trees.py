@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 BOOT = ["Nov 30 08:00:00 gpu1 kernel: Linux version 5.15.0-1051-aws (buildd@lcy02-amd64-045) (gcc 11.4.0) #56-Ubuntu",
         "Nov 30 08:00:00 gpu1 kernel: Command line: BOOT_IMAGE=/boot/vmlinuz-5.15.0-1051-aws root=LABEL=cloudimg-rootfs ro"]
 LOAD = "Nov 30 08:00:09 gpu1 kernel: NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.161.07  Sat Feb 17 22:55:48 UTC 2024"
@@ -41,9 +38,9 @@ def _tree(root: Path, files: dict) -> Path:
     return root
 
 
-def _run(root: Path):
-    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--json", "-", "--fail-on", "never", "--only",
-                        "DLD-LOG-001,DLD-GPU-008"], capture_output=True, text=True, timeout=300)
+def _run(run_cli, root: Path):
+    r = run_cli("run", "--sysroot", str(root), "--json", "-", "--fail-on", "never", "--only", "DLD-LOG-001,DLD-GPU-008",
+                timeout=300)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     return {f["id"]: f for f in report["findings"]}, report["facts"]["kernel_log"]
@@ -53,18 +50,18 @@ def _log(*lines: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_a_suspend_in_a_previous_boot_is_not_an_event(tmp_path):
+def test_a_suspend_in_a_previous_boot_is_not_an_event(run_cli, tmp_path):
     old = [l.replace("Nov 30", "Nov 22") for l in BOOT + [LOAD] + SUSPEND]
     root = _tree(tmp_path / "t", {"var/log/kern.log": _log(*old, *BOOT, LOAD)})
-    f, facts = _run(root)
+    f, facts = _run(run_cli, root)
     assert f["DLD-LOG-001"]["status"] == "pass", f["DLD-LOG-001"]["message"]
     assert facts["boot"]["boot_start_seen"] is True and facts["module_loaded"] is True
     assert facts["suspends"] == []
 
 
-def test_a_suspend_after_the_module_load_without_the_driver_units_warns(tmp_path):
+def test_a_suspend_after_the_module_load_without_the_driver_units_warns(run_cli, tmp_path):
     root = _tree(tmp_path / "t", {"var/log/kern.log": _log(*BOOT, LOAD, *SUSPEND)})
-    f, _ = _run(root)
+    f, _ = _run(run_cli, root)
     assert f["DLD-LOG-001"]["status"] == "warn"
     assert "suspended after the NVIDIA module was loaded" in f["DLD-LOG-001"]["message"]
     assert any("nvidia-suspend.service" in c for c in f["DLD-LOG-001"]["fix"]["commands"])
@@ -74,43 +71,43 @@ def test_a_suspend_after_the_module_load_without_the_driver_units_warns(tmp_path
              "etc/systemd/system/systemd-suspend.service.wants/nvidia-resume.service":
                  {"symlink": "/lib/systemd/system/nvidia-resume.service"}}
     root = _tree(tmp_path / "u", {"var/log/kern.log": _log(*BOOT, LOAD, *SUSPEND), **units})
-    f, _ = _run(root)
+    f, _ = _run(run_cli, root)
     assert f["DLD-LOG-001"]["status"] == "pass", f["DLD-LOG-001"]["message"]
 
 
-def test_the_oom_killer_taking_python_warns_with_its_cause(tmp_path):
+def test_the_oom_killer_taking_python_warns_with_its_cause(run_cli, tmp_path):
     root = _tree(tmp_path / "t", {"var/log/kern.log": _log(*BOOT, LOAD, OOM)})
-    f, facts = _run(root)
+    f, facts = _run(run_cli, root)
     assert f["DLD-LOG-001"]["status"] == "warn"
     assert "Killed process 48211 (python)" in f["DLD-LOG-001"]["message"]
     assert any("Killed process 48211" in c["line"] and c["after_module_load"] for c in facts["candidates"])
     assert f["DLD-LOG-001"]["evidence"]["events"][0]["cause"].startswith("The kernel's OOM killer")
 
 
-def test_an_application_xid_is_left_to_the_xid_check(tmp_path):
+def test_an_application_xid_is_left_to_the_xid_check(run_cli, tmp_path):
     root = _tree(tmp_path / "t", {"var/log/kern.log": _log(*BOOT, LOAD, XID13)})
-    f, facts = _run(root)
+    f, facts = _run(run_cli, root)
     assert f["DLD-LOG-001"]["status"] == "pass"
     assert facts["xids"][0]["code"] == 13
     # an application's own fault (Xid 13: a bad kernel launch) is not the machine's: no failing finding
     assert f["DLD-GPU-008"]["status"] in ("pass", "warn"), f["DLD-GPU-008"]["message"]
 
 
-def test_rotated_and_compressed_logs_are_read_back_to_the_boot_start_and_no_further(tmp_path):
+def test_rotated_and_compressed_logs_are_read_back_to_the_boot_start_and_no_further(run_cli, tmp_path):
     older_boot = [l.replace("Nov 30", "Nov 20") for l in BOOT + [LOAD, OOM]]
     root = _tree(tmp_path / "t", {
         "var/log/kern.log.2.gz": gzip.compress(_log(*older_boot).encode()),
         "var/log/kern.log.1": _log(*BOOT, LOAD),
         "var/log/kern.log": _log("Nov 30 09:00:00 gpu1 kernel: eth0: link up", *SUSPEND),
     })
-    f, facts = _run(root)
+    f, facts = _run(run_cli, root)
     assert facts["boot"]["files"] == ["/var/log/kern.log", "/var/log/kern.log.1"]
     assert facts["boot"]["boot_start_seen"] is True and facts["boot"]["cut_by_cap"] is False
     assert not [c for c in facts["candidates"] if "Out of memory" in c["line"]]  # the Nov 20 boot OOM
     assert f["DLD-LOG-001"]["status"] == "warn"  # the suspend after this boot's module load
 
 
-def test_a_log_larger_than_the_cap_is_read_from_its_end_and_says_so(tmp_path):
+def test_a_log_larger_than_the_cap_is_read_from_its_end_and_says_so(run_cli, tmp_path):
     """A 24 MiB kern.log whose boot started at its beginning: the 16 MiB cap reads the end, judges it, and says the
     boot's start was cut off. (A 1 GiB log measured by hand: 0.30 s for the probe, 16 MiB read.)"""
     root = _tree(tmp_path / "t", {})
@@ -122,7 +119,7 @@ def test_a_log_larger_than_the_cap_is_read_from_its_end_and_says_so(tmp_path):
         fh.write(filler * ((24 << 20) // len(filler)))
         fh.write(_log(OOM).encode())
     start = time.perf_counter()
-    f, facts = _run(root)
+    f, facts = _run(run_cli, root)
     elapsed = time.perf_counter() - start
     assert facts["boot"]["cut_by_cap"] is True and facts["boot"]["boot_start_seen"] is False
     assert facts["boot"]["bytes_read"] == 16 << 20
@@ -218,12 +215,12 @@ def test_where_dmesg_is_restricted_the_kernel_journal_is_read(monkeypatch):
     assert notes == []
 
 
-def test_a_fifo_or_a_broken_gz_planted_among_the_logs_costs_only_itself(tmp_path):
+def test_a_fifo_or_a_broken_gz_planted_among_the_logs_costs_only_itself(run_cli, tmp_path):
     import os
 
     root = _tree(tmp_path / "t", {"var/log/kern.log.1": _log(*BOOT, LOAD, OOM),
                                   "var/log/kern.log.2.gz": b"\x1f\x8bnot gzip"})
     os.mkfifo(root / "var/log/kern.log")  # nobody writes: a reader that opened it would hang
-    f, facts = _run(root)
+    f, facts = _run(run_cli, root)
     assert facts["boot"]["files"] == ["/var/log/kern.log.1"] and facts["boot"]["boot_start_seen"] is True
     assert f["DLD-LOG-001"]["status"] == "warn"

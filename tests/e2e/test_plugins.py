@@ -13,16 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, dl_doctor_exe
+from conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "tests" / "plugin_sample"
 
 
+def _pythonpath(paths) -> dict:
+    """What run_cli adds to its clean environment for these directories on the module path."""
+    return {"PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
+
+
 def _env(pythonpath=None, **more):
+    """A clean environment for the commands that are not the entry point (pytest, python -m, a zipapp)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent", "LANG": "C.UTF-8", **more}
     if pythonpath:
-        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
+        env.update(_pythonpath(pythonpath))
     return env
 
 
@@ -47,18 +53,17 @@ def _dist(target: Path, name: str, entry_points: str, modules: dict) -> None:
         (target / f"{mod}.py").write_text(text)
 
 
-def test_an_out_of_tree_plugin_registers_runs_and_tests_itself(sample_plugin, tmp_path):
+def test_an_out_of_tree_plugin_registers_runs_and_tests_itself(run_cli, sample_plugin, tmp_path):
     env = _env([sample_plugin])
-    listed = subprocess.run([dl_doctor_exe(), "list", "--json"], capture_output=True, text=True, env=env, timeout=60)
+    listed = run_cli("list", "--json", env=_pythonpath([sample_plugin]), timeout=60)
     assert listed.returncode == 0 and "warning" not in listed.stderr, listed.stderr
     assert "ACME-TEMP-001" in {c["id"] for c in json.loads(listed.stdout)}
 
     root = tmp_path / "root"
     (root / "etc/acme").mkdir(parents=True)
     (root / "etc/acme/fleet.conf").write_text("max_temp_c = 85\n")
-    r = subprocess.run([dl_doctor_exe(), "run", "--sysroot", str(root), "--json", "-", "--html", "/dev/null",
-                        "--only", "ACME-TEMP-001,DLD-PLUGIN-001"], capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = run_cli("run", "--sysroot", str(root), "--json", "-", "--html", "/dev/null",
+                "--only", "ACME-TEMP-001,DLD-PLUGIN-001", env=_pythonpath([sample_plugin]), timeout=120)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert report["facts"]["acme"] == {"max_temp_c": 85, "source": "/etc/acme/fleet.conf"}
@@ -73,7 +78,7 @@ def test_an_out_of_tree_plugin_registers_runs_and_tests_itself(sample_plugin, tm
     assert "5 passed" in t.stdout
 
 
-def test_a_broken_plugin_or_a_typo_in_requires_fails_a_bake(tmp_path):
+def test_a_broken_plugin_or_a_typo_in_requires_fails_a_bake(run_cli, tmp_path):
     target = tmp_path / "site"
     target.mkdir()
     _dist(target, "broken_plugin", "[dl_doctor.checks]\nbroken = broken_mod\n",
@@ -87,33 +92,29 @@ from dl_doctor.model import check, passed
 def typo_check(facts):
     return passed("never reached")
 '''})
-    env = _env([target])
-    listed = subprocess.run([dl_doctor_exe(), "list"], capture_output=True, text=True, env=env, timeout=60)
+    listed = run_cli("list", env=_pythonpath([target]), timeout=60)
     assert "broken (broken_mod) failed to load: ModuleNotFoundError" in listed.stderr
     assert ("check TYPO-GPU-001 (typo_mod) requires 'gpu_pci.gpu_cuont', which no probe provides: probe 'gpu_pci' "
             "has no fact 'gpu_cuont' there (did you mean 'gpu_count'?)") in " ".join(listed.stderr.split())
     assert "TYPO-GPU-001" not in listed.stdout
 
     facts = FIXTURES / "snapshots" / "g5_ubuntu2204.json"
-    r = subprocess.run([dl_doctor_exe(), "check", str(facts), "--json", "-", "--html", "/dev/null",
-                        "--fail-on", "fail", "--only", "DLD-PLUGIN-001"], capture_output=True, text=True, env=env,
-                       timeout=60)
+    r = run_cli("check", str(facts), "--json", "-", "--html", "/dev/null", "--fail-on", "fail",
+                "--only", "DLD-PLUGIN-001", env=_pythonpath([target]), timeout=60)
     assert r.returncode == 1, r.stderr
     finding = json.loads(r.stdout)["findings"][0]
     assert finding["status"] == "error" and finding["message"].startswith("2 plugin problems")
 
 
-def test_one_top_level_package_that_local_checks_and_reports_cannot_shadow(tmp_path):
+def test_one_top_level_package_that_local_checks_and_reports_cannot_shadow(run_cli, tmp_path):
     for pkg in ("checks", "reports", "doctor", "compat_matrix"):
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("raise ImportError('the wrong package')\n")
-    env = _env([tmp_path])
-    m = subprocess.run([sys.executable, "-m", "dl_doctor", "list"], capture_output=True, text=True, cwd=tmp_path,
-                       env=env, timeout=60)
+    m = run_cli("list", exe=[sys.executable, "-m", "dl_doctor"], cwd=tmp_path, env=_pythonpath([tmp_path]), timeout=60)
     assert m.returncode == 0 and m.stderr == "", m.stderr
     assert len(m.stdout.splitlines()) >= 45
-    r = subprocess.run([dl_doctor_exe(), "run", "--only", "DLD-SYS-001", "--json", "-", "--html", "/dev/null",
-                        "--no-env-scan"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    r = run_cli("run", "--only", "DLD-SYS-001", "--json", "-", "--html", "/dev/null", "--no-env-scan",
+                cwd=tmp_path, env=_pythonpath([tmp_path]), timeout=120)
     assert r.returncode in (0, 1) and json.loads(r.stdout)["findings"][0]["id"] == "DLD-SYS-001", r.stderr
 
 
@@ -176,7 +177,7 @@ def test_probes_read_the_host_only_through_host(path):
 
 
 @pytest.mark.slow
-def test_the_zipapp_builds_reproducibly_and_runs(tmp_path):
+def test_the_zipapp_builds_reproducibly_and_runs(run_cli, tmp_path):
     """tools/build_zipapp.py: one file with its dependencies, the same bytes twice, runs on the box's Python."""
     import hashlib
     import shutil
@@ -194,10 +195,8 @@ def test_the_zipapp_builds_reproducibly_and_runs(tmp_path):
     assert "__main__.py" in names and "dl_doctor/cli/__init__.py" in names and "click/__init__.py" in names
     assert not [n for n in names if n.endswith((".so", ".pyc"))]
     pythons = [p for p in (shutil.which("python3.9"), sys.executable) if p]
-    env = _env(None, PYENV_VERSION="3.9.18")
-    r = subprocess.run([pythons[0], str(tmp_path / "a.pyz"), "run", "--json", "-", "--html", "/dev/null",
-                        "--no-env-scan", "--only", "DLD-SYS-001,DLD-PLUGIN-001"], capture_output=True, text=True,
-                       env=env, timeout=120, cwd=tmp_path)
+    r = run_cli("run", "--json", "-", "--html", "/dev/null", "--no-env-scan", "--only", "DLD-SYS-001,DLD-PLUGIN-001",
+                exe=[pythons[0], str(tmp_path / "a.pyz")], env={"PYENV_VERSION": "3.9.18"}, timeout=120)
     assert r.returncode in (0, 1), r.stderr
     report = json.loads(r.stdout)
     assert {f["id"]: f["status"] for f in report["findings"]}["DLD-PLUGIN-001"] == "pass"
@@ -214,9 +213,9 @@ def test_the_facts_reference_is_current():
         "run: python tests/tools/make_facts_doc.py"
 
 
-def test_a_planted_fifo_as_entry_points_txt_cannot_hang_the_start(tmp_path):
+def test_a_planted_fifo_as_entry_points_txt_cannot_hang_the_start(run_cli, tmp_path):
     info = tmp_path / "planted-1.0.dist-info"
     info.mkdir()
     os.mkfifo(info / "entry_points.txt")
-    r = subprocess.run([dl_doctor_exe(), "list"], capture_output=True, text=True, env=_env([tmp_path]), timeout=60)
+    r = run_cli("list", env=_pythonpath([tmp_path]), timeout=60)
     assert r.returncode == 0 and len(r.stdout.splitlines()) >= 45, r.stderr

@@ -17,17 +17,15 @@ import pytest
 
 from conftest import build_tree
 
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 BASE = {"etc/os-release": 'ID=ubuntu\nVERSION_ID="22.04"\n',
         "etc/passwd": "root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/home/alice:/bin/bash\n",
         "home/alice/.keep": "", "usr/sbin/sshd": ""}
 SEC = "DLD-SEC-001,DLD-SEC-002,DLD-SEC-003,DLD-SEC-004,DLD-SEC-005"
 
 
-def _findings(tmp_path, name, files):
+def _findings(run_cli, tmp_path, name, files):
     root = build_tree(tmp_path / name, {**BASE, **files})
-    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--only", SEC, "--json", "-", "--fail-on",
-                        "never"], capture_output=True, text=True, timeout=300)
+    r = run_cli("run", "--sysroot", str(root), "--only", SEC, "--json", "-", "--fail-on", "never", timeout=300)
     assert r.returncode == 0, r.stderr
     return {f["id"]: f for f in json.loads(r.stdout)["findings"]}
 
@@ -36,8 +34,8 @@ SSHD_MAIN = ("Include /etc/ssh/sshd_config.d/*.conf\nPermitRootLogin yes\nPasswo
              "Match Address 10.0.0.0/8\n    PasswordAuthentication yes\n")
 
 
-def test_sshd_root_and_passwords_fail_and_a_first_read_dropin_hardens_it(tmp_path):
-    f = _findings(tmp_path, "bad", {"etc/ssh/sshd_config": SSHD_MAIN,
+def test_sshd_root_and_passwords_fail_and_a_first_read_dropin_hardens_it(run_cli, tmp_path):
+    f = _findings(run_cli, tmp_path, "bad", {"etc/ssh/sshd_config": SSHD_MAIN,
                                     "etc/ssh/sshd_config.d/60-cloudimg-settings.conf": "PasswordAuthentication yes\n"})
     sec = f["DLD-SEC-001"]
     assert sec["status"] == "fail" and "PermitRootLogin yes (/etc/ssh/sshd_config:2)" in sec["message"]
@@ -45,12 +43,12 @@ def test_sshd_root_and_passwords_fail_and_a_first_read_dropin_hardens_it(tmp_pat
     assert "PasswordAuthentication yes (/etc/ssh/sshd_config.d/60-cloudimg-settings.conf:1)" in sec["message"]
     assert "Match Address 10.0.0.0/8" in sec["message"] and "back on" in sec["message"]
     assert any("00-hardening.conf" in c for c in sec["fix"]["commands"])
-    f = _findings(tmp_path, "good", {"etc/ssh/sshd_config": "Include /etc/ssh/sshd_config.d/*.conf\nPermitRootLogin yes\n",
+    f = _findings(run_cli, tmp_path, "good", {"etc/ssh/sshd_config": "Include /etc/ssh/sshd_config.d/*.conf\nPermitRootLogin yes\n",
                                      "etc/ssh/sshd_config.d/00-hardening.conf":
                                          "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
                                          "KbdInteractiveAuthentication no\n"})
     assert f["DLD-SEC-001"]["status"] == "pass", f["DLD-SEC-001"]["message"]
-    f = _findings(tmp_path, "defaults", {"etc/ssh/sshd_config": "Port 22\n"})
+    f = _findings(run_cli, tmp_path, "defaults", {"etc/ssh/sshd_config": "Port 22\n"})
     assert f["DLD-SEC-001"]["status"] == "warn" and "(OpenSSH's default)" in f["DLD-SEC-001"]["message"]
 
 
@@ -58,10 +56,10 @@ JUPYTER_BAD = ("import os; os.system('touch /tmp/dl-doctor-jupyter-ran')\n"
                "c.ServerApp.ip = '0.0.0.0'\nc.ServerApp.token = ''\nc.ServerApp.allow_root = True\n")
 
 
-def test_an_open_notebook_fails_and_its_config_is_never_run(tmp_path):
+def test_an_open_notebook_fails_and_its_config_is_never_run(run_cli, tmp_path):
     marker = Path("/tmp/dl-doctor-jupyter-ran")
     marker.unlink(missing_ok=True)
-    f = _findings(tmp_path, "bad", {"home/alice/.jupyter/jupyter_server_config.py": JUPYTER_BAD,
+    f = _findings(run_cli, tmp_path, "bad", {"home/alice/.jupyter/jupyter_server_config.py": JUPYTER_BAD,
                                     "etc/jupyter/jupyter_notebook_config.json":
                                         json.dumps({"NotebookApp": {"ip": "*", "token": ""}}),
                                     "home/alice/.config/code-server/config.yaml":
@@ -72,15 +70,15 @@ def test_an_open_notebook_fails_and_its_config_is_never_run(tmp_path):
     assert "/home/alice/.jupyter/jupyter_server_config.py: listens on 0.0.0.0 with an empty token" in sec["message"]
     assert "/etc/jupyter/jupyter_notebook_config.json: listens on * with an empty token" in sec["message"]
     assert "code-server on 0.0.0.0:8080 with auth: none" in sec["message"] and "allow_root" in sec["message"]
-    f = _findings(tmp_path, "good", {"home/alice/.jupyter/jupyter_server_config.py":
+    f = _findings(run_cli, tmp_path, "good", {"home/alice/.jupyter/jupyter_server_config.py":
                                          "c.ServerApp.ip = '127.0.0.1'\n",
                                      "home/alice/.config/code-server/config.yaml":
                                          "bind-addr: 127.0.0.1:8080\nauth: password\n"})
     assert f["DLD-SEC-002"]["status"] == "pass", f["DLD-SEC-002"]["message"]
 
 
-def test_docker_on_tcp_without_tls_fails_and_the_group_warns(tmp_path):
-    f = _findings(tmp_path, "bad", {"usr/bin/dockerd": "", "etc/docker/daemon.json": json.dumps(
+def test_docker_on_tcp_without_tls_fails_and_the_group_warns(run_cli, tmp_path):
+    f = _findings(run_cli, tmp_path, "bad", {"usr/bin/dockerd": "", "etc/docker/daemon.json": json.dumps(
         {"hosts": ["unix:///var/run/docker.sock", "tcp://0.0.0.0:2375"]}),
         "etc/group": "root:x:0:\ndocker:x:999:alice,bob\n",
         "var/lib/docker/containers/abcdef0123456789/hostconfig.json": json.dumps(
@@ -92,15 +90,15 @@ def test_docker_on_tcp_without_tls_fails_and_the_group_warns(tmp_path):
     # the tree is an image: the group is changed inside it, not on the machine doing the inspection
     assert f"sudo chroot {tmp_path / 'bad'} gpasswd -d alice docker" in sec["fix"]["commands"]
     assert {"kind": "root-command", "text": "gpasswd -d alice docker"} in sec["fix"]["steps"]
-    f = _findings(tmp_path, "good", {"usr/bin/dockerd": "", "etc/group": "docker:x:999:\n"})
+    f = _findings(run_cli, tmp_path, "good", {"usr/bin/dockerd": "", "etc/group": "docker:x:999:\n"})
     assert f["DLD-SEC-003"]["status"] == "pass" and "Unix socket only" in f["DLD-SEC-003"]["message"]
 
 
-def test_a_hostile_container_config_costs_only_itself(tmp_path):
+def test_a_hostile_container_config_costs_only_itself(run_cli, tmp_path):
     """A hostconfig.json that is a list or nested past Python's stack (any user with docker access writes them)
     is skipped; the next container and the rest of the security facts are still read."""
     deep = "[" * 100_000 + "]" * 100_000
-    f = _findings(tmp_path, "hostile", {"usr/bin/dockerd": "", "etc/docker/daemon.json": deep,
+    f = _findings(run_cli, tmp_path, "hostile", {"usr/bin/dockerd": "", "etc/docker/daemon.json": deep,
                                         "etc/group": "docker:x:999:\n",
                                         "var/lib/docker/containers/aaaa000000000000/hostconfig.json": "[1, 2]",
                                         "var/lib/docker/containers/bbbb000000000000/hostconfig.json": deep,
@@ -110,8 +108,8 @@ def test_a_hostile_container_config_costs_only_itself(tmp_path):
     assert sec["status"] == "warn" and "container cccc00000000 is configured privileged" in sec["message"]
 
 
-def test_live_only_checks_do_not_pretend_to_judge_a_tree(tmp_path):
-    f = _findings(tmp_path, "t", {})
+def test_live_only_checks_do_not_pretend_to_judge_a_tree(run_cli, tmp_path):
+    f = _findings(run_cli, tmp_path, "t", {})
     assert f["DLD-SEC-004"]["status"] == "skip" and f["DLD-SEC-005"]["status"] == "skip"
 
 
@@ -145,13 +143,13 @@ def netns():
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def test_listeners_beyond_loopback_are_named_and_loopback_ones_are_not(netns):
+def test_listeners_beyond_loopback_are_named_and_loopback_ones_are_not(run_cli, netns):
     proc = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-c", LISTENER, "10.99.0.1"],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        r = subprocess.run(["ip", "netns", "exec", netns, str(DOCTOR), "run", "--only", "DLD-SEC-004", "--json", "-",
-                            "--fail-on", "never", "--no-env-scan"], capture_output=True, text=True, timeout=300)
+        r = run_cli("run", "--only", "DLD-SEC-004", "--json", "-", "--fail-on", "never", "--no-env-scan",
+                    prefix=["ip", "netns", "exec", netns], timeout=300)
         assert r.returncode == 0, r.stderr
         report = json.loads(r.stdout)
         f = {x["id"]: x for x in report["findings"]}["DLD-SEC-004"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import dl_doctor_exe, set_access_acl
+from conftest import set_access_acl
 from dl_doctor.host.output import OutputRefused, prune_reports, reserve_unique, write_file
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -55,11 +55,12 @@ def _reports(directory: Path, stamps, host: str = "h") -> list:
     return made
 
 
-def _cli(*args: str, cwd: Path, umask: int = 0o022) -> subprocess.CompletedProcess:
-    """The installed entry point, in a clean environment, under ``umask``."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), "LANG": "C.UTF-8"}
-    return subprocess.run([dl_doctor_exe(), *args], capture_output=True, text=True, env=env, cwd=str(cwd),
-                          timeout=120, preexec_fn=lambda: os.umask(umask))
+@pytest.fixture
+def cli(run_cli):
+    """The shared runner under ``umask`` (022 unless a test says), the output directory left to dl-doctor's default."""
+    def run(*args: str, cwd: Path, umask: int = 0o022):
+        return run_cli(*args, cwd=cwd, umask=umask, outdir=False)
+    return run
 
 
 def _error_lines(stderr: str) -> list:
@@ -215,14 +216,14 @@ def test_keep_reports_prunes_only_this_users_regular_files(tmp_path):
 @needs_root
 @pytest.mark.parametrize("command", [["run", "--html", "/dev/null", "-q", "--json"], ["collect", "-o"],
                                      ["bundle", "-q", "-o"]], ids=["report", "facts", "bundle"])
-def test_a_planted_report_facts_or_bundle_target_is_one_line_and_exit_2(tmp_path, command):
+def test_a_planted_report_facts_or_bundle_target_is_one_line_and_exit_2(cli, tmp_path, command):
     tree = tmp_path / "sysroot"
     tree.mkdir()
     planted = tmp_path / "r.json"
     planted.write_text("alice's\n")
     planted.chmod(0o666)
     _give(planted)
-    r = _cli(command[0], "--sysroot", str(tree), *command[1:], str(planted), cwd=tmp_path)
+    r = cli(command[0], "--sysroot", str(tree), *command[1:], str(planted), cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
     lines = _error_lines(r.stderr)
@@ -231,7 +232,7 @@ def test_a_planted_report_facts_or_bundle_target_is_one_line_and_exit_2(tmp_path
 
 
 @needs_root
-def test_run_refuses_a_default_output_directory_linked_by_another_user(tmp_path):
+def test_run_refuses_a_default_output_directory_linked_by_another_user(cli, tmp_path):
     """`sudo dl-doctor run` in alice's directory, where she linked ./dl-doctor-reports to root's archive."""
     tree = tmp_path / "sysroot"
     tree.mkdir()
@@ -243,18 +244,18 @@ def test_run_refuses_a_default_output_directory_linked_by_another_user(tmp_path)
     _give(alice)
     (alice / "dl-doctor-reports").symlink_to(archive)
     _give(alice / "dl-doctor-reports")
-    r = _cli("run", "--sysroot", str(tree), "-q", "--keep-reports", "1", cwd=alice)
+    r = cli("run", "--sysroot", str(tree), "-q", "--keep-reports", "1", cwd=alice)
     assert r.returncode == 2, r.stderr
     lines = _error_lines(r.stderr)
     assert len(lines) == 1 and "dl-doctor-reports" in lines[0] and f"owned by uid {OTHER_UID}" in lines[0], r.stderr
     assert sorted(os.listdir(archive)) == sorted(p.name for p in old)
 
 
-def test_run_under_umask_000_creates_no_world_writable_output_directory(tmp_path):
+def test_run_under_umask_000_creates_no_world_writable_output_directory(cli, tmp_path):
     tree = tmp_path / "sysroot"
     tree.mkdir()
     out = tmp_path / "new" / "reports"
-    r = _cli("run", "--sysroot", str(tree), "-q", "--output-dir", str(out), cwd=tmp_path, umask=0)
+    r = cli("run", "--sysroot", str(tree), "-q", "--output-dir", str(out), cwd=tmp_path, umask=0)
     assert r.returncode in (0, 1), r.stderr
     for d in (tmp_path / "new", out):
         assert _mode(d) & 0o022 == 0, oct(_mode(d))
@@ -263,10 +264,10 @@ def test_run_under_umask_000_creates_no_world_writable_output_directory(tmp_path
 
 # -- the login hook ----------------------------------------------------------------------------------------------------
 
-def test_install_login_hook_under_umask_000_creates_nothing_writable_by_others(tmp_path):
+def test_install_login_hook_under_umask_000_creates_nothing_writable_by_others(cli, tmp_path):
     image = tmp_path / "image"
     image.mkdir()
-    r = _cli("install-login-hook", "--root", str(image), "--exe", "/usr/local/bin/dl-doctor", cwd=tmp_path, umask=0)
+    r = cli("install-login-hook", "--root", str(image), "--exe", "/usr/local/bin/dl-doctor", cwd=tmp_path, umask=0)
     assert r.returncode == 0, r.stderr
     made = [Path(d) / n for d, dirs, files in os.walk(image) for n in dirs + files]
     assert {p.relative_to(image).as_posix() for p in made} >= {
@@ -278,10 +279,10 @@ def test_install_login_hook_under_umask_000_creates_nothing_writable_by_others(t
         assert _mode(p) == (0o755 if p.is_dir() else 0o644), (p, oct(_mode(p)))
 
 
-def test_install_login_hook_under_umask_077_still_installs_files_every_user_can_read(tmp_path):
+def test_install_login_hook_under_umask_077_still_installs_files_every_user_can_read(cli, tmp_path):
     image = tmp_path / "image"
     image.mkdir()
-    r = _cli("install-login-hook", "--root", str(image), "--no-systemd", cwd=tmp_path, umask=0o077)
+    r = cli("install-login-hook", "--root", str(image), "--no-systemd", cwd=tmp_path, umask=0o077)
     assert r.returncode == 0, r.stderr
     assert _mode(image / "etc/profile.d/dl-doctor.sh") == 0o644
     assert _mode(image / "etc/profile.d") == 0o755 and _mode(image / "etc") == 0o755
@@ -289,7 +290,7 @@ def test_install_login_hook_under_umask_077_still_installs_files_every_user_can_
 
 @needs_root
 @pytest.mark.parametrize("kind", ["owned by another user", "world-writable"])
-def test_run_refuses_an_output_dir_another_user_controls(tmp_path, kind):
+def test_run_refuses_an_output_dir_another_user_controls(cli, tmp_path, kind):
     tree = tmp_path / "sysroot"
     tree.mkdir()
     out = tmp_path / "out"
@@ -298,7 +299,7 @@ def test_run_refuses_an_output_dir_another_user_controls(tmp_path, kind):
         out.chmod(0o777)
     else:
         _give(out)
-    r = _cli("run", "--sysroot", str(tree), "-q", "--output-dir", str(out), cwd=tmp_path)
+    r = cli("run", "--sysroot", str(tree), "-q", "--output-dir", str(out), cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     lines = _error_lines(r.stderr)
     why = f"owned by uid {OTHER_UID}" if kind != "world-writable" else "writable by every user"
@@ -307,7 +308,7 @@ def test_run_refuses_an_output_dir_another_user_controls(tmp_path, kind):
 
 
 @needs_root
-def test_run_refuses_an_output_dir_whose_acl_lets_another_user_write(tmp_path):
+def test_run_refuses_an_output_dir_whose_acl_lets_another_user_write(cli, tmp_path):
     """Root's 0755 directory, but a POSIX ACL entry grants another user write: that user controls the archive."""
     tree = tmp_path / "sysroot"
     tree.mkdir()
@@ -315,7 +316,7 @@ def test_run_refuses_an_output_dir_whose_acl_lets_another_user_write(tmp_path):
     out.mkdir(mode=0o755)
     if not set_access_acl(out, OTHER_UID):
         pytest.skip("this file system has no POSIX ACLs")
-    r = _cli("run", "--sysroot", str(tree), "-q", "--output-dir", str(out), cwd=tmp_path)
+    r = cli("run", "--sysroot", str(tree), "-q", "--output-dir", str(out), cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     lines = _error_lines(r.stderr)
     assert len(lines) == 1 and f"uid {OTHER_UID} through its ACL" in lines[0], r.stderr

@@ -20,7 +20,7 @@ import pytest
 from dl_doctor.host import spawn
 from dl_doctor.host import trust
 from dl_doctor.host import Host, UntrustedCommand
-from conftest import dl_doctor_exe, set_access_acl
+from conftest import set_access_acl
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 OTHER_UID = 4242
@@ -64,7 +64,7 @@ def test_an_interpreter_never_imports_the_current_directorys_modules(open_dir, m
 
 
 @needs_root
-def test_sudo_collect_in_a_directory_another_user_writes_runs_none_of_their_modules(open_dir, tmp_path):
+def test_sudo_collect_in_a_directory_another_user_writes_runs_none_of_their_modules(run_cli, open_dir, tmp_path):
     """The reported attack: `sudo dl-doctor collect --python /usr/bin/python3` started in another user's directory."""
     cwd = open_dir()
     os.chown(cwd, OTHER_UID, OTHER_UID)
@@ -72,9 +72,8 @@ def test_sudo_collect_in_a_directory_another_user_writes_runs_none_of_their_modu
     for module in ("json", "site", "os", "encodings"):
         (cwd / f"{module}.py").write_text(f"open({str(marker)!r}, 'a').write({module!r})\n")
     python = sys.executable
-    proc = subprocess.run([dl_doctor_exe(), "collect", "--python", python, "--no-env-scan", "-o",
-                           str(tmp_path / "facts.json")], cwd=str(cwd), capture_output=True, text=True, timeout=180,
-                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LANG": "C.UTF-8"})
+    proc = run_cli("collect", "--python", python, "--no-env-scan", "-o", str(tmp_path / "facts.json"), cwd=cwd,
+                   timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists(), marker.read_text()
     facts = json.loads((tmp_path / "facts.json").read_text())
@@ -215,12 +214,11 @@ def test_another_users_pythonpath_directory_is_withheld_and_recorded(open_dir, t
 
 
 @needs_root
-def test_the_live_probe_says_what_the_session_path_would_have_added(open_dir, tmp_path):
+def test_the_live_probe_says_what_the_session_path_would_have_added(run_cli, open_dir, tmp_path):
     theirs = open_dir("dld-pp-")
     os.chown(theirs, OTHER_UID, OTHER_UID)
-    proc = subprocess.run([dl_doctor_exe(), "collect", "--python", sys.executable, "--no-env-scan", "-o",
-                           str(tmp_path / "facts.json")], capture_output=True, text=True, timeout=180, cwd="/",
-                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(theirs)})
+    proc = run_cli("collect", "--python", sys.executable, "--no-env-scan", "-o", str(tmp_path / "facts.json"),
+                   timeout=180, cwd=Path("/"), env={"PYTHONPATH": str(theirs), "LANG": None})
     assert proc.returncode == 0, proc.stderr
     facts = json.loads((tmp_path / "facts.json").read_text())
     env = next(e for e in facts["facts"]["python_envs"]["environments"] if e.get("python") == sys.executable)

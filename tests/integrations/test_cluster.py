@@ -29,9 +29,12 @@ def bad_and_good(tmp_path_factory):
     return bad, good
 
 
-def _run(*args, env=None):
-    return subprocess.run([str(DOCTOR), *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+@pytest.fixture
+def dld(run_cli):
+    """The shared runner, leaving dl-doctor's default output directory alone: an engine mode writes no report."""
+    def run(*args, env=None):
+        return run_cli(*args, env=env, timeout=300, outdir=False)
+    return run
 
 
 def test_drain_reason_starts_with_the_prefix_and_the_check_id():
@@ -45,28 +48,27 @@ def test_drain_reason_starts_with_the_prefix_and_the_check_id():
     assert cluster.parse_node("NodeName=n1 State=IDLE Weight=1") == ("IDLE", None)
 
 
-def test_npd_contract_exit_codes_and_an_80_character_line(bad_and_good):
+def test_npd_contract_exit_codes_and_an_80_character_line(dld, bad_and_good):
     bad, good = bad_and_good
-    r = _run("run", "--sysroot", str(bad), "--engine", "npd", "--profile", "fast")
+    r = dld("run", "--sysroot", str(bad), "--engine", "npd", "--profile", "fast")
     assert r.returncode == 1, r.stderr
     [line] = r.stdout.splitlines()
     assert len(line) <= 80 and line.startswith("DLD-") and line.split()[0] in ("DLD-DRV-001", "DLD-GPU-001")
-    r = _run("run", "--sysroot", str(good), "--engine", "npd")
+    r = dld("run", "--sysroot", str(good), "--engine", "npd")
     assert r.returncode == 0 and len(r.stdout.strip()) <= 80 and r.stdout.startswith("dl-doctor: OK")
-    r = _run("check", str(good / "nonexistent.json"), "--engine", "npd")
+    r = dld("check", str(good / "nonexistent.json"), "--engine", "npd")
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    r = _run("run", "--sysroot", str(good), "--engine", "npd", "--json", "-")
+    r = dld("run", "--sysroot", str(good), "--engine", "npd", "--json", "-")
     assert r.returncode == 2 and "owns stdout" in r.stderr
 
 
-def test_an_engine_mode_writes_no_report_unless_asked(bad_and_good, tmp_path):
+def test_an_engine_mode_writes_no_report_unless_asked(run_cli, bad_and_good, tmp_path):
     bad, _ = bad_and_good
-    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(bad), "--engine", "nhc"], capture_output=True,
-                       text=True, timeout=300, cwd=tmp_path)
+    r = run_cli("run", "--sysroot", str(bad), "--engine", "nhc", timeout=300, cwd=tmp_path, outdir=False)
     assert r.returncode == 1 and r.stdout.startswith("FAIL DLD-")
     assert not (tmp_path / "dl-doctor-reports").exists()  # a health check runs every few minutes: no pile of files
-    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(bad), "--engine", "nhc", "--json", "r.json"],
-                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    r = run_cli("run", "--sysroot", str(bad), "--engine", "nhc", "--json", "r.json", timeout=300, cwd=tmp_path,
+                outdir=False)
     assert json.loads((tmp_path / "r.json").read_text())["findings"]
 
 
@@ -125,37 +127,38 @@ def _sinfo_reason(env):
     return r.stdout.strip()
 
 
-def test_slurm_drains_with_its_reason_and_resumes_only_its_own_drain(slurm_cluster, bad_and_good):
+def test_slurm_drains_with_its_reason_and_resumes_only_its_own_drain(dld, slurm_cluster, bad_and_good):
     bad, good = bad_and_good
-    env = {**os.environ, "SLURM_CONF": slurm_cluster["SLURM_CONF"], "SLURMD_NODENAME": slurm_cluster["NODE"]}
-    r = _run("run", "--sysroot", str(bad), "--engine", "slurm", "--drain", "--profile", "fast", env=env)
+    slurm = {"SLURM_CONF": slurm_cluster["SLURM_CONF"], "SLURMD_NODENAME": slurm_cluster["NODE"]}
+    env = {**os.environ, **slurm}  # for sinfo and scontrol; dl-doctor gets only the two
+    r = dld("run", "--sysroot", str(bad), "--engine", "slurm", "--drain", "--profile", "fast", env=slurm)
     assert r.returncode == 1 and "slurm: drained (dld:DLD-" in r.stdout, r.stdout + r.stderr
     reason = _sinfo_reason(env)
     assert reason.startswith("dld:DLD-") and reason[4:15] in ("DLD-DRV-001", "DLD-GPU-001")  # sinfo -R shows it
-    r = _run("run", "--sysroot", str(good), "--engine", "slurm", "--drain", env=env)
+    r = dld("run", "--sysroot", str(good), "--engine", "slurm", "--drain", env=slurm)
     assert r.returncode == 0 and "slurm: resumed" in r.stdout, r.stdout + r.stderr
     assert _sinfo_reason(env) == ""
     # a node an operator drained is left alone, whatever dl-doctor finds
     subprocess.run(["scontrol", "update", f"NodeName={slurm_cluster['NODE']}", "State=DRAIN",
                     "Reason=disk swap on Tuesday"], check=True, env=env, timeout=30)
     try:
-        r = _run("run", "--sysroot", str(good), "--engine", "slurm", "--drain", env=env)
+        r = dld("run", "--sysroot", str(good), "--engine", "slurm", "--drain", env=slurm)
         assert "slurm: left-alone" in r.stdout and _sinfo_reason(env) == "disk swap on Tuesday"
-        r = _run("run", "--sysroot", str(bad), "--engine", "slurm", "--drain", env=env)
+        r = dld("run", "--sysroot", str(bad), "--engine", "slurm", "--drain", env=slurm)
         assert "slurm: left-alone" in r.stdout and _sinfo_reason(env) == "disk swap on Tuesday"
     finally:
         subprocess.run(["scontrol", "update", f"NodeName={slurm_cluster['NODE']}", "State=RESUME"], env=env,
                        timeout=30)
     # without --drain it only says what it would do
-    r = _run("run", "--sysroot", str(bad), "--engine", "slurm", env=env)
+    r = dld("run", "--sysroot", str(bad), "--engine", "slurm", env=slurm)
     assert "slurm: would-drain (dld:DLD-" in r.stdout and _sinfo_reason(env) == ""
 
 
-def test_host_root_reads_the_mounted_root_and_the_running_kernel(bad_and_good):
+def test_host_root_reads_the_mounted_root_and_the_running_kernel(dld, bad_and_good):
     """A DaemonSet's view: the host's files through a mount, the running kernel's /proc, /sys and /dev as they are.
     The tree's own /proc and /sys (a GPU on its PCI bus, its kernel) are not read; this machine's are."""
     bad, _ = bad_and_good
-    r = _run("run", "--host-root", str(bad), "--json", "-", "--fail-on", "never", "--no-env-scan")
+    r = dld("run", "--host-root", str(bad), "--json", "-", "--fail-on", "never", "--no-env-scan")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     facts = report["facts"]
@@ -167,5 +170,5 @@ def test_host_root_reads_the_mounted_root_and_the_running_kernel(bad_and_good):
         if open(f"/sys/bus/pci/devices/{d}/vendor").read().strip() == "0x10de"
         and open(f"/sys/bus/pci/devices/{d}/class").read().startswith("0x03"))
     assert "python_processes" in facts                                  # /proc is the running system's
-    r = _run("run", "--host-root", str(bad), "--sysroot", str(bad))
+    r = dld("run", "--host-root", str(bad), "--sysroot", str(bad))
     assert r.returncode == 2 and "exclude each other" in r.stderr

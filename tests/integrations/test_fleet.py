@@ -5,10 +5,7 @@ report) against the slow one (a whole report or a facts file)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tarfile
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +13,6 @@ import machines
 from dl_doctor.integrations import fleet
 from dl_doctor.facts.validate import InputError
 
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 
 
 def _env_block(env):
@@ -24,11 +20,12 @@ def _env_block(env):
 
 
 @pytest.fixture(scope="module")
-def node_reports(tmp_path_factory):
+def node_reports(tmp_path_factory, request):
     """Five p5 nodes: node-3 runs another driver, node-4 another NCCL_SOCKET_IFNAME, node-5 lost its fabric manager
     unit and so fails; the others agree."""
-    from conftest import build_tree
+    from conftest import CliRunner, build_tree
 
+    run_cli = CliRunner(tmp_path_factory.mktemp("cli"), request)
     out = tmp_path_factory.mktemp("reports")
     for n in range(1, 6):
         driver = "550.127.05" if n == 3 else "550.54.15"
@@ -41,8 +38,8 @@ def node_reports(tmp_path_factory):
             for key in [k for k in spec if "fabricmanager" in k]:
                 del spec[key]
         root = build_tree(tmp_path_factory.mktemp(f"node{n}"), spec)
-        r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--json", str(out / f"node-{n}.json"),
-                            "--html", "/dev/null", "--fail-on", "never"], capture_output=True, text=True, timeout=300)
+        r = run_cli("run", "--sysroot", str(root), "--json", str(out / f"node-{n}.json"), "--html", "/dev/null",
+                    "--fail-on", "never", timeout=300)
         assert r.returncode == 0, r.stderr
     return out
 
@@ -64,12 +61,12 @@ def _p5_with_driver(driver):
     return new
 
 
-def _fleet(*args):
-    return subprocess.run([str(DOCTOR), "fleet", *map(str, args)], capture_output=True, text=True, timeout=300)
+def _fleet(run_cli, *args):
+    return run_cli("fleet", *map(str, args), timeout=300)
 
 
-def test_the_odd_nodes_are_named_against_the_majority_in_text_json_and_html(node_reports, tmp_path):
-    r = _fleet(node_reports, "--json", tmp_path / "f.json", "--html", tmp_path / "f.html")
+def test_the_odd_nodes_are_named_against_the_majority_in_text_json_and_html(run_cli, node_reports, tmp_path):
+    r = _fleet(run_cli, node_reports, "--json", tmp_path / "f.json", "--html", tmp_path / "f.html")
     assert r.returncode == 1, r.stderr
     text = r.stdout
     assert "5 nodes in 1 group" in text
@@ -89,24 +86,24 @@ def test_the_odd_nodes_are_named_against_the_majority_in_text_json_and_html(node
     assert 'title="DLD-GPU-004 fails on node-5.cluster.internal"' in html
 
 
-def test_agreeing_healthy_nodes_exit_0_and_bad_input_exits_2(node_reports, tmp_path):
+def test_agreeing_healthy_nodes_exit_0_and_bad_input_exits_2(run_cli, node_reports, tmp_path):
     for n in (1, 2):
         (tmp_path / f"node-{n}.json").write_bytes((node_reports / f"node-{n}.json").read_bytes())
-    r = _fleet(tmp_path)
+    r = _fleet(run_cli, tmp_path)
     assert r.returncode == 0 and "OK: the nodes agree and none fails" in r.stdout, r.stdout
     (tmp_path / "empty").mkdir()
-    r = _fleet(tmp_path / "empty")
+    r = _fleet(run_cli, tmp_path / "empty")
     assert r.returncode == 2 and "no dl-doctor report found" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_a_tarball_and_a_glob_and_slow_path_documents_merge_the_same(node_reports, tmp_path):
+def test_a_tarball_and_a_glob_and_slow_path_documents_merge_the_same(run_cli, node_reports, tmp_path):
     tar = tmp_path / "reports.tar.gz"
     with tarfile.open(tar, "w:gz") as t:
         for p in sorted(node_reports.glob("*.json")):
             t.add(p, arcname=f"run/{p.name}")
-    a = json.loads(_fleet(node_reports, "--json", "-").stdout)
-    b = json.loads(_fleet(tar, "--json", "-").stdout)
-    c = json.loads(_fleet(str(node_reports / "node-*.json"), "--json", "-").stdout)
+    a = json.loads(_fleet(run_cli, node_reports, "--json", "-").stdout)
+    b = json.loads(_fleet(run_cli, tar, "--json", "-").stdout)
+    c = json.loads(_fleet(run_cli, str(node_reports / "node-*.json"), "--json", "-").stdout)
     assert a["groups"] == b["groups"] == c["groups"]
     # a report without the fleet section (an older dl-doctor) is read whole and summarised the same way
     old = tmp_path / "old"
@@ -115,7 +112,7 @@ def test_a_tarball_and_a_glob_and_slow_path_documents_merge_the_same(node_report
         doc = json.loads(p.read_text())
         del doc["fleet_node"]
         (old / p.name).write_text(json.dumps(doc))
-    d = json.loads(_fleet(old, "--json", "-").stdout)
+    d = json.loads(_fleet(run_cli, old, "--json", "-").stdout)
     assert d["groups"] == a["groups"] and d["failing_by_check"] == a["failing_by_check"]
 
 
@@ -131,23 +128,23 @@ def test_the_head_read_finds_the_section_and_a_cut_one_falls_back(node_reports):
     assert fleet.read_section(b'{"kind": "something else"}') is None
 
 
-def test_two_reports_with_one_host_name_stay_two_nodes(node_reports, tmp_path):
+def test_two_reports_with_one_host_name_stay_two_nodes(run_cli, node_reports, tmp_path):
     for n in (1, 2):
         doc = json.loads((node_reports / f"node-{n}.json").read_text())
         doc["fleet_node"]["identity"]["hostname"] = "[HOST-1]"  # --redact gives every host the same placeholder
         (tmp_path / f"r{n}.json").write_text(json.dumps(doc, indent=2))
-    result = json.loads(_fleet(tmp_path, "--json", "-").stdout)
+    result = json.loads(_fleet(run_cli, tmp_path, "--json", "-").stdout)
     assert sorted(result["groups"][0]["nodes"]) == ["r1", "r2"]
 
 
-def test_a_planted_nccl_library_version_is_named_against_the_majority(node_reports, tmp_path):
+def test_a_planted_nccl_library_version_is_named_against_the_majority(run_cli, node_reports, tmp_path):
     """One node's torch loads another NCCL than the other four (planted in the recorded reports' fleet sections)."""
     for p in sorted(node_reports.glob("node-[1234].json")):
         doc = json.loads(p.read_text())
         nccl = "2.18.1" if p.name == "node-2.json" else "2.21.5"
         doc["fleet_node"]["compare"]["python.pytorch.torch.libnccl"] = nccl
         (tmp_path / p.name).write_text(json.dumps(doc, indent=2))
-    r = _fleet(tmp_path, "--json", tmp_path / "f.json")
+    r = _fleet(run_cli, tmp_path, "--json", tmp_path / "f.json")
     assert "DIFFERS python.pytorch.torch.libnccl: 3 nodes have 2.21.5; node-2.cluster.internal = 2.18.1" in r.stdout
     diff = next(d for d in json.loads((tmp_path / "f.json").read_text())["groups"][0]["differences"]
                 if d["fact"] == "python.pytorch.torch.libnccl")
@@ -168,7 +165,7 @@ def _with_section(node_reports, section):
     return json.dumps(doc, indent=2)
 
 
-def test_fifos_sockets_and_devices_are_skipped_without_blocking(node_reports, tmp_path):
+def test_fifos_sockets_and_devices_are_skipped_without_blocking(run_cli, node_reports, tmp_path):
     import os
     import socket as sockets
 
@@ -178,8 +175,7 @@ def test_fifos_sockets_and_devices_are_skipped_without_blocking(node_reports, tm
     listener.bind(str(tmp_path / "sock.json"))
     (tmp_path / "zero.json").symlink_to("/dev/zero")  # a link to a device: caught on the opened descriptor
     try:
-        r = subprocess.run([str(DOCTOR), "fleet", str(tmp_path), str(tmp_path / "fifo.json"), "--json",
-                            str(tmp_path / "f.out")], capture_output=True, text=True, timeout=60)
+        r = run_cli("fleet", str(tmp_path), str(tmp_path / "fifo.json"), "--json", str(tmp_path / "f.out"), timeout=60)
     finally:
         listener.close()
     assert r.returncode == 0, r.stdout + r.stderr
@@ -206,11 +202,11 @@ def test_fifos_sockets_and_devices_are_skipped_without_blocking(node_reports, tm
     ("facts.json", lambda r: json.dumps({"kind": "dl-doctor-facts", "facts": {"network": {"efa_devices": 7}}}),
      "its facts have an unexpected shape"),
 ])
-def test_a_malformed_report_costs_only_itself(node_reports, tmp_path, name, content, reason):
+def test_a_malformed_report_costs_only_itself(run_cli, node_reports, tmp_path, name, content, reason):
     """Each of these ended the whole comparison with "could not run: AttributeError" (or hung, or took gigabytes)."""
     _good_pair(node_reports, tmp_path)
     (tmp_path / name).write_text(content(node_reports))
-    r = _fleet(tmp_path, "--json", tmp_path / "f.out")
+    r = _fleet(run_cli, tmp_path, "--json", tmp_path / "f.out")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "could not run" not in r.stderr and "2 nodes in 1 group" in r.stdout
     [bad] = json.loads((tmp_path / "f.out").read_text())["unreadable"]
@@ -218,22 +214,22 @@ def test_a_malformed_report_costs_only_itself(node_reports, tmp_path, name, cont
     assert f"SKIPPED {tmp_path / name}: " in r.stdout and reason in r.stdout
 
 
-def test_an_input_over_the_size_limit_is_refused_before_it_is_read(node_reports, tmp_path):
+def test_an_input_over_the_size_limit_is_refused_before_it_is_read(run_cli, node_reports, tmp_path):
     _good_pair(node_reports, tmp_path)
     with open(tmp_path / "huge.json", "wb") as fh:  # sparse: no disk used, and the head holds no section
         fh.truncate((64 << 20) + 1)
-    r = _fleet(tmp_path, "--json", "-")
+    r = _fleet(run_cli, tmp_path, "--json", "-")
     assert r.returncode == 0, r.stderr
     [bad] = json.loads(r.stdout)["unreadable"]
     assert bad["error"] == "the report is 67108865 bytes, over the 64 MiB limit for an input"
 
 
-def test_only_bad_inputs_exit_2_naming_them_on_one_line(tmp_path):
+def test_only_bad_inputs_exit_2_naming_them_on_one_line(run_cli, tmp_path):
     import os
 
     os.mkfifo(tmp_path / "a.json")
     (tmp_path / "b.json").write_text('{"fleet_node": 1}')
-    r = _fleet(tmp_path)
+    r = _fleet(run_cli, tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "a.json: it is a FIFO" in r.stderr and "b.json: fleet_node is an integer, not an object" in r.stderr
 

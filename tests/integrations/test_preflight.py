@@ -5,7 +5,6 @@ both agents exit with rank 0's verdict."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -42,26 +41,25 @@ def launcher(tmp_path):
     return torchrun, script
 
 
-def _agents(torchrun, script, envs, tmp_path, *extra_args):
+def _agents(run_cli, torchrun, script, envs, tmp_path, *extra_args):
+    """Two torchrun agents in the shared runner's clean environment (no NCCL_ or FI_ setting of the developer's)."""
     port = _free_port()
     procs = []
     for n, extra in enumerate(envs):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "FI_"))}
-        env.update(extra)
-        procs.append(subprocess.Popen(
-            [str(torchrun), "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-             f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=preflight-test", str(script),
-             "--doctor", str(DOCTOR), "--timeout", "120", "--json", str(tmp_path / f"r{n}.json"), *extra_args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
+        procs.append(run_cli.popen(
+            "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-id=preflight-test", str(script), "--doctor", str(DOCTOR), "--timeout", "120", "--json",
+            str(tmp_path / f"r{n}.json"), *extra_args, exe=[str(torchrun)], env=extra, outdir=False,
+            stderr=subprocess.STDOUT))
     outs = [p.communicate(timeout=300)[0] for p in procs]
     return [p.returncode for p in procs], outs
 
 
-def test_two_local_nodes_with_a_planted_nccl_setting(launcher, tmp_path):
+def test_two_local_nodes_with_a_planted_nccl_setting(run_cli, launcher, tmp_path):
     import json
 
     torchrun, script = launcher
-    codes, outs = _agents(torchrun, script, [{"NCCL_SOCKET_IFNAME": "lo"}, {"NCCL_SOCKET_IFNAME": "eth7"}],
+    codes, outs = _agents(run_cli, torchrun, script, [{"NCCL_SOCKET_IFNAME": "lo"}, {"NCCL_SOCKET_IFNAME": "eth7"}],
                           tmp_path)
     report = next(o for o in outs if "dl-doctor preflight" in o)
     text = report[report.index("dl-doctor preflight"):]
@@ -78,10 +76,10 @@ def test_two_local_nodes_with_a_planted_nccl_setting(launcher, tmp_path):
     assert result["path"]["ok"] is True and result["path"]["backend"] == "gloo"
 
 
-def test_a_backend_the_nodes_cannot_use_is_named_with_the_pairs(launcher, tmp_path):
+def test_a_backend_the_nodes_cannot_use_is_named_with_the_pairs(run_cli, launcher, tmp_path):
     """NCCL on CPU-only nodes: the all-reduce over the job's backend fails, and the pair that cannot reduce is named."""
     torchrun, script = launcher
-    codes, outs = _agents(torchrun, script, [{}, {}], tmp_path, "--backend", "nccl")
+    codes, outs = _agents(run_cli, torchrun, script, [{}, {}], tmp_path, "--backend", "nccl")
     report = next(o for o in outs if "dl-doctor preflight" in o)
     line = next(l for l in report.splitlines() if l.startswith("all-reduce over nccl"))
     assert "FAILED" in line and "pairs that cannot reduce:" in line and " <-> " in line

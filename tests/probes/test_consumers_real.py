@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,6 @@ import pytest
 ENVS = Path(os.environ.get("DL_DOCTOR_TEST_ENVS", Path.home() / ".cache" / "dl-doctor-test-envs"))
 REAL = {name: ENVS / name for name in ("ort-1.22.0-cu12", "cupy-14.2.0-cu12", "ct2-4.8.5", "torch-ort-cu130",
                                        "torch-ort12-cu130")}
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 NOT_FOUND = re.compile(r"([\w.+-]+\.so[\w.]*): cannot open shared object file")
 
 
@@ -57,8 +55,13 @@ def stub_dir(tmp_path_factory):
 
 def _env(stub_dir) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH")}
-    env["LD_LIBRARY_PATH"] = str(stub_dir)
+    env.update(_stub(stub_dir))
     return env
+
+
+def _stub(stub_dir) -> dict:
+    """What dl-doctor's clean environment (run_cli) gets: the stand-in libcuda.so.1 on the library path."""
+    return {"LD_LIBRARY_PATH": str(stub_dir)}
 
 
 def _truth(python: Path, stub_dir, target: str, first: str = "") -> str:
@@ -85,11 +88,11 @@ def _truth(python: Path, stub_dir, target: str, first: str = "") -> str:
 _facts_cache: dict = {}
 
 
-def _consumers(name: str, stub_dir) -> list:
+def _consumers(run_cli, name: str, stub_dir) -> list:
     if name not in _facts_cache:
         out = Path(str(stub_dir)) / f"facts-{name}.json"
-        r = subprocess.run([str(DOCTOR), "collect", "--no-env-scan", "--python", str(REAL[name] / "bin" / "python"),
-                            "-o", str(out)], capture_output=True, text=True, env=_env(stub_dir), timeout=300)
+        r = run_cli("collect", "--no-env-scan", "--python", str(REAL[name] / "bin" / "python"), "-o", str(out),
+                    env=_stub(stub_dir), timeout=300)
         assert r.returncode == 0, r.stderr
         facts = json.loads(out.read_text())["facts"]
         env = next(e for e in facts["python_envs"]["environments"] if e.get("role") == "requested")
@@ -125,10 +128,10 @@ CASES = [("ort-1.22.0-cu12", "onnxruntime-gpu"), ("cupy-14.2.0-cu12", "cupy-cuda
 
 
 @pytest.mark.parametrize("name,distribution", CASES)
-def test_prediction_equals_the_real_loader_for_every_cuda_object(name, distribution, stub_dir):
+def test_prediction_equals_the_real_loader_for_every_cuda_object(run_cli, name, distribution, stub_dir):
     if not _present(name):
         pytest.skip(f"{name} not set up (tests/setup_framework_envs.sh)")
-    consumer = next(c for c in _consumers(name, stub_dir) if c["distribution"] == distribution)
+    consumer = next(c for c in _consumers(run_cli, name, stub_dir) if c["distribution"] == distribution)
     objects = _objects(name, distribution)
     assert objects, "the wheel has objects that need CUDA libraries"
     assert consumer["cuda_objects"] == len(objects)
@@ -147,10 +150,10 @@ def test_prediction_equals_the_real_loader_for_every_cuda_object(name, distribut
     assert compared == len(objects)
 
 
-def test_cupy_without_cuda_wheels_misses_cublas_and_optional_cutensor_is_marked(stub_dir):
+def test_cupy_without_cuda_wheels_misses_cublas_and_optional_cutensor_is_marked(run_cli, stub_dir):
     if not _present("cupy-14.2.0-cu12"):
         pytest.skip("cupy env not set up")
-    c = next(c for c in _consumers("cupy-14.2.0-cu12", stub_dir) if c["distribution"] == "cupy-cuda12x")
+    c = next(c for c in _consumers(run_cli, "cupy-14.2.0-cu12", stub_dir) if c["distribution"] == "cupy-cuda12x")
     assert c["cuda_major"] == 12 and c["cuda_major_from"] == "distribution name"
     by = {m["soname"]: m for m in c["missing"]}
     if "libcublas.so.12" in by:  # unless this machine has a CUDA 12 cuBLAS in ld.so.cache
@@ -158,21 +161,21 @@ def test_cupy_without_cuda_wheels_misses_cublas_and_optional_cutensor_is_marked(
     assert by["libcutensor.so.2"]["optional"] is True
 
 
-def test_dlopen_prediction_equals_the_loader_ctranslate2(stub_dir):
+def test_dlopen_prediction_equals_the_loader_ctranslate2(run_cli, stub_dir):
     if not _present("ct2-4.8.5"):
         pytest.skip("ctranslate2 env not set up")
-    c = next(c for c in _consumers("ct2-4.8.5", stub_dir) if c["distribution"] == "ctranslate2")
+    c = next(c for c in _consumers(run_cli, "ct2-4.8.5", stub_dir) if c["distribution"] == "ctranslate2")
     assert c["dlopen"] == ["libcublas.so.12"] and c["cuda_major"] == 12
     predicted = {m["soname"] for m in c["missing"] if m["how"] == "dlopen"}
     truth = _truth(REAL["ct2-4.8.5"] / "bin" / "python", stub_dir, "libcublas.so.12")
     assert ("libcublas.so.12" in predicted) == bool(truth), truth
 
 
-def test_onnxruntime_cuda13_beside_torch_cuda13_loads_after_import_torch(stub_dir):
+def test_onnxruntime_cuda13_beside_torch_cuda13_loads_after_import_torch(run_cli, stub_dir):
     """The documented remedy: torch of the same CUDA major preloads the wheels; the provider then loads."""
     if not _present("torch-ort-cu130"):
         pytest.skip("torch-ort-cu130 env not set up")
-    c = next(c for c in _consumers("torch-ort-cu130", stub_dir) if c["distribution"] == "onnxruntime-gpu")
+    c = next(c for c in _consumers(run_cli, "torch-ort-cu130", stub_dir) if c["distribution"] == "onnxruntime-gpu")
     provider = str(_site("torch-ort-cu130") / "onnxruntime/capi/libonnxruntime_providers_cuda.so")
     python = REAL["torch-ort-cu130"] / "bin" / "python"
     required = {m["soname"] for m in c["missing"] if not m["optional"]}
@@ -190,12 +193,11 @@ def test_onnxruntime_cuda13_beside_torch_cuda13_loads_after_import_torch(stub_di
     ("ct2-4.8.5", "fail", ["ctranslate2", "libcublas.so.12", "dlopen"]),
     ("torch-ort-cu130", "warn", ["onnxruntime-gpu", "preload_dlls()"]),
 ])
-def test_cli_finding_per_framework(name, status, words, stub_dir, tmp_path):
+def test_cli_finding_per_framework(run_cli, name, status, words, stub_dir, tmp_path):
     if not _present(name):
         pytest.skip(f"{name} not set up")
-    r = subprocess.run([str(DOCTOR), "run", "--no-env-scan", "--python", str(REAL[name] / "bin" / "python"),
-                        "--only", "DLD-PY-011", "--json", "-", "--fail-on", "never"], capture_output=True, text=True,
-                       env=_env(Path(str(tmp_path))), timeout=300)
+    r = run_cli("run", "--no-env-scan", "--python", str(REAL[name] / "bin" / "python"), "--only", "DLD-PY-011",
+                "--json", "-", "--fail-on", "never", env=_stub(tmp_path), timeout=300)
     assert r.returncode == 0, r.stderr
     finding = next(f for f in json.loads(r.stdout)["findings"] if f["id"] == "DLD-PY-011")
     text = json.dumps(finding)
@@ -206,15 +208,14 @@ def test_cli_finding_per_framework(name, status, words, stub_dir, tmp_path):
         assert w in text, (w, finding["message"])
 
 
-def test_deep_imports_each_framework_and_the_truth_matches_the_prediction(stub_dir):
+def test_deep_imports_each_framework_and_the_truth_matches_the_prediction(run_cli, stub_dir):
     """--deep loads every CUDA object of every consumer in a subprocess of the environment's own interpreter; the
     library the real loader could not find is one the static prediction named for that object."""
     if not _present("torch-ort-cu130"):
         pytest.skip("torch-ort-cu130 env not set up")
     out = Path(str(stub_dir)) / "deep.json"
-    r = subprocess.run([str(DOCTOR), "collect", "--deep", "--no-env-scan", "--python",
-                        str(REAL["torch-ort-cu130"] / "bin" / "python"), "-o", str(out)],
-                       capture_output=True, text=True, env=_env(stub_dir), timeout=600)
+    r = run_cli("collect", "--deep", "--no-env-scan", "--python", str(REAL["torch-ort-cu130"] / "bin" / "python"),
+                "-o", str(out), env=_stub(stub_dir), timeout=600)
     assert r.returncode == 0, r.stderr
     env = next(e for e in json.loads(out.read_text())["facts"]["python_envs"]["environments"]
                if e.get("role") == "requested")
@@ -229,7 +230,7 @@ def test_deep_imports_each_framework_and_the_truth_matches_the_prediction(stub_d
     assert step["missing"] in predicted, (step, predicted)
 
 
-def test_cuda12_onnxruntime_beside_cuda13_torch_fails_where_0_1_passed(stub_dir, tmp_path):
+def test_cuda12_onnxruntime_beside_cuda13_torch_fails_where_0_1_passed(run_cli, stub_dir, tmp_path):
     """The issue's mixed environment: 0.1 passed 'the environment loads its own CUDA libraries' while the CUDA
     provider cannot load (it needs .so.12 sonames; the environment's wheels are CUDA 13)."""
     if not _present("torch-ort12-cu130"):
@@ -237,9 +238,8 @@ def test_cuda12_onnxruntime_beside_cuda13_torch_fails_where_0_1_passed(stub_dir,
     provider = str(_site("torch-ort12-cu130") / "onnxruntime/capi/libonnxruntime_providers_cuda.so")
     python = REAL["torch-ort12-cu130"] / "bin" / "python"
     assert "cannot open shared object file" in _truth(python, stub_dir, provider, first="import torch")
-    r = subprocess.run([str(DOCTOR), "run", "--no-env-scan", "--python", str(python), "--only",
-                        "DLD-PY-004,DLD-PY-011,DLD-PY-012", "--json", "-", "--fail-on", "never"],
-                       capture_output=True, text=True, env=_env(stub_dir), timeout=300)
+    r = run_cli("run", "--no-env-scan", "--python", str(python), "--only", "DLD-PY-004,DLD-PY-011,DLD-PY-012",
+                "--json", "-", "--fail-on", "never", env=_stub(stub_dir), timeout=300)
     findings = {f["id"]: f for f in json.loads(r.stdout)["findings"]}
     assert findings["DLD-PY-011"]["status"] == "fail"
     assert "onnxruntime-gpu 1.22.0 (CUDA 12)" in findings["DLD-PY-011"]["message"]

@@ -15,7 +15,6 @@ import random
 import shutil
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ import pytest
 from dl_doctor.readers import journal
 from dl_doctor.host import Host
 
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "journal"
 BOOT = "5eed5eed5eed5eed5eed5eed5eed5eed"
 MISMATCH = ("fabric manager NVIDIA GPU driver interface version 550.127.05 don't match with driver version 550.120. "
@@ -176,9 +174,8 @@ def test_a_fifo_or_a_link_out_of_the_tree_named_like_a_journal_is_not_followed(t
     assert any("system@0005-0001.journal" in err for err in read.errors)
 
 
-def _run(root: Path, only: str):
-    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--json", "-", "--fail-on", "never",
-                        "--only", only], capture_output=True, text=True, timeout=300)
+def _run(run_cli, root: Path, only: str):
+    r = run_cli("run", "--sysroot", str(root), "--json", "-", "--fail-on", "never", "--only", only, timeout=300)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     return {f["id"]: f for f in report["findings"]}, report["facts"]
@@ -191,10 +188,10 @@ UNITS = {"lib/systemd/system/nvidia-fabricmanager.service": "[Unit]\n",
          "sys/bus/pci/drivers/mlx5_core/.keep": "", "sys/module/nvidia/version": "550.120\n"}
 
 
-def test_a_tree_with_only_a_journal_is_judged_from_it(tmp_path):
+def test_a_tree_with_only_a_journal_is_judged_from_it(run_cli, tmp_path):
     """An image whose logs live only in the journal (no kern.log): the Xid of this boot fails, the earlier boot's
     suspend is not an event, the fabric manager's failure comes with its reason, nvidia-peermem's failure warns."""
-    f, facts = _run(_tree(tmp_path / "t", extra=UNITS), "DLD-GPU-008,DLD-LOG-001,DLD-LOG-002,DLD-NET-004")
+    f, facts = _run(run_cli, _tree(tmp_path / "t", extra=UNITS), "DLD-GPU-008,DLD-LOG-001,DLD-LOG-002,DLD-NET-004")
     assert facts["kernel_log"]["source"] == "journal"
     assert facts["kernel_log"]["boot"]["boot_id"] == BOOT and facts["kernel_log"]["boot"]["boot_start_seen"]
     assert f["DLD-GPU-008"]["status"] == "fail" and "79" in f["DLD-GPU-008"]["message"]
@@ -210,8 +207,8 @@ def test_a_tree_with_only_a_journal_is_judged_from_it(tmp_path):
     assert net["status"] == "warn" and "nvidia_peermem failed to load in this boot" in net["message"]
 
 
-def test_a_healthy_journal_gives_no_finding(tmp_path):
-    f, facts = _run(_tree(tmp_path / "t", "healthy", extra={
+def test_a_healthy_journal_gives_no_finding(run_cli, tmp_path):
+    f, facts = _run(run_cli, _tree(tmp_path / "t", "healthy", extra={
         **UNITS, "etc/modules-load.d/nvidia-peermem.conf": "# GPUDirect RDMA\nnvidia-peermem\n"}),
         "DLD-GPU-008,DLD-LOG-001,DLD-LOG-002,DLD-NET-004")
     assert {k: v["status"] for k, v in f.items()} == {"DLD-GPU-008": "pass", "DLD-LOG-001": "pass",

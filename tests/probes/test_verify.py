@@ -16,16 +16,14 @@ from dl_doctor import compat_matrix
 from dl_doctor.model import Facts
 from dl_doctor.testing import snapshot
 
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 TORCH_ENV = Path.home() / ".cache" / "dl-doctor-test-envs" / "torch-2.13.0-cpu" / "bin" / "python"
 MATRIX = compat_matrix.load(site=False)
 
 
-def test_verify_on_cpu_torch_gives_a_finding_per_workload(tmp_path):
+def test_verify_on_cpu_torch_gives_a_finding_per_workload(run_cli, tmp_path):
     if not TORCH_ENV.exists():
         pytest.skip("the CPU torch test environment is missing (tests/setup_torch_envs.sh)")
-    r = subprocess.run([str(DOCTOR), "verify", "--python", str(TORCH_ENV), "--json", str(tmp_path / "v.json")],
-                       capture_output=True, text=True, timeout=300)
+    r = run_cli("verify", "--python", str(TORCH_ENV), "--json", str(tmp_path / "v.json"), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads((tmp_path / "v.json").read_text())
     f = {x["id"]: x for x in report["findings"]}
@@ -43,9 +41,17 @@ def test_verify_on_cpu_torch_gives_a_finding_per_workload(tmp_path):
     assert facts["version"].startswith("2.") and facts["devices"][0]["matmul"]["fp32"]["tflops"] > 0
 
 
-def test_verify_without_torch_says_so_and_exits_1(tmp_path):
-    r = subprocess.run([str(DOCTOR), "verify", "--python", sys.executable, "--json", "-"], capture_output=True,
-                       text=True, timeout=300)
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> str:
+    """An interpreter with nothing installed (a fresh venv, no pip, no system site-packages): what dl-doctor's own
+    environment happens to hold beside it and its test extra (a torch, a jax) must not decide these tests."""
+    env = tmp_path_factory.mktemp("bare") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+    return str(env / "bin" / "python")
+
+
+def test_verify_without_torch_says_so_and_exits_1(run_cli, bare_python):
+    r = run_cli("verify", "--python", bare_python, "--json", "-", timeout=300)
     assert r.returncode == 1, r.stderr
     f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}
     assert f["DLD-VER-001"]["status"] == "fail" and "does not import" in f["DLD-VER-001"]["message"]
@@ -525,10 +531,9 @@ def _need_jax():
         pytest.skip("the JAX CPU test environment is missing (tests/setup_framework_envs.sh)")
 
 
-def test_verify_with_jax_on_the_cpu_gives_a_finding_per_workload(tmp_path):
+def test_verify_with_jax_on_the_cpu_gives_a_finding_per_workload(run_cli, tmp_path):
     _need_jax()
-    r = subprocess.run([str(DOCTOR), "verify", "--python", str(JAX_ENV), "--json", str(tmp_path / "v.json")],
-                       capture_output=True, text=True, timeout=300)
+    r = run_cli("verify", "--python", str(JAX_ENV), "--json", str(tmp_path / "v.json"), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads((tmp_path / "v.json").read_text())
     f = {x["id"]: x for x in report["findings"]}
@@ -539,18 +544,17 @@ def test_verify_with_jax_on_the_cpu_gives_a_finding_per_workload(tmp_path):
     assert f["DLD-VER-002"]["status"] == "pass" and f["DLD-VER-003"]["status"] == "skip"
     assert report["facts"]["verify"]["framework"] == "jax"
     # the same environment asked for torch: it has none, and says so
-    r = subprocess.run([str(DOCTOR), "verify", "--python", str(JAX_ENV), "--framework", "torch", "--json", "-"],
-                       capture_output=True, text=True, timeout=300)
+    r = run_cli("verify", "--python", str(JAX_ENV), "--framework", "torch", "--json", "-", timeout=300)
     assert r.returncode == 1
     f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}
     assert f["DLD-VER-001"]["message"].startswith(f"torch does not import in {JAX_ENV}: ModuleNotFoundError")
 
 
-def test_an_environment_with_neither_framework_says_so():
+def test_an_environment_with_neither_framework_says_so(bare_python):
     from dl_doctor.host import Host
     from dl_doctor.probes.verify.workload import run_workload
 
-    out = run_workload(Host(), sys.executable, "quick")
+    out = run_workload(Host(), bare_python, "quick")
     assert out["errors"] == {"import": "neither torch nor jax is installed in this environment"}
     f = _judge("DLD-VER-002", out)
     assert f.status.value == "fail" and "neither torch nor jax" in f.message
@@ -601,23 +605,23 @@ def test_gpus_left_alone_are_hidden_from_the_workload_by_uuid_unless_cuda_visibl
     assert env == {"CUDA_VISIBLE_DEVICES": ""} and extra["no_gpu_reason"].startswith("every GPU has compute processes")
 
 
-def test_run_verify_adds_the_workloads_to_a_full_run_and_a_plain_run_never_starts_them(tmp_path):
+def test_run_verify_adds_the_workloads_to_a_full_run_and_a_plain_run_never_starts_them(run_cli):
     if not TORCH_ENV.exists():
         pytest.skip("the CPU torch test environment is missing (tests/setup_torch_envs.sh)")
-    base = [str(DOCTOR), "run", "--no-env-scan", "--python", str(TORCH_ENV), "--fail-on", "never", "--json", "-"]
-    r = subprocess.run(base + ["--verify"], capture_output=True, text=True, timeout=300)
+    base = ["run", "--no-env-scan", "--python", str(TORCH_ENV), "--fail-on", "never", "--json", "-"]
+    r = run_cli(*base, "--verify", timeout=300)
     report = json.loads(r.stdout)
     f = {x["id"]: x for x in report["findings"]}
     assert f["DLD-VER-001"]["status"] == "pass" and "computes a matmul on the CPU" in f["DLD-VER-001"]["message"]
     assert "DLD-PY-004" in f and report["facts"]["verify"]["framework"] == "torch"
-    r = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    r = run_cli(*base, timeout=300)
     report = json.loads(r.stdout)
     f = {x["id"]: x for x in report["findings"]}
     assert "verify" not in report["facts"]
     assert f["DLD-VER-001"]["status"] == "skip" and "not asked for: dl-doctor verify" in f["DLD-VER-001"]["message"]
 
 
-def test_the_probe_runs_dcgmi_at_the_asked_level_and_reads_diag_and_health_from_their_json(tmp_path):
+def test_the_probe_runs_dcgmi_at_the_asked_level_and_reads_diag_and_health_from_their_json(run_cli, tmp_path):
     """A stand-in dcgmi on PATH prints the recorded outputs (VirtualClient's diag -r 3 and healthy health) and exits
     0, as dcgmi does whatever it found; it logs how it was called."""
     if not TORCH_ENV.exists():
@@ -631,17 +635,15 @@ def test_the_probe_runs_dcgmi_at_the_asked_level_and_reads_diag_and_health_from_
                      f'case "$1" in diag) cat {DCGM / "diag-3x-virtualclient-r3.json"} ;; '
                      f'health) cat {DCGM / "health-virtualclient-healthy.json"} ;; esac\n')
     dcgmi.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
-    r = subprocess.run([str(DOCTOR), "verify", "--python", str(TORCH_ENV), "--dcgm-level", "3", "--json", "-"],
-                       capture_output=True, text=True, timeout=300, env=env)
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    r = run_cli("verify", "--python", str(TORCH_ENV), "--dcgm-level", "3", "--json", "-", timeout=300, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert log.read_text().splitlines() == ["diag -r 3 -j", "health -c -j"]
     f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}
     assert f["DLD-VER-005"]["status"] == "pass"
     assert f["DLD-VER-005"]["message"] == "dcgmi diag -r 3 -j: 15 results passed (1 skipped), DCGM 3.x output"
     assert f["DLD-VER-007"]["status"] == "pass"
-    r = subprocess.run([str(DOCTOR), "verify", "--python", str(TORCH_ENV), "--dcgm-level", "0", "--json", "-"],
-                       capture_output=True, text=True, timeout=300, env=env)
+    r = run_cli("verify", "--python", str(TORCH_ENV), "--dcgm-level", "0", "--json", "-", timeout=300, env=env)
     f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}
     assert f["DLD-VER-005"]["status"] == "skip" and "not asked for (--dcgm-level 0)" in f["DLD-VER-005"]["message"]
 

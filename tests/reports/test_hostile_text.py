@@ -4,11 +4,7 @@ GitHub-flavoured Markdown renderer."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
 
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\r")
 
 
@@ -16,11 +12,11 @@ def _assert_escaped(out: str) -> None:
     assert not [c for c in RAW if c in out], repr(out)
 
 
-def test_why_log_prints_a_log_lines_escape_sequences_escaped(tmp_path):
+def test_why_log_prints_a_log_lines_escape_sequences_escaped(run_cli, tmp_path):
     log = tmp_path / "train.log"
     log.write_text("epoch 1\n\x1b]0;owned\x07\x1b[2J\u202eRuntimeError: DataLoader worker (pid 4242) is killed by "
                    "signal: Bus error.\x1b[8m hidden\r\n", newline="")
-    r = subprocess.run([str(DOCTOR), "why", "--text-only", "--log", str(log)], capture_output=True, text=True)
+    r = run_cli("why", "--text-only", "--log", str(log))
     assert r.returncode == 0, r.stderr
     assert "Matched" in r.stdout and "/dev/shm is too small" in r.stdout
     _assert_escaped(r.stdout)
@@ -58,25 +54,23 @@ def test_preflight_verdict_escapes_a_peers_hostile_host_name():
     assert "FAILED (DistBackendError: \\x1b[2Jpeer reset); pairs that cannot reduce: gpu1 <-> gpu7\\x1b]0;" in out
 
 
-def test_an_error_line_quotes_a_hostile_file_name_escaped(tmp_path):
-    r = subprocess.run([str(DOCTOR), "why", "--log", str(tmp_path / "x\x1b]0;owned\x07\u202e\n.log")],
-                       capture_output=True, text=True)
+def test_an_error_line_quotes_a_hostile_file_name_escaped(run_cli, tmp_path):
+    r = run_cli("why", "--log", str(tmp_path / "x\x1b]0;owned\x07\u202e\n.log"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     _assert_escaped(r.stderr)
     assert "x\\x1b]0;owned\\x07\\u202e .log is not a regular file" in r.stderr  # whitespace is one space
-    r = subprocess.run([str(DOCTOR), "run", "--fail-on", "\x1b[2J\x9b1m"], capture_output=True, text=True)
+    r = run_cli("run", "--fail-on", "\x1b[2J\x9b1m")
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     _assert_escaped(r.stderr)
     assert "\\x1b[2J\\x9b1m" in r.stderr
 
 
-def test_a_matrix_overlays_text_is_printed_escaped(tmp_path):
+def test_a_matrix_overlays_text_is_printed_escaped(run_cli, tmp_path):
     overlay = tmp_path / "overlay.toml"
     overlay.write_text('schema_version = 1\n[sources.acme]\nurl = "https://wiki.example.com/\\u001b]0;owned\\u0007"\n'
                        '[[toolkit]]\nversion = "13.9"\nmin_driver = "640.10"\nsource = ["acme"]\n'
                        'note = "rebuilt \\u001b[2J\\u202e here"\n')
-    r = subprocess.run([str(DOCTOR), "matrix", "cuda", "13.9", "--matrix-overlay", str(overlay)],
-                       capture_output=True, text=True)
+    r = run_cli("matrix", "cuda", "13.9", "--matrix-overlay", str(overlay))
     assert r.returncode == 0, r.stderr
     _assert_escaped(r.stdout)
     assert "https://wiki.example.com/\\x1b]0;owned\\x07" in r.stdout

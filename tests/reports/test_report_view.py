@@ -9,14 +9,11 @@ import json
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from dl_doctor.reports import markdown, present, stack
 
-DOCTOR = Path(sys.executable).parent / "dl-doctor"
 HOSTILE = ("```\n</details><img src=x onerror=alert(1)> @octocat ![x](http://evil.example/i.png) "
            "[click](http://evil.example) https://evil.example/a www.evil.example ops@evil.example | a | b "
            "# heading $x^2$ <script>alert(1)</script> &amp; ~~gone~~ **bold** `tick` ``` ~~~")
@@ -32,14 +29,15 @@ def _gfm(text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def dlami_report(tmp_path_factory):
+def dlami_report(tmp_path_factory, request):
+    from conftest import CliRunner
     from elfkit import dlami as _dlami
 
     root = _dlami(tmp_path_factory.mktemp("dlami"), "libcudnn.so.9.0.0")
     out = tmp_path_factory.mktemp("out")
-    r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--fail-on", "never", "--json",
-                        str(out / "r.json"), "--html", str(out / "r.html"), "--markdown", str(out / "r.md")],
-                       capture_output=True, text=True, timeout=300)
+    r = CliRunner(tmp_path_factory.mktemp("cli"), request)(
+        "run", "--sysroot", str(root), "--fail-on", "never", "--json", str(out / "r.json"), "--html",
+        str(out / "r.html"), "--markdown", str(out / "r.md"), timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads((out / "r.json").read_text()), out
 
@@ -248,7 +246,7 @@ def test_the_summary_stays_under_the_limit_and_never_leaves_a_block_open(dlami_r
         assert "torch in pytorch loads libcudnn.so.9" in html  # the first problem's heading survives
 
 
-def test_markdown_redacts_host_names_and_users_but_not_versions(dlami_report, tmp_path):
+def test_markdown_redacts_host_names_and_users_but_not_versions(run_cli, dlami_report, tmp_path):
     report, _ = dlami_report
     rep = copy.deepcopy(report)
     rep["facts"].setdefault("system", {})["hostname"] = "gpu-node-17.corp.example"
@@ -257,19 +255,17 @@ def test_markdown_redacts_host_names_and_users_but_not_versions(dlami_report, tm
     f["message"] += "; on gpu-node-17.corp.example at 10.20.30.40 the same cuDNN 9.1.0.70 is shadowed"
     path = tmp_path / "report.json"
     path.write_text(json.dumps(rep))
-    r = subprocess.run([str(DOCTOR), "report", str(path), "--markdown", "-"], capture_output=True, text=True,
-                       timeout=120)
+    r = run_cli("report", str(path), "--markdown", "-", timeout=120)
     assert r.returncode == 0, r.stderr
     assert "gpu-node-17" not in r.stdout and "10.20.30.40" not in r.stdout
     assert "[HOST-1]" in r.stdout and "[IP-1]" in r.stdout.replace("\\[", "[").replace("\\]", "]")
     assert "9.1.0.70" in r.stdout and "12.4.5.8" in r.stdout
 
 
-def test_report_command_rerenders_a_bundle_and_refuses_bad_input(dlami_report, tmp_path):
+def test_report_command_rerenders_a_bundle_and_refuses_bad_input(run_cli, dlami_report, tmp_path):
     report, out = dlami_report
-    r = subprocess.run([str(DOCTOR), "report", str(out / "r.json"), "--html", str(tmp_path / "again.html"),
-                        "--markdown", str(tmp_path / "again.md"), "--json"], capture_output=True, text=True,
-                       timeout=120)
+    r = run_cli("report", str(out / "r.json"), "--html", str(tmp_path / "again.html"), "--markdown",
+                str(tmp_path / "again.md"), "--json", timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["written"] == [str(tmp_path / "again.md"), str(tmp_path / "again.html")]
     assert 'id="stack"' in (tmp_path / "again.html").read_text()
@@ -280,17 +276,15 @@ def test_report_command_rerenders_a_bundle_and_refuses_bad_input(dlami_report, t
                            ('{"findings": [], "facts": {}, "schema_version": "1", "run": {}}', "collected_at should be"),
                            ("[1, 2]", "not a dl-doctor report")):
         bad.write_text(content)
-        r = subprocess.run([str(DOCTOR), "report", str(bad), "--markdown", "-"], capture_output=True, text=True,
-                           timeout=120)
+        r = run_cli("report", str(bad), "--markdown", "-", timeout=120)
         if words is None:  # a report with no findings and a bad duration still renders: its parts are rebuilt
             assert r.returncode == 0, r.stderr
             assert "no checks ran" in r.stdout
         else:
             assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([str(DOCTOR), "report", str(out / "r.json")], capture_output=True, text=True, timeout=120)
+    r = run_cli("report", str(out / "r.json"), timeout=120)
     assert r.returncode == 2 and "--html PATH and/or --markdown PATH" in r.stderr
-    r = subprocess.run([str(DOCTOR), "check", str(out / "r.json"), "--json", "-", "--markdown", "-"],
-                       capture_output=True, text=True, timeout=120)
+    r = run_cli("check", str(out / "r.json"), "--json", "-", "--markdown", "-", timeout=120)
     assert r.returncode == 2 and "both want stdout" in r.stderr
 
 
