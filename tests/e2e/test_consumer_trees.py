@@ -124,7 +124,7 @@ source = ["acme-tf"]
 """
 
 
-def test_a_matrix_overlay_reaches_the_consumer_model(tmp_path):
+def test_a_matrix_overlay_reaches_the_consumer_model(tmp_path, run_cli):
     """The probe models consumers with the run's matrix (ProbeContext.matrix), --matrix-overlay included: an
     overlay that changes TensorFlow's dlopen table changes what python_envs records."""
     root, site = _venv_tree(tmp_path, "tf")
@@ -132,9 +132,8 @@ def test_a_matrix_overlay_reaches_the_consumer_model(tmp_path):
     _wheels(site)
 
     def recorded(*extra: str) -> dict:
-        r = subprocess.run([str(DOCTOR), "run", "--sysroot", str(root), "--json", "-", "--html", "/dev/null",
-                            "--fail-on", "never", "--only", "DLD-PY-011", *extra], capture_output=True, text=True,
-                           timeout=300)
+        r = run_cli("run", "--sysroot", str(root), "--json", "-", "--html", "/dev/null", "--fail-on", "never",
+                    "--only", "DLD-PY-011", *extra, timeout=300)
         assert r.returncode == 0, r.stderr
         envs = json.loads(r.stdout)["facts"]["python_envs"]["environments"]
         return next(c for e in envs for c in e.get("consumers") or [] if c["distribution"] == "tensorflow")

@@ -28,7 +28,7 @@ TABLE = _public_table()
 
 def test_the_table_names_the_public_modules():
     assert set(TABLE) == {"dl_doctor.probes", "dl_doctor.host", "dl_doctor.model", "dl_doctor.fixes",
-                          "dl_doctor.versions", "dl_doctor.testing"}
+                          "dl_doctor.versions", "dl_doctor.testing", "dl_doctor.facts.contract"}
     assert {"probe", "ProbeContext", "Unavailable"} <= set(TABLE["dl_doctor.probes"])
     assert {"Host", "CommandUnavailable", "UntrustedCommand", "NotARegularFile"} <= set(TABLE["dl_doctor.host"])
 

@@ -318,7 +318,7 @@ nvlink_gbps = 1600
 """
 
 
-def test_check_rejudges_an_old_facts_file_with_the_matrix_not_its_stored_expectation(tmp_path):
+def test_check_rejudges_an_old_facts_file_with_the_matrix_not_its_stored_expectation(tmp_path, run_cli):
     """An older facts file carries busbw_expectation, what the probe then held the all-reduce against: `dl-doctor
     check` ignores it and asks the matrix of its own run, overlays included."""
     verify = {"version": "2.7.1+cu126", "python": "/opt/env/bin/python", "errors": {}, "skipped": {},
@@ -335,8 +335,8 @@ def test_check_rejudges_an_old_facts_file_with_the_matrix_not_its_stored_expecta
     overlay.write_text(H100_NVLINK_1600)
 
     def judged(*extra):
-        r = subprocess.run([str(DOCTOR), "check", str(old), "--only", "DLD-VER-003", "--json", "-", "--html",
-                            "/dev/null", "--fail-on", "never", *extra], capture_output=True, text=True, timeout=120)
+        r = run_cli("check", str(old), "--only", "DLD-VER-003", "--json", "-", "--html", "/dev/null",
+                    "--fail-on", "never", *extra, timeout=120)
         assert r.returncode == 0, r.stderr
         [f] = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "DLD-VER-003"]
         return f
