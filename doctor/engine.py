@@ -76,15 +76,15 @@ def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[s
     started = utc_now()
     t0 = time.monotonic()
     runs = [_ProbeRun(spec, ProbeContext(host=host, options=options)) for spec in probes]
-    # The probes that declared a longer limit of their own (they run interpreters, sample the disks) start first:
-    # starting two dozen threads while others hold the GIL takes a good part of a run, and the longest probe
-    # decides when the run can go on.
-    for run in sorted(runs, key=lambda r: r.spec.timeout_option is None):
-        run.thread.start()
 
     def limit_of(spec: ProbeSpec) -> float:
         own = options.get(spec.timeout_option) if spec.timeout_option else None
         return max(timeout, float(own)) if own else timeout
+
+    # The probes allowed the longest (they run interpreters, sample the disks) start first: starting two dozen
+    # threads while others hold the GIL takes a good part of a run, and the longest probe decides when it goes on.
+    for run in sorted(runs, key=lambda r: -limit_of(r.spec)):
+        run.thread.start()
 
     for run in runs:
         run.done.wait(max(0.0, t0 + limit_of(run.spec) - time.monotonic()))

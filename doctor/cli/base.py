@@ -111,6 +111,8 @@ def report_options(func):
 
 
 def _check_ebs_types(ctx, param, values):
+    if not values:  # click calls this for every run: the probe's module is imported only to parse a value
+        return values
     from dl_doctor.probes.ebs import parse_volume_type_option
 
     for v in values:
