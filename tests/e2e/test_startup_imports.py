@@ -79,6 +79,8 @@ def test_default_run_imports_only_the_html_renderer(tmp_path):
                     "--fail-on", "never")
     assert "dl_doctor.reports.html" in mods and "jinja2" in mods
     assert not _present(mods, (RENDERERS - {"dl_doctor.reports.html"}) | OTHER_FAMILIES | NEVER)
+    # version ranges are parsed only where a known issue, an expectation or a matrix file being validated has one
+    assert "packaging.version" in mods and "packaging.specifiers" not in mods
 
 
 def test_a_family_loads_when_its_command_is_asked_for(tmp_path):
