@@ -377,7 +377,7 @@ def prewarm(out: Optional[OutputOptions] = None) -> Any:
     return thread
 
 
-def collect_facts(reg, opts: CollectOptions, capture: Any = None) -> Dict[str, Any]:
+def collect_facts(reg, opts: CollectOptions, capture: Any = None, on_started: Any = None) -> Dict[str, Any]:
     from dl_doctor.engine import collect
     from dl_doctor.host import Host
 
@@ -387,7 +387,7 @@ def collect_facts(reg, opts: CollectOptions, capture: Any = None) -> Dict[str, A
                     run_as_owner=opts.run_as_owner)
     except NotADirectoryError as exc:
         raise InputProblem(str(exc))
-    return collect(reg.probes, host, opts.probe_options(), timeout=opts.timeout)
+    return collect(reg.probes, host, opts.probe_options(), timeout=opts.timeout, on_started=on_started)
 
 
 def judge(snapshot: Dict[str, Any], reg, opts: JudgeOptions, *, mode: str, started: _dt.datetime, t0: float,

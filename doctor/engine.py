@@ -10,7 +10,7 @@ import re
 import threading
 import time
 from types import MappingProxyType
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from dl_doctor import __version__
 from dl_doctor.fixes import for_target, target_of
@@ -70,8 +70,9 @@ def _where(exc: BaseException) -> str:
 
 
 def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[str, Any]] = None,
-            timeout: float = DEFAULT_TIMEOUT) -> Dict[str, Any]:
-    """Run every probe concurrently and return a facts snapshot (a plain dict)."""
+            timeout: float = DEFAULT_TIMEOUT, on_started: Optional[Callable[[], Any]] = None) -> Dict[str, Any]:
+    """Run every probe concurrently and return a facts snapshot (a plain dict); ``on_started`` is called once every
+    probe's thread has started (work of the caller's that can wait until the probes are under way)."""
     options = MappingProxyType(dict(options or {}))
     started = utc_now()
     t0 = time.monotonic()
@@ -85,6 +86,8 @@ def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[s
     # threads while others hold the GIL takes a good part of a run, and the longest probe decides when it goes on.
     for run in sorted(runs, key=lambda r: -limit_of(r.spec)):
         run.thread.start()
+    if on_started is not None:
+        on_started()
 
     for run in runs:
         run.done.wait(max(0.0, t0 + limit_of(run.spec) - time.monotonic()))
