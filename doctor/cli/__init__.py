@@ -39,7 +39,7 @@ def _error_line(text: str) -> str:
 
 # The program's own pace for the cyclic garbage collector. A run allocates a few hundred thousand objects that live
 # until it ends (modules, facts, the report) and makes few cycles; at the default pace (a collection every 700
-# allocations) the collector spends about a tenth of a default run scanning them.
+# allocations) the collector spends some 7 % of a default run's CPU time scanning them.
 GC_THRESHOLD = (100_000, 10, 10)
 
 
@@ -54,7 +54,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     finally:
         if program:
             # the process ends here: the interpreter's last full collection would only free memory the OS takes
-            # back anyway (a tenth of a run again); files are closed where they are written
+            # back anyway (some 7 % of a run again); files are closed where they are written
             gc.freeze()
     sys.exit(code)
 
