@@ -41,7 +41,8 @@ def _present(modules: Set[str], names: Set[str]) -> List[str]:
 
 
 def test_importing_the_command_line_imports_nothing_else(tmp_path):
-    code = "import sys; import dl_doctor.cli; print(repr(sorted(m for m in sys.modules if m.startswith(('dl_doctor', 'click', 'jinja2')))))"
+    code = ("import sys; import dl_doctor.cli; "
+            "print(repr(sorted(m for m in sys.modules if m.startswith(('dl_doctor', 'click', 'jinja2')))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
     assert ast.literal_eval(out.strip()) == ["dl_doctor", "dl_doctor.cli"]
 
