@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from dl_doctor.compat_matrix.schema import COMMON, TABLES, Table, check_value
@@ -538,6 +537,8 @@ class Matrix:
 
         A ``requires`` condition on a component whose version is unknown does not match.
         """
+        from packaging.specifiers import SpecifierSet  # here: its patterns cost a run that asks nothing of it
+
         others = {k.lower(): v for k, v in (others or {}).items() if v}
         found = []
         try:

@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple, Union
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 PATTERNS = {
     "cuda": (re.compile(r"^\d{1,2}\.\d{1,2}$"), "a CUDA version like 12.4"),
@@ -166,6 +165,8 @@ def check_value(kind: FieldType, value: Any, sources: Optional[set] = None) -> O
     if kind == "specifier":
         if not isinstance(value, str):
             return "must be a version specifier string like '>=2.7'"
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet  # only TOML being validated needs it
+
         try:
             SpecifierSet(value)
         except InvalidSpecifier:

@@ -371,9 +371,10 @@ def prewarm(out: Optional[OutputOptions] = None) -> Any:
     return thread
 
 
-def collect_facts(reg, opts: CollectOptions, capture: Any = None, overlays: Sequence[str] = ()) -> Dict[str, Any]:
+def collect_facts(reg, opts: CollectOptions, capture: Any = None, overlays: Sequence[str] = (),
+                  on_started: Any = None) -> Dict[str, Any]:
     """The facts snapshot; the probes that need knowledge get the run's matrix (the built-in data, the site overlays
-    and ``overlays``: --matrix-overlay) through ProbeContext.matrix."""
+    and ``overlays``: --matrix-overlay) through ProbeContext.matrix. ``on_started`` runs once every probe has started."""
     from dl_doctor.engine import collect
     from dl_doctor.host import Host
 
@@ -383,7 +384,8 @@ def collect_facts(reg, opts: CollectOptions, capture: Any = None, overlays: Sequ
                     run_as_owner=opts.run_as_owner)
     except NotADirectoryError as exc:
         raise InputProblem(str(exc))
-    return collect(reg.probes, host, opts.probe_options(), timeout=opts.timeout, matrix=load_matrix(overlays))
+    return collect(reg.probes, host, opts.probe_options(), timeout=opts.timeout, matrix=load_matrix(overlays),
+                   on_started=on_started)
 
 
 def judge(snapshot: Dict[str, Any], reg, opts: JudgeOptions, *, mode: str, started: _dt.datetime, t0: float,

@@ -8,9 +8,8 @@ import json
 import os
 import threading
 import time
-import traceback
 from types import MappingProxyType
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from dl_doctor import __version__
 from dl_doctor.fixes import for_target, target_of
@@ -61,6 +60,8 @@ class _ProbeRun:
 
 
 def _where(exc: BaseException) -> str:
+    import traceback
+
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return ""
@@ -69,18 +70,26 @@ def _where(exc: BaseException) -> str:
 
 
 def collect(probes: Sequence[ProbeSpec], host: Host, options: Optional[Mapping[str, Any]] = None,
-            timeout: float = DEFAULT_TIMEOUT, matrix: Any = None) -> Dict[str, Any]:
+            timeout: float = DEFAULT_TIMEOUT, matrix: Any = None,
+            on_started: Optional[Callable[[], Any]] = None) -> Dict[str, Any]:
     """Run every probe concurrently and return a facts snapshot (a plain dict). ``matrix`` is the run's
-    compatibility matrix, handed to every probe as ``ProbeContext.matrix``."""
+    compatibility matrix, handed to every probe as ``ProbeContext.matrix``; ``on_started`` is called once every
+    probe's thread has started (work of the caller's that can wait until the probes are under way)."""
     options = MappingProxyType(dict(options or {}))
     started = utc_now()
     t0 = time.monotonic()
     runs = [_ProbeRun(spec, ProbeContext(host=host, options=options, matrix=matrix)) for spec in probes]
-    for run in runs:
-        run.thread.start()
+
     def limit_of(spec: ProbeSpec) -> float:
         own = options.get(spec.timeout_option) if spec.timeout_option else None
         return max(timeout, float(own)) if own else timeout
+
+    # The probes allowed the longest (they run interpreters, sample the disks) start first: starting two dozen
+    # threads while others hold the GIL takes a good part of a run, and the longest probe decides when it goes on.
+    for run in sorted(runs, key=lambda r: -limit_of(r.spec)):
+        run.thread.start()
+    if on_started is not None:
+        on_started()
 
     for run in runs:
         run.done.wait(max(0.0, t0 + limit_of(run.spec) - time.monotonic()))

@@ -3,6 +3,7 @@ lives in :mod:`dl_doctor.app`."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Dict, List
 
 import click
@@ -12,6 +13,33 @@ from dl_doctor.app import DEFAULT_TIMEOUT, CollectOptions, JudgeOptions, OutputO
 
 
 class DefaultRunGroup(click.Group):
+    """The top-level group. The core commands (``run``, ``check``... in :mod:`dl_doctor.cli.core`) are always on it;
+    every other family's module is imported when one of its commands is asked for, or when all of them are (the
+    help, a mistyped name's suggestions): a default run never imports the matrix, fleet, image or login commands.
+    """
+
+    # command name -> the module (under dl_doctor.cli) that registers it
+    LAZY = {"bundle": "image", "diff": "image", "expect": "image", "fleet": "fleet",
+            "install-login-hook": "login", "uninstall-login-hook": "login", "matrix": "matrix", "why": "why"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> "click.Command | None":
+        module = self.LAZY.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(f"dl_doctor.cli.{module}")
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> List[str]:
+        return sorted(set(self.commands) | set(self.LAZY))
+
+    def resolve_command(self, ctx: click.Context, args: List[str]):
+        if args and args[0] not in self.commands and args[0] not in self.LAZY:
+            self.load_all()  # "No such command": the suggestions come from every command
+        return super().resolve_command(ctx, args)
+
+    def load_all(self) -> None:
+        for module in sorted(set(self.LAZY.values())):
+            importlib.import_module(f"dl_doctor.cli.{module}")
+
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
         # `dl-doctor` and `dl-doctor --json - ...` mean `dl-doctor run ...`; a word that is
         # not a command stays an error ("No such command").
@@ -83,6 +111,8 @@ def report_options(func):
 
 
 def _check_ebs_types(ctx, param, values):
+    if not values:  # click calls this for every run: the probe's module is imported only to parse a value
+        return values
     from dl_doctor.probes.ebs import parse_volume_type_option
 
     for v in values:

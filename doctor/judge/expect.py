@@ -27,13 +27,10 @@ import fnmatch
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+# packaging.specifiers and the TOML parser are imported where a file of expectations is read or judged (--expect):
+# a run without one does not pay for them.
 
 TOP_KEYS = {"driver", "driver_userspace", "cuda_toolkit", "kernel", "os_id", "os_version", "gpu_model",
             "gpu_pci_ids", "gpu_count", "efa_devices", "nvswitch_count", "fabric_manager", "instance_type", "cudnn",
@@ -52,6 +49,11 @@ class ExpectationError(ValueError):
 
 def load(path: str) -> Dict[str, Any]:
     """Read and validate an expectations file; a problem raises ExpectationError naming it."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
     try:
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)
@@ -97,6 +99,8 @@ def _items(doc: Dict[str, Any]) -> List[Tuple[str, Any, Tuple[Optional[str], str
 
 def _validate(path: str, key: str, value: Any) -> None:
     if isinstance(value, str) and value[:1] in "<>=!~":
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
         try:
             SpecifierSet(value)
         except InvalidSpecifier:
@@ -114,6 +118,8 @@ def matches(expected: Any, found: Any) -> bool:
         return found == expected
     text = str(expected)
     if text[:1] in "<>=!~":
+        from packaging.specifiers import SpecifierSet
+
         try:
             return Version(str(found)) in SpecifierSet(text)
         except InvalidVersion:

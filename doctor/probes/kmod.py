@@ -90,13 +90,17 @@ def parse_dpkg_status(text: str, prefixes=DPKG_PREFIXES) -> List[Dict[str, str]]
     """Installed packages of interest from ``/var/lib/dpkg/status``.
 
     A host's status file holds thousands of packages: the ``Package:`` lines of interest are found with one regular
-    expression scan, and only their stanzas are parsed.
+    expression scan for their literal start (a pattern anchored at every line start with re.M costs several
+    milliseconds of each run on a desktop's 1 MB file), and only their stanzas are parsed.
     """
     out = []
-    heads = re.compile(r"^Package: (?:%s)" % "|".join(re.escape(p) for p in prefixes), re.M)
-    for m in heads.finditer(text):
-        end = text.find("\n\n", m.start())
-        block = text[m.start(): end if end >= 0 else len(text)]
+    names = "|".join(re.escape(p) for p in prefixes)
+    heads = re.compile(r"\nPackage: (?:%s)" % names)
+    starts = [0] if re.match(r"Package: (?:%s)" % names, text) else []
+    starts += [m.start() + 1 for m in heads.finditer(text)]
+    for start in starts:
+        end = text.find("\n\n", start)
+        block = text[start: end if end >= 0 else len(text)]
         fields: Dict[str, str] = {}
         for line in block.splitlines():
             if line[:1] in (" ", "\t") or ":" not in line:

@@ -117,6 +117,16 @@ def test_dpkg_status():
                     {"package": "nvidia-fabricmanager-535", "version": "535.104.05-1"}]
 
 
+def test_dpkg_status_packages_start_lines_only():
+    """A stanza counts from the file's first line on, and only at a line's start (not in a continuation line)."""
+    text = ("Package: cuda-toolkit-12-4\nStatus: install ok installed\nVersion: 12.4.1-1\n"
+            "Description: x\n Package: nvidia-not-a-stanza\n\nPackage: bash\nStatus: install ok installed\n"
+            "Version: 5\n\nPackage: dkms\nStatus: install ok installed\nVersion: 2.8")
+    assert parse_dpkg_status(text) == [{"package": "cuda-toolkit-12-4", "version": "12.4.1-1"},
+                                       {"package": "dkms", "version": "2.8"}]
+    assert parse_dpkg_status("") == [] and parse_dpkg_status("Package: bash\nStatus: installed") == []
+
+
 def test_library_versions_and_misc():
     assert library_version("libnvidia-ml.so.535.104.05") == ("libnvidia-ml", "535.104.05")
     assert library_version("libcuda.so.550.54.14") == ("libcuda", "550.54.14")

@@ -16,7 +16,7 @@ from dl_doctor.probes.python_envs.static import _ls
 
 # Runs inside each interpreter: stdlib only, Python 3.6 syntax, imports no framework.
 LIVE_SCRIPT = r"""
-import json, os, site, sys
+import os, site, sys
 try:
     import importlib.util as iu
 except ImportError:
@@ -38,13 +38,50 @@ for d in sites + [getattr(site, "USER_SITE", None) or ""]:
         pth += [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".pth")]
     except OSError:
         pass
-print(json.dumps({
+doc = {
     "version": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable, "prefix": sys.prefix,
     "base_prefix": getattr(sys, "base_prefix", sys.prefix), "sys_path": sys.path,
     "user_site": getattr(site, "USER_SITE", None), "user_site_enabled": bool(getattr(site, "ENABLE_USER_SITE", False)),
     "site_packages": sites, "pythonpath": os.environ.get("PYTHONPATH"), "pth_files": pth,
     "origins": dict((n, origin(n)) for n in ("torch", "numpy", "tensorflow", "jax")),
-}))
+}
+# JSON written by hand for the only types above (importing json costs this interpreter a third of its start); the
+# json module writes anything else, and Python 2's byte strings
+def _q(s):
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch == '"' or ch == '\\':
+            out.append('\\' + ch)
+        elif 0x20 <= o <= 0x7e:
+            out.append(ch)
+        elif o > 0xffff:
+            o -= 0x10000
+            out.append('\\u%04x\\u%04x' % (0xd800 | (o >> 10), 0xdc00 | (o & 0x3ff)))
+        else:
+            out.append('\\u%04x' % o)
+    out.append('"')
+    return "".join(out)
+def _enc(v):
+    if v is None or v is True or v is False:
+        return {None: "null", True: "true", False: "false"}[v]
+    if type(v) is str:
+        return _q(v)
+    if type(v) is list:
+        return "[" + ", ".join([_enc(x) for x in v]) + "]"
+    if type(v) is dict and all(type(k) is str for k in v):
+        return "{" + ", ".join([_q(k) + ": " + _enc(x) for k, x in v.items()]) + "}"
+    raise TypeError(type(v).__name__)
+line = None
+if sys.version_info[0] >= 3:
+    try:
+        line = _enc(doc)
+    except Exception:
+        line = None
+if line is None:
+    import json
+    line = json.dumps(doc)
+print(line)
 """
 
 # --deep: import the framework for real, in its own process, and report what the loader did.
