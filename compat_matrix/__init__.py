@@ -12,7 +12,6 @@ replace entries by key and are validated exactly like the built-in files.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import sys
@@ -69,6 +68,7 @@ def _validate_entry(table: Table, entry: Any, where: str, sources: set, errors: 
             errors.append(f"{where}: field '{name}': missing")
     for name, value in entry.items():
         if name not in allowed:
+            import difflib  # suggestions only: not imported by a run that needs none
             close = difflib.get_close_matches(name, list(allowed), n=1)
             errors.append(f"{where}: field '{name}': unknown field" + (f" (did you mean '{close[0]}'?)" if close else ""))
             continue
@@ -158,6 +158,7 @@ def validate_document(path: str, data: Dict[str, Any], known_sources: Iterable[s
     for tname, entries in data.items():
         table = TABLES.get(tname)
         if table is None:
+            import difflib
             close = difflib.get_close_matches(tname, list(TABLES), n=1)
             errors.append(f"{name}: unknown table '{tname}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
             continue
@@ -593,6 +594,7 @@ class Matrix:
             names = [e["type"] for e in self.entries("instance")]
         else:
             names = []
+        import difflib
         return difflib.get_close_matches(query, names, n=n, cutoff=0.3)
 
 

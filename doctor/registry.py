@@ -10,7 +10,6 @@ itself: it is reported in ``load_errors``.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import re
@@ -63,6 +62,7 @@ class Registry:
 
     def closest_checks(self, key: str, n: int = 3) -> List[str]:
         names = [s.id for s in self.checks] + [s.slug for s in self.checks]
+        import difflib  # suggestions only: not imported by a run that needs none
         return difflib.get_close_matches(key, names, n=n, cutoff=0.4)
 
     def select(self, only: Sequence[str] = (), skip: Sequence[str] = ()) -> List[CheckSpec]:
@@ -205,6 +205,7 @@ def unknown_fact(registry: Registry, path: str, schema: Optional[dict] = None) -
     probes = {p.name: p for p in registry.probes}
     spec = probes.get(parts[0])
     if spec is None:
+        import difflib
         close = difflib.get_close_matches(parts[0], list(probes), n=1)
         return f"no probe is named {parts[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
     rest = ".".join(parts[1:])
@@ -220,6 +221,7 @@ def unknown_fact(registry: Registry, path: str, schema: Optional[dict] = None) -
         if not props:
             return None  # nothing recorded below here: not known to be wrong
         if part not in props:
+            import difflib
             close = difflib.get_close_matches(part, list(props), n=1)
             return (f"probe {spec.name!r} has no fact {part!r} there"
                     + (f" (did you mean {close[0]!r}?)" if close else ""))
@@ -235,6 +237,7 @@ def _unknown_below(spec: ProbeSpec, fact: Any, parts: Sequence[str]) -> Optional
             return None
         sub = fact.child(part)
         if sub is None:
+            import difflib
             close = difflib.get_close_matches(part, list(fact.keys), n=1)
             return (f"probe {spec.name!r} has no fact {part!r} there"
                     + (f" (did you mean {close[0]!r}?)" if close else ""))

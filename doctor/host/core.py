@@ -378,9 +378,8 @@ class Host:
         """The running system's host name (live only)."""
         if not self.live:
             return None
-        import socket
-
-        return socket.gethostname()
+        # gethostname(2) is uname(2)'s nodename on Linux; os.uname spares a run the socket module
+        return os.uname().nodename
 
     def scan_names(self, path: str, limit: int) -> Tuple[List[str], bool]:
         """At most ``limit`` entry names of a directory (sorted), and whether it holds more: a directory someone
