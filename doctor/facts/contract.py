@@ -254,7 +254,7 @@ def conform(value: Any, node: Mapping[str, Any]) -> Any:
     string). The one shape validator's cut (``dl_doctor.facts.shape``) on the node's reading schema."""
     if "x-shape" in node:
         node = node["x-shape"]
-    return cut(value, reading_schema(dict(node) if not isinstance(node, dict) else node))
+    return cut(value, reading_schema(node))
 
 
 MISSING = SHAPE_MISSING

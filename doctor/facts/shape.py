@@ -11,7 +11,7 @@ additionalProperties (a schema), items, minimum, maximum, exclusiveMinimum, excl
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 MISSING: Any = object()  # what cut() returns for a value that does not fit at all
 _TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
@@ -100,10 +100,10 @@ def cut(value: Any, sch: Dict[str, Any]) -> Any:
 
 
 _ANY_VALUE = ["object", "array", "string", "integer", "number", "boolean"]
-_READING: Dict[int, Tuple[Dict[str, Any], Dict[str, Any]]] = {}
+_READING: Dict[int, Tuple[Mapping[str, Any], Dict[str, Any]]] = {}
 
 
-def reading_schema(node: Dict[str, Any]) -> Dict[str, Any]:
+def reading_schema(node: Mapping[str, Any]) -> Dict[str, Any]:
     """The schema a reader cuts an untrusted fact to (``contract.conform``): only the types count (a range, an enum,
     ``required`` are the contract's to refuse, not the reader's to drop), ``null`` never fits, and a number that is
     not an integer must be finite and below 1e15 in size. Derived once per declared node."""
@@ -121,5 +121,7 @@ def reading_schema(node: Dict[str, Any]) -> Dict[str, Any]:
         out["additionalProperties"] = reading_schema(node["additionalProperties"])
     if t is not None and isinstance(node.get("items"), dict):
         out["items"] = reading_schema(node["items"])
+    if len(_READING) >= 4096:  # declarations are few; a caller handing in fresh schemas must not grow this forever
+        _READING.clear()
     _READING[id(node)] = (node, out)
     return out
