@@ -134,6 +134,17 @@ def p4d_rhel8_healthy() -> Dict[str, Any]:
     return spec
 
 
+def p4d_secure_boot_unsigned_module() -> Dict[str, Any]:
+    """The p4d with Secure Boot on and an unsigned nvidia.ko.xz for the running kernel: the module was refused."""
+    spec = p4d_rhel8_healthy()
+    spec["sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"] = b"\x06\x00\x00\x00\x01"
+    spec["proc/modules"] = "xfs 1 1 - Live 0x0\n"
+    del spec["proc/driver/nvidia/version"]
+    del spec["sys/module/nvidia/version"]
+    spec[f"lib/modules/{RHEL_K}/extra/nvidia.ko.xz"] = lzma.compress(module_blob("535.104.05", RHEL_K, signed=False))
+    return spec
+
+
 def p4d_after_driver_upgrade() -> Dict[str, Any]:
     """dnf upgraded the driver to 535.129.03 (DKMS rebuilt the module on disk) but nobody rebooted."""
     spec = p4d_rhel8_healthy()

@@ -131,17 +131,9 @@ def _why_tree(run_cli, root, text):
 
 
 def test_why_on_a_secure_boot_tree_puts_the_rejected_module_first(run_cli, tree):
-    import lzma
-
     import machines
 
-    spec = machines.p4d_rhel8_healthy()
-    spec["sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"] = b"\x06\x00\x00\x00\x01"
-    spec["proc/modules"] = "xfs 1 1 - Live 0x0\n"
-    del spec["proc/driver/nvidia/version"]
-    del spec["sys/module/nvidia/version"]
-    spec[f"lib/modules/{machines.RHEL_K}/extra/nvidia.ko.xz"] = lzma.compress(
-        machines.module_blob("535.104.05", machines.RHEL_K, signed=False))
+    spec = machines.p4d_secure_boot_unsigned_module()
     causes = _why_tree(run_cli, tree(spec), NVSMI)
     assert causes[0]["id"] == "secure-boot-rejects-module" and causes[0]["verdict"] == "confirmed"
     assert any("DLD-DRV-005 fail" in e for e in causes[0]["evidence"])

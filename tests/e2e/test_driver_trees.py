@@ -1,10 +1,9 @@
 """Driver and kernel-module states on sysroot trees, through the installed `dl-doctor`."""
 
 import json
-import lzma
 
 import machines
-from machines import RHEL_K, module_blob
+from machines import RHEL_K
 
 NEW_K = "4.18.0-513.5.1.el8_9.x86_64"
 
@@ -81,12 +80,7 @@ def test_nouveau_holds_the_gpu(run_cli, tree):
 
 
 def test_secure_boot_with_an_unsigned_module(run_cli, tree):
-    spec = machines.p4d_rhel8_healthy()
-    spec["sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"] = b"\x06\x00\x00\x00\x01"
-    spec["proc/modules"] = "xfs 1 1 - Live 0x0\n"
-    del spec["proc/driver/nvidia/version"]
-    del spec["sys/module/nvidia/version"]
-    spec[f"lib/modules/{RHEL_K}/extra/nvidia.ko.xz"] = lzma.compress(module_blob("535.104.05", RHEL_K, signed=False))
+    spec = machines.p4d_secure_boot_unsigned_module()
     f, report = _run(run_cli, tree, spec, "DLD-DRV-005")
     assert report["facts"]["kmod"]["secure_boot"]["enabled"] is True
     assert f["DLD-DRV-005"]["status"] == "fail" and "is not signed" in f["DLD-DRV-005"]["message"]
