@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Optional
+from typing import Any, List, Optional
 
 import click
 
@@ -101,7 +101,13 @@ def run_cmd(**kw) -> int:
     reg = app.registry()
     app.validate_inputs(reg, judge)
     # the report's head start begins once the probes are under way: starting their threads goes faster without it
-    snapshot = app.collect_facts(reg, collect, overlays=judge.overlays, on_started=lambda: app.prewarm(out))
+    head_start: List[Any] = []
+    snapshot = app.collect_facts(reg, collect, overlays=judge.overlays,
+                                 on_started=lambda: head_start.append(app.prewarm(out)))
+    # ...and ends before this thread imports the renderers itself: two threads importing the same modules at once can
+    # hand one of them a partly initialised module (Python accepts that to break a concurrent import cycle)
+    for thread in head_start:
+        thread.join()
     outcome = app.write_outputs(snapshot, reg, judge, out, mode=snapshot["mode"], started=started, t0=t0,
                                 extra_options=collect.report_options())
     if kw.get("engine"):
