@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor import fixes, versions
 from dl_doctor.fixes import Step
@@ -154,15 +154,14 @@ def driver_install_commands(facts: Facts, branch: Optional[int]) -> list:
     return [f"# install an NVIDIA data center driver of branch R{b} or newer for this distribution, then reboot"]
 
 
-def compatible_copy(found: Optional[str], own: Optional[str]) -> Optional[str]:
-    """Whether a copy that wins over the environment's own still serves the build: "same" (same version), "newer"
-    (same major, not older: CUDA libraries keep their ABI within a major), or None (older, another major, unknown)."""
-    f, o = versions.parse(found), versions.parse(own)
-    if f is None or o is None or not f.release or not o.release or f.release[0] != o.release[0]:
-        return None
-    if f.release == o.release:
-        return "same"
-    return "newer" if f >= o else None
+def consumers_with_loading(facts: Facts, matrix: Any = None) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
+    """(environment, consumer) for every CUDA consumer, each with its loading from the one resolution model
+    (dl_doctor.facts.loading: computed once per run from the recorded loader inputs, --deep's truth applied)."""
+    from dl_doctor.facts import loading
+
+    model = loading.model(facts, matrix)
+    envs = [e for e in facts.get("python_envs.environments") or [] if isinstance(e, dict) and not e.get("error")]
+    return [(e, c) for e in envs for c in loading.env_consumers(model, e)]
 
 
 def first_heading(heads: List[str], total: Optional[int] = None) -> Optional[str]:

@@ -7,7 +7,8 @@ import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor import versions
-from dl_doctor.checks.common import compatible_copy, first_heading
+from dl_doctor.checks.common import consumers_with_loading, first_heading
+from dl_doctor.facts import loading
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
@@ -15,46 +16,10 @@ def _envs(facts: Facts) -> List[Dict[str, Any]]:
     return [e for e in facts.get("python_envs.environments") or [] if not e.get("error")]
 
 
-def _consumers(facts: Facts) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
-    return [(e, _with_truth(e, c)) for e in _envs(facts) for c in e.get("consumers") or []]
+_consumers = consumers_with_loading
 
 
-DRIVER = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1")
-
-
-def _with_truth(env: Dict[str, Any], consumer: Dict[str, Any]) -> Dict[str, Any]:
-    """The consumer with --deep's truth applied: an object or library the real loader loaded is not missing, and a
-    library it could not find is, whatever the prediction said. ``truth`` lists where they differed."""
-    deep = (env.get("deep_consumers") or {}).get(consumer.get("distribution"))
-    if not isinstance(deep, dict) or not deep.get("steps"):
-        return consumer
-    c = dict(consumer)
-    missing = list(c.get("missing") or [])
-    differences: List[str] = []
-    import_errors: List[str] = []
-    undefined: List[str] = []
-    for step in deep["steps"]:
-        name, error, lost = step.get("name"), step.get("error"), step.get("missing")
-        if step.get("kind") == "import":
-            if error:
-                import_errors.append(f"import {name}: {error}")
-            continue
-        key = "needed_by" if step.get("kind") == "object" else "soname"
-        predicted = [m for m in missing if m.get(key) == name and not m.get("optional")]
-        if not error and predicted:
-            missing = [m for m in missing if m not in predicted]
-            differences.append(f"{name} loaded in the real import although {', '.join(m['soname'] for m in predicted)}"
-                               f" was predicted missing")
-        elif error and "undefined symbol" in error:
-            undefined.append(f"{name}: {error}")
-        elif lost and lost not in DRIVER and not any(m["soname"] == lost for m in missing if m.get(key) == name
-                                                     or key == "soname"):
-            missing.append({"soname": lost, "needed_by": name if key == "needed_by" else None, "optional": False,
-                            "how": "seen by --deep", "looked_in": [], "in_wheels": None})
-            differences.append(f"{name}: the real loader could not find {lost} (not predicted)")
-    c["missing"] = missing
-    c["truth"] = {"differences": differences, "import_errors": import_errors, "undefined_symbols": undefined}
-    return c
+DRIVER = loading.DRIVER_LIBRARIES
 
 
 def needs_consumers(facts: Facts) -> Optional[str]:
@@ -63,9 +28,17 @@ def needs_consumers(facts: Facts) -> Optional[str]:
     envs = _envs(facts)
     if envs and all("consumers" not in e for e in envs):
         return "these facts predate the consumer model (dl-doctor 0.2.0); collect them again"
-    if not _consumers(facts):
+    if not any(e.get("consumers") for e in envs):
         return "no installed distribution needs CUDA libraries"
     return None
+
+
+def needs_loading(facts: Facts) -> Optional[str]:
+    """For checks of what loads: consumers, or dl-doctor 0.1's torch resolution in older facts."""
+    envs = _envs(facts)
+    if facts.has("python_envs") and any(e.get("resolution") for e in envs):
+        return None
+    return needs_consumers(facts)
 
 
 def _label(env: Dict[str, Any]) -> str:
@@ -140,8 +113,9 @@ def framework_libraries(facts: Facts, matrix) -> Result:
     heads: List[str] = []
     commands: List[str] = []
     evidence: Dict[str, Any] = {"missing": [], "opt_in_preload": [], "optional_missing": []}
-    for env, c in _consumers(facts):
-        who = f"{c['distribution']} {c.get('version') or ''} (CUDA {c.get('cuda_major') or '?'}) in {_label(env)}"
+    for env, c in _consumers(facts, matrix):
+        build = f"CUDA {c['cuda_major']}" if c.get("cuda_major") else "CUDA build not known"
+        who = f"{c['distribution']} {c.get('version') or ''} ({build}) in {_label(env)}"
         required = [m for m in c.get("missing") or [] if not m.get("optional")]
         optional = [m for m in c.get("missing") or [] if m.get("optional")]
         fixed = set(c.get("fixed_by_preload") or [])
@@ -170,7 +144,7 @@ def framework_libraries(facts: Facts, matrix) -> Result:
             first = required[0]
             how = "opened with dlopen by" if first.get("how") == "dlopen" else "needed by"
             failing.append(f"{who}: {', '.join(sonames)} not found ({first['soname']} {how} "
-                           f"{first.get('needed_by') or '?'})")
+                           f"{first.get('needed_by') or 'the package'})")
             heads.append(f"{c['distribution']} in {env.get('name') or _label(env)} cannot find "
                          f"{', '.join(sonames[:3])}{' …' if len(sonames) > 3 else ''}")
             commands += install_command(matrix, env, c, sonames)
@@ -201,22 +175,17 @@ def framework_libraries(facts: Facts, matrix) -> Result:
     return passed(f"every CUDA library loads for {', '.join(ok)}", **evidence)
 
 
-def _copy_major(lib: Dict[str, Any]) -> Optional[int]:
-    value = lib.get("cuda_major")
-    return value if isinstance(value, int) else None
-
-
 @check(
     id="DLD-PY-012", slug="framework-cuda-major",
     remedy="fix-configuration", drain=False,
     problem="A CUDA library that loads does not match the framework's build",
-    title="The CUDA libraries that load match each framework's build (CUDA major, not an older minor)",
+    title="The CUDA libraries that load are of each framework's CUDA major",
     tags=("python", "cuda", "ldpath", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),
-    what="""For each CUDA consumer, compares every CUDA library the loader would pick with the build: a copy from
-    another CUDA major's wheel (nvidia-cudnn-cu12 under a CUDA 13 build: the soname is the same), a copy older than
-    the one the environment's own wheels hold winning through LD_LIBRARY_PATH, and two frameworks in one environment
-    built for different CUDA majors. A newer copy of the same major that wins is a warning that says which copy wins;
-    an older minor or another major fails.""",
+    what="""For each CUDA consumer, reads from the one resolution model (dl_doctor.facts.loading) the CUDA major of
+    every library copy that loads (its wheel's -cuNN, an nvidia/cuNN directory, its soname) against the build's: a
+    copy from another CUDA major's wheel (nvidia-cudnn-cu12 under a CUDA 13 build: the soname is the same) fails; two
+    frameworks in one environment built for different CUDA majors warn. Which other copy of the same major wins is
+    DLD-PY-004's.""",
     why="""Sonames such as libcudnn.so.9 and libnccl.so.2 are the same for CUDA 12 and 13 builds; the loader takes
     whichever comes first and the failure appears later as 'CUDNN_STATUS_VERSION_MISMATCH', 'undefined symbol' or an
     NCCL error on some nodes. Two frameworks of different CUDA majors in one process load two runtimes or fail.""",
@@ -224,41 +193,28 @@ def _copy_major(lib: Dict[str, Any]) -> Optional[int]:
     LD_LIBRARY_PATH for this environment, or give frameworks of different CUDA majors their own environments.""",
 )
 def framework_cuda_major(facts: Facts, matrix) -> Result:
-    problems, notes, mixed = [], [], []
+    problems, mixed = [], []
     heads: List[str] = []
     commands: List[str] = []
+    by_env: Dict[str, List[Dict[str, Any]]] = {}
+    for env, c in _consumers(facts, matrix):
+        by_env.setdefault(str(env.get("prefix")), []).append(c)
+        major = c.get("cuda_major")
+        for lib in c.get("libraries") or []:
+            if lib.get("rule") != "cuda-major":
+                continue
+            problems.append(f"{c['distribution']} in {_label(env)} (CUDA {major}) loads {lib['soname']} of "
+                            f"CUDA {lib.get('cuda_major')} from {lib['path']} (found via {lib.get('via')})")
+            heads.append(f"{c['distribution']} in {env.get('name') or _label(env)} (a CUDA {major} build) "
+                         f"loads CUDA {lib.get('cuda_major')}'s {lib['soname']}")
+            commands += install_command(matrix, env, c, [lib["soname"]], framework_fix=False)
     for env in _envs(facts):
-        consumers = env.get("consumers") or []
-        for c in consumers:
-            major = c.get("cuda_major")
-            for lib in c.get("libraries") or []:
-                lib_major = _copy_major(lib)
-                if isinstance(major, int) and lib_major is not None and lib_major != major:
-                    problems.append(f"{c['distribution']} in {_label(env)} (CUDA {major}) loads {lib['soname']} of "
-                                    f"CUDA {lib_major} from {lib['path']}")
-                    heads.append(f"{c['distribution']} in {env.get('name') or _label(env)} (a CUDA {major} build) "
-                                 f"loads CUDA {lib_major}'s {lib['soname']}")
-                    commands += install_command(matrix, env, c, [lib["soname"]], framework_fix=False)
-                    continue
-                mine = lib.get("env_copy")
-                if lib.get("wheel") or not mine or mine.get("path") == lib["path"]:
-                    continue
-                text = (f"{c['distribution']} in {_label(env)}: {lib['soname']} resolves via {lib.get('via')} to "
-                        f"{lib['path']} ({lib.get('version') or '?'}), not the environment's {mine['path']} "
-                        f"({mine.get('version') or '?'})")
-                verdict = compatible_copy(lib.get("version"), mine.get("version"))
-                if verdict == "newer":
-                    notes.append(text + ": same major, not older, so it serves the build")
-                elif verdict != "same":
-                    problems.append(text)
-                    heads.append(f"{c['distribution']} in {env.get('name') or _label(env)} loads "
-                                 f"{lib['soname']} {lib.get('version') or '?'} via {lib.get('via')}, not its own "
-                                 f"{mine.get('version') or '?'}")
+        consumers = by_env.get(str(env.get("prefix"))) or []
         majors = sorted({(c.get("cuda_major"), c["distribution"]) for c in consumers
                          if isinstance(c.get("cuda_major"), int)})
         if len({m for m, _ in majors}) > 1:
             mixed.append(f"{_label(env)}: " + ", ".join(f"{d} (CUDA {m})" for m, d in majors))
-    evidence: Dict[str, Any] = {"problems": problems, "newer_copies_win": notes, "mixed_majors": mixed}
+    evidence: Dict[str, Any] = {"problems": problems, "mixed_majors": mixed}
     fix = Fix("Let each framework load the CUDA libraries of its own build.",
               tuple(dict.fromkeys(commands + ["echo $LD_LIBRARY_PATH   # drop CUDA directories that shadow the "
                                               "environment's own libraries"])))
@@ -267,10 +223,7 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
     if mixed:
         return warn("frameworks built for different CUDA majors in one environment (each needs its own runtime; "
                     "keep them in separate processes or environments): " + "; ".join(mixed), evidence, fix)
-    if notes:
-        return warn("a newer copy of the same CUDA major wins over the environment's own (it works; the versions "
-                    "differ): " + "; ".join(notes), evidence, fix)
-    return passed("every CUDA library that loads matches its framework's CUDA major", **evidence)
+    return passed("every CUDA library that loads is of its framework's CUDA major", **evidence)
 
 
 @check(
@@ -291,10 +244,10 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
     wheel the build needs) ahead of the older one, or remove the directory that holds the older copy from
     LD_LIBRARY_PATH.""",
 )
-def symbol_versions(facts: Facts) -> Result:
+def symbol_versions(facts: Facts, matrix) -> Result:
     problems = []
     commands: List[str] = []
-    for env, c in _consumers(facts):
+    for env, c in _consumers(facts, matrix):
         for text in (c.get("truth") or {}).get("undefined_symbols") or []:
             problems.append(f"{c['distribution']} {c.get('version') or ''} in {_label(env)} (--deep): {text}"
                             + (" — built against another torch than the installed one" if c.get("links_torch") else ""))
@@ -331,12 +284,12 @@ def symbol_versions(facts: Facts) -> Result:
     fix="""Install the extension release built for the installed torch (or rebuild it from source against it:
     pip install --no-binary), or install the torch it was built for.""",
 )
-def extension_torch(facts: Facts) -> Result:
+def extension_torch(facts: Facts, matrix) -> Result:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     problems, ok = [], []
     commands: List[str] = []
-    for env, c in _consumers(facts):
+    for env, c in _consumers(facts, matrix):
         if not (c.get("links_torch") or c.get("requires_torch")):
             continue
         torch_c = next((x for x in env.get("consumers") or [] if x.get("distribution") == "torch"), None)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
-from dl_doctor.checks.common import compatible_copy, first_heading, driver_version, needs_nvidia_gpu, nvidia_gpus, os_family
+from dl_doctor.checks.common import (consumers_with_loading, driver_version, first_heading, needs_nvidia_gpu,
+                                     nvidia_gpus, os_family)
 from dl_doctor import versions
+from dl_doctor.checks.frameworks import needs_loading
 from dl_doctor.facts.derive import torch_cpu_only
 from dl_doctor.fixes import install, root_command
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
@@ -221,70 +223,54 @@ def arch_missing(facts: Facts, matrix) -> Result:
     return passed("; ".join(dict.fromkeys(ok)), **evidence)
 
 
-def _own_copies(env: Dict[str, Any], key: str) -> List[Dict[str, Any]]:
-    return (env.get("cuda_libraries") or {}).get(key) or []
-
-
-def _really_loaded(env: Dict[str, Any], soname: str) -> Optional[str]:
-    mapped = (env.get("deep") or {}).get("mapped") or []
-    return next((m for m in mapped if m.rsplit("/", 1)[-1].startswith(soname.split(".so")[0] + ".so")), None)
-
-
 @check(
     id="DLD-PY-004", slug="cuda-library-shadowed",
     remedy="fix-configuration", drain=False,
-    problem="A framework loads another copy of a CUDA library than its own",
-    title="The framework loads its own CUDA libraries (cuDNN, NCCL, cuBLAS, cudart, nvJitLink, cuSPARSE)",
-    tags=("python", "torch", "cuda", "ldpath"), requires=("python_envs",), applies=(needs_torch,),
-    what="""For each environment, simulates glibc's search (DT_RPATH of the loading chain, LD_LIBRARY_PATH, DT_RUNPATH,
-    ld.so.cache, default directories; breadth-first over DT_NEEDED, sonames reused) together with the framework's own
-    preloading by absolute path, and compares the copy each key CUDA library resolves to with the one the environment
-    ships (nvidia-* wheels, torch/lib, the conda env). With --deep, what /proc/self/maps shows after import wins.
-    Severity follows what really loads: another copy of the same version is fine; a newer copy of the same CUDA major
-    (a Deep Learning AMI's /usr/local/cuda/lib64 on LD_LIBRARY_PATH) works and is a warning that says which copy wins;
-    an older minor, another major or an unknown version fails.""",
-    why="""When LD_LIBRARY_PATH (or an RPATH-less library) lets an older system copy win, torch fails at import or at
-    the first call: 'undefined symbol: __nvJitLinkComplete_12_4', 'cuDNN version incompatibility', NCCL errors that
-    only appear on some nodes. cu11 and cu12 wheels side by side make it worse.""",
+    problem="A framework loads another copy of a CUDA library than its own, and that copy does not serve its build",
+    title="The CUDA libraries that load serve each framework's build (cuDNN, NCCL, cuBLAS, cudart, nvJitLink, ...)",
+    tags=("python", "torch", "cuda", "ldpath"), requires=("python_envs",), applies=(needs_loading,),
+    what="""Reads the one resolution model (dl_doctor.facts.loading: glibc's search replayed on the recorded loader
+    inputs after the framework's own preloading; with --deep, what /proc/self/maps showed wins) and, for every
+    library that loads from another copy than the environment's own (nvidia-* wheels), its verdict: whether that
+    copy serves the build, judged by what the loader and the library need (docs/frameworks.md) — the soname, every
+    symbol version the consumer needs, the library family's runtime rule (cuDNN: the same major and a minor not below
+    the build's), and versions compared only within one numbering scheme. A copy that serves passes with a note; an
+    older copy of a family that keeps its ABI only forwards warns; one the rule refuses fails.""",
+    why="""When LD_LIBRARY_PATH (or an RPATH-less library) lets an older system copy win, the framework fails at
+    import or at the first call: 'undefined symbol: __nvJitLinkComplete_12_4', 'cuDNN version incompatibility',
+    NCCL errors that only appear on some nodes. A newer copy of the same soname, or one whose version is counted in
+    another scheme (NVTX's file libnvToolsExt.so.1.0.0 beside the wheel 12.4.99), serves and is not a problem.""",
     fix="""Remove the CUDA directories from LD_LIBRARY_PATH for this environment (or put the environment's first), and
     uninstall stray nvidia-*-cu11 wheels next to cu12 ones.""",
 )
-def library_shadowed(facts: Facts) -> Result:
-    problems, checked, mixed, notes = [], [], [], []
+def library_shadowed(facts: Facts, matrix) -> Result:
+    failing, older, notes, mixed = [], [], [], []
     heads: List[str] = []
+    checked: List[str] = []
     stray: List[Tuple[Dict[str, Any], str]] = []
+    for env, c in consumers_with_loading(facts, matrix):
+        for lib in c.get("libraries") or []:
+            checked.append(lib["soname"])
+            own = lib.get("env_copy")
+            verdict = lib.get("verdict")
+            if not own or verdict in ("own", None) or lib.get("rule") == "cuda-major":
+                continue  # the environment's own copy; another major is DLD-PY-012's
+            text = (f"{c['distribution']} in {_label(env)}: {lib['soname']} loads from {lib['path']} "
+                    f"(found via {lib.get('via')}), not the environment's own {own.get('path')}: {lib.get('reason')}")
+            name = env.get("name") or _label(env)
+            have = lib.get("version") or "of an unknown version"
+            mine = own.get("version") or own.get("wheel_version") or "copy"
+            if verdict == "fails":
+                failing.append(text)
+                heads.append(f"{c['distribution']} in {name} loads {lib['soname']} {have} via {lib.get('via')}, "
+                             f"not its own {mine}")
+            elif verdict == "older":
+                older.append(text)
+                heads.append(f"{c['distribution']} in {name} loads an older {lib['soname']} ({have} via "
+                             f"{lib.get('via')}) than its own {mine}")
+            else:
+                notes.append(text)
     for env, t in _torch_envs(facts):
-        res = env.get("resolution") or {}
-        libs = res.get("libraries") or {}
-        for key, own in ((k, _own_copies(env, k)) for k in ("cudart", "cublas", "cudnn", "nccl", "nvjitlink", "cusparse")):
-            if not own:
-                continue
-            own_paths = {c["path"] for c in own}
-            got = libs.get(key)
-            truth = _really_loaded(env, got["soname"]) if got else None
-            path = truth or (got or {}).get("path")
-            if not path:
-                if any(m[0].startswith(f"lib{key}") for m in res.get("missing") or []):
-                    problems.append(f"{_label(env)}: {key} is not found by the loader")
-                    heads.append(f"torch in {env.get('name') or _label(env)} finds no {key}")
-                continue
-            checked.append(key)
-            if path not in own_paths:
-                own_v = own[0].get("version")
-                how = "loaded (seen in /proc/self/maps)" if truth else f"resolved via {(got or {}).get('via')}"
-                found_v = None if truth and truth != (got or {}).get("path") else (got or {}).get("version")
-                verdict = compatible_copy(found_v, own_v)
-                text = (f"{_label(env)}: {key} {how} from {path} (version {found_v or '?'}), not "
-                        f"the environment's own {own[0]['path']} ({own_v or '?'})")
-                if verdict == "same":
-                    continue  # the same library from another directory: nothing differs
-                if verdict == "newer":
-                    notes.append(text + ": same major, not older, so it serves the build")
-                else:
-                    problems.append(text)
-                    where = "(seen loaded)" if truth else f"via {(got or {}).get('via')}"
-                    heads.append(f"torch in {env.get('name') or _label(env)} loads {key} {found_v or '?'} {where}, "
-                                 f"not its own {own_v or '?'}")
         dists = env.get("distributions") or {}
         major = (t.get("cuda") or "").split(".")[0]
         for lib in ("nccl", "cudnn", "cublas", "cuda-runtime"):
@@ -293,7 +279,7 @@ def library_shadowed(facts: Facts) -> Result:
                 mixed.append(f"{_label(env)}: {', '.join(flavours)}")
                 stray += [(env, k) for k in flavours if major and not k.endswith(f"-cu{major}")]
     evidence: Dict[str, Any]
-    evidence = {"problems": problems, "mixed_wheels": mixed,
+    evidence = {"problems": failing + older, "other_copies_that_serve": notes, "mixed_wheels": mixed,
                 "LD_LIBRARY_PATH": (facts.get("environment.variables") or {}).get("LD_LIBRARY_PATH")}
     # only wheels that are installed, of another CUDA major than the environment's torch, are named for removal
     uninstall = [f"{env.get('python') or 'python'} -m pip uninstall -y {' '.join(n for e, n in stray if e is env)}"
@@ -301,26 +287,20 @@ def library_shadowed(facts: Facts) -> Result:
     fix = Fix("Let the environment's own CUDA libraries load: keep other CUDA directories off LD_LIBRARY_PATH.",
               ("echo $LD_LIBRARY_PATH", "unset LD_LIBRARY_PATH   # or drop the /usr/local/cuda*/lib64 entries from it",
                *uninstall))
-    evidence["newer_copies_win"] = notes
-    if problems:
-        return fail("; ".join(problems), evidence, fix,
-                    headline=first_heading(heads))
-    if notes:
-        return warn("a newer copy of the same CUDA major wins over the environment's own (it works; the versions "
-                    "differ): " + "; ".join(notes), evidence, fix)
-    if mixed:
-        return warn("CUDA library wheels for two CUDA majors side by side: " + "; ".join(mixed), evidence, fix)
-    ld = [d for d in (evidence["LD_LIBRARY_PATH"] or "").split(":") if d]
-    toolkits = {t["path"]: t.get("version") for t in facts.get("cuda_toolkits.toolkits") or []}
-    majors = {(t.get("cuda") or "").split(".")[0] for _, t in _torch_envs(facts) if t.get("cuda")}
-    foreign = [f"{d} (CUDA {v})" for d in ld for root, v in toolkits.items()
-               if v and (d == root or d.startswith(root.rstrip("/") + "/")) and majors and v.split(".")[0] not in majors]
-    if foreign and len(toolkits) > 1:
-        return warn(f"LD_LIBRARY_PATH points at a CUDA toolkit the frameworks do not use: {', '.join(foreign)}; nothing "
-                    f"is shadowed now, but any library the framework does not ship will come from there", evidence, fix)
+    if failing:
+        return fail("; ".join(failing + older), evidence, fix, headline=first_heading(heads, len(failing + older)))
+    if older:
+        return warn("an older copy than the environment's own loads (it may lack symbols the build uses; --deep "
+                    "loads it for real): " + "; ".join(older), evidence, fix, headline=first_heading(heads))
     if not checked:
-        return skip("no environment ships its own CUDA libraries (or resolution was not possible)", **evidence)
-    return passed(f"each environment loads its own {', '.join(sorted(set(checked)))}", **evidence)
+        return skip("no CUDA library of a consumer here was resolved", **evidence)
+    message = f"every CUDA library that loads serves its framework's build ({len(set(checked))} checked)"
+    if notes:
+        message += "; other copies than the environment's own load and serve: " + "; ".join(notes[:4]) + (
+            f" (and {len(notes) - 4} more)" if len(notes) > 4 else "")
+    if mixed:
+        message += "; CUDA library wheels of two CUDA majors side by side (the right one loads): " + "; ".join(mixed)
+    return passed(message, **evidence)
 
 
 @check(

@@ -520,6 +520,16 @@ class Matrix:
             return next((e for e in hits if e["cuda_major"] == cuda_major), None)
         return hits[0] if len(hits) == 1 else None
 
+    def library_family(self, soname: str) -> Optional[Dict[str, Any]]:
+        """The family a CUDA library belongs to (which of its version sources share one numbering, and the runtime
+        rule that says whether a copy serves a build: docs/frameworks.md), by soname glob."""
+        import fnmatch
+
+        for entry in self.entries("library_family"):
+            if any(fnmatch.fnmatchcase(soname, p) for p in entry.get("sonames") or []):
+                return entry
+        return None
+
     def signatures(self) -> List[Dict[str, Any]]:
         return self.entries("signature")
 

@@ -107,6 +107,10 @@ TABLES: Dict[str, Table] = {
     "cuda_library": Table(("soname", "cuda_major"), {
         "soname": "str", "cuda_major": "int", "wheel": "str", "version_follows_cuda": "bool", "pin": "str"},
         ("soname", "cuda_major", "wheel")),
+    "library_family": Table(("name",), {
+        "name": "str", "sonames": ("list", "str"), "numbering": ("list", ("enum", ("wheel", "file", "header"))),
+        "rule": ("enum", ("not-older", "soname", "cudnn-minor")), "needed_minor_by": ("list", "str")},
+        ("name", "sonames", "numbering", "rule")),
     "cause": Table(("id",), {"id": "str", "summary": "str", "checks": ("list", "str"), "fix": "str"},
                    ("id", "summary", "fix")),
     "signature": Table(("id",), {

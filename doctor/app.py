@@ -340,7 +340,20 @@ def load_report(path: str) -> Dict[str, Any]:
         "unavailable": doc.get("unavailable") if isinstance(doc.get("unavailable"), dict) else {},
         "privilege": {"limited": limited},
         "redaction": doc.get("redaction") if isinstance(doc.get("redaction"), dict) else {},
+        # which file loads is recomputed from the validated facts, never taken from the file (it may be edited)
+        "loading": _loading_of(snapshot),
     }
+
+
+def _loading_of(snapshot: Dict[str, Any]) -> Dict[str, Any]:
+    from dl_doctor.facts.loading import model as loading_model
+    from dl_doctor.model import Facts
+
+    try:
+        matrix = load_matrix(())
+    except InputProblem:
+        matrix = None
+    return loading_model(Facts(snapshot), matrix)
 
 
 # -- collecting and judging -------------------------------------------------------------------------------------------
@@ -400,8 +413,13 @@ def judge(snapshot: Dict[str, Any], reg, opts: JudgeOptions, *, mode: str, start
     options = {"fail_on": opts.fail_on, "only": split_selectors(opts.only), "skip": split_selectors(opts.skip),
                "redact": opts.redact, "expect": opts.expect_file}
     options.update(extra_options or {})
+    from dl_doctor.facts.loading import model as loading_model
+    from dl_doctor.model import Facts
+
+    # the one resolution the checks judged from (computed once: cached per facts snapshot and matrix)
+    loading = loading_model(Facts(snapshot), matrix)
     report = build_report(snapshot, findings, mode=mode, started_at=started, duration_s=time.monotonic() - t0,
-                          options=options, load_errors=reg.load_errors)
+                          options=options, load_errors=reg.load_errors, loading=loading)
     report["run"]["matrix"] = matrix.info()
     return report, findings
 

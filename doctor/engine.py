@@ -293,16 +293,17 @@ def host_summary(snapshot: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
-def fleet_section(snapshot: Mapping[str, Any], findings: Sequence[Finding]) -> Dict[str, Any]:
+def fleet_section(snapshot: Mapping[str, Any], findings: Sequence[Finding],
+                  loading: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     from dl_doctor.facts.fleet_section import node_section
 
-    return node_section(snapshot.get("facts") or {}, [f.to_dict() for f in findings])
+    return node_section(snapshot.get("facts") or {}, [f.to_dict() for f in findings], loading)
 
 
 def build_report(snapshot: Mapping[str, Any], findings: Sequence[Finding], *, mode: str,
                  started_at: _dt.datetime, duration_s: float, options: Optional[Mapping[str, Any]] = None,
-                 load_errors: Sequence[str] = ()) -> Dict[str, Any]:
-    return {
+                 load_errors: Sequence[str] = (), loading: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    report = {
         "schema_version": REPORT_SCHEMA_VERSION,
         "tool": {"name": "dl-doctor", "version": __version__},
         "run": {
@@ -318,13 +319,16 @@ def build_report(snapshot: Mapping[str, Any], findings: Sequence[Finding], *, mo
         "host": host_summary(snapshot),
         "summary": summarize(findings),
         # what `dl-doctor fleet` compares across nodes, near the top so the merge reads only the head of the file
-        "fleet_node": fleet_section(snapshot, findings),
+        "fleet_node": fleet_section(snapshot, findings, loading),
         "findings": [f.to_dict() for f in findings],
         "facts": snapshot.get("facts", {}),
         "probe_errors": list(snapshot.get("probe_errors", [])),
         "unavailable": dict(snapshot.get("unavailable", {})),
         "privilege": snapshot.get("privilege", {}),
     }
+    if loading is not None:  # which file each CUDA consumer loads (dl_doctor.facts.loading): what the checks read
+        report["loading"] = dict(loading)
+    return report
 
 
 def exit_code(findings: Iterable[Finding], fail_on: str) -> int:

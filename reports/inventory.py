@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from dl_doctor.facts.derive import torch_cpu_only
+from dl_doctor.facts.loading import env_consumers
 from dl_doctor.util.units import human_bytes
 
 
@@ -80,10 +81,12 @@ def inventory(report: Dict[str, Any], gpu_names: Optional[Mapping[str, str]] = N
         for name in ("torchvision", "tensorflow", "jax", "numpy"):
             if fw.get(name):
                 parts.append(f"{name} {fw[name].get('version')}")
-        resolved = ((env.get("resolution") or {}).get("libraries") or {})
+        torch_loads = next((c.get("libraries") or [] for c in env_consumers(report.get("loading") or {}, env)
+                            if c.get("distribution") == "torch"), [])
         for key in ("cudnn", "nccl"):
-            if resolved.get(key):
-                parts.append(f"{key} {resolved[key].get('version') or '?'}")
+            hit = next((x for x in torch_loads if str(x.get("soname", "")).startswith(f"lib{key}.so")), None)
+            if hit:
+                parts.append(f"{key} {hit.get('version') or 'version not known'}")
         label = f"Python env {env.get('name')} ({env.get('kind')})"
         add(label, ", ".join(parts) + f" — {env.get('prefix')}")
     shm = _get(facts, "mounts.shm") or {}

@@ -18,7 +18,7 @@ from dl_doctor.reports.terminal import ORDER, headline, safe_text
 GITHUB_LIMIT = 65536  # characters in an issue or comment body
 MIN_CHARS = 2000
 STATUS_MARK = {"fail": "❌", "error": "⛔", "warn": "⚠️", "pass": "✅", "skip": "➖"}
-STATE_MARK = {"ok": "", "newer": " ⚠️", "optional": " ⚠️", "wrong": " ❌", "missing": " ❌", "unmet": " ❌"}
+STATE_MARK = {"ok": "", "other": "", "older": " ⚠️", "optional": " ⚠️", "wrong": " ❌", "missing": " ❌", "unmet": " ❌"}
 
 # Markdown's punctuation that can start or end a construct anywhere in a line: emphasis, code, links, images, raw HTML,
 # entities, tables, math, headings, strike-through. '\' first (it escapes the others).

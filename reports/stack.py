@@ -6,16 +6,21 @@ findings that explain them. The HTML report draws it; the Markdown summary tabul
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from dl_doctor import versions
+from dl_doctor.facts.loading import env_consumers
 
 MAX_ENVIRONMENTS = 32
 MAX_LIBRARIES = 64
 
 # a link's state -> the checks whose finding explains it (the first one that found a problem is linked)
-EXPLAINED_BY = {"missing": ("DLD-PY-011",), "optional": ("DLD-PY-011",), "wrong": ("DLD-PY-012", "DLD-PY-004"), "newer": ("DLD-PY-012", "DLD-PY-004"),
-                "unmet": ("DLD-PY-013",), "foreign": ("DLD-PY-011",)}
+EXPLAINED_BY = {"missing": ("DLD-PY-011",), "optional": ("DLD-PY-011",), "wrong": ("DLD-PY-004", "DLD-PY-012"),
+                "older": ("DLD-PY-004",), "other": ("DLD-PY-004",), "unmet": ("DLD-PY-013",),
+                "foreign": ("DLD-PY-011",)}
+# the model's verdict on a copy that loads (dl_doctor.facts.loading.serves) -> how the stack marks it
+STATE_OF_VERDICT = {"own": "ok", "serves": "other", "unknown": "other", "older": "older", "fails": "wrong"}
+BAD = ("missing", "wrong", "unmet")
+ODD = ("older", "optional")
 
 
 def _problems(report: Dict[str, Any]) -> Dict[str, str]:
@@ -24,23 +29,23 @@ def _problems(report: Dict[str, Any]) -> Dict[str, str]:
             if isinstance(f, dict) and f.get("status") in ("warn", "fail", "error")}
 
 
+def _named(report: Dict[str, Any]) -> List[Tuple[str, str, str]]:
+    """(check ID, status, what it says is wrong) of each finding that found a problem: its message, headline and its
+    evidence's ``problems`` (not the notes it passes on). A library file a finding names is never marked as fine
+    (issue 25), whatever the model says of it."""
+    out = []
+    for f in report.get("findings") or []:
+        if isinstance(f, dict) and f.get("status") in ("warn", "fail", "error"):
+            text = " ".join(str(f.get(k) or "") for k in ("message", "headline"))
+            problems = (f.get("evidence") or {}).get("problems") if isinstance(f.get("evidence"), dict) else None
+            if isinstance(problems, list):
+                text += " " + " ".join(str(p) for p in problems[:200])
+            out.append((str(f.get("id", "")).split(":")[0], str(f.get("status")), text))
+    return out
+
+
 def _finding(state: str, problems: Dict[str, str]) -> Optional[str]:
     return next((c for c in EXPLAINED_BY.get(state, ()) if c in problems), None)
-
-
-def _copy_verdict(loaded: Optional[str], own: Optional[str]) -> str:
-    """'same' (the same MAJOR.MINOR.PATCH), 'newer' (the same major, not older: it serves the build) or 'other'
-    (older, another major, or not a version). A packaging revision counts as a part (``9.1.0-1`` is ``9.1.0.1``)."""
-    if not loaded or not own:
-        return "other"
-    if loaded == own:
-        return "same"
-    a, b = (versions.release(str(v).replace("-", ".")) for v in (loaded, own))
-    if not a or not b:
-        return "other"
-    if a[:3] == b[:3]:
-        return "same"
-    return "newer" if a[:1] == b[:1] and a >= b else "other"
 
 
 def _system(facts: Dict[str, Any], problems: Dict[str, str]) -> List[Dict[str, Any]]:
@@ -95,27 +100,28 @@ def _system(facts: Dict[str, Any], problems: Dict[str, str]) -> List[Dict[str, A
     return nodes
 
 
-def _libraries(consumer: Dict[str, Any], problems: Dict[str, str]) -> List[Dict[str, Any]]:
+def _libraries(consumer: Dict[str, Any], problems: Dict[str, str], named: List[Tuple[str, str, str]]
+               ) -> List[Dict[str, Any]]:
     rows: List[Dict[str, Any]] = []
-    major = consumer.get("cuda_major")
     for lib in (consumer.get("libraries") or [])[:MAX_LIBRARIES]:
         if not isinstance(lib, dict):
             continue
-        row = {"soname": lib.get("soname"), "path": lib.get("path"), "version": lib.get("version"),
-               "via": lib.get("via"), "state": "ok", "note": ""}
+        verdict = str(lib.get("verdict") or "own")
+        state = STATE_OF_VERDICT.get(verdict, "other")
+        note = "" if verdict == "own" else str(lib.get("reason") or "")
         own = lib.get("env_copy") or {}
-        lib_major = lib.get("cuda_major")
-        if isinstance(major, int) and isinstance(lib_major, int) and lib_major != major:
-            row["state"], row["note"] = "wrong", f"a CUDA {lib_major} copy for a CUDA {major} build"
-        elif own.get("path") and own.get("path") != lib.get("path") and not lib.get("wheel"):
-            verdict = _copy_verdict(lib.get("version"), own.get("version"))
-            if verdict == "newer":
-                row["state"] = "newer"
-                row["note"] = (f"shadows the environment's own {own.get('version') or '?'} (newer, same major: it "
-                               f"works)")
-            elif verdict == "other":
-                row["state"] = "wrong"
-                row["note"] = f"shadows the environment's own {own.get('version') or '?'} at {own.get('path')}"
+        if own.get("path") and verdict != "own":
+            note = f"not the environment's own {own.get('path')}: {note}"
+        row = {"soname": lib.get("soname"), "path": lib.get("path"), "version": lib.get("version"),
+               "via": lib.get("via"), "state": state, "note": note, "finding": None}
+        path = str(lib.get("path") or "")
+        for check_id, status, text in named:  # a file a finding names is not fine, whatever the verdict
+            if path and path in text and check_id.startswith("DLD-PY-"):
+                worse = "wrong" if status in ("fail", "error") else "older"
+                if (state in ("ok", "other") or (worse == "wrong" and state == "older")):
+                    state = row["state"] = worse
+                    row["note"] = note or f"named by {check_id}"
+                row["finding"] = row["finding"] or check_id
         rows.append(row)
     missing: Dict[str, Dict[str, Any]] = {}
     for m in consumer.get("missing") or []:
@@ -129,36 +135,39 @@ def _libraries(consumer: Dict[str, Any], problems: Dict[str, str]) -> List[Dict[
         needed = (f" (needed by {by[0]}" + (f" and {len(by) - 1} more" if len(by) > 1 else "") + ")") if by else ""
         rows.append({"soname": soname, "path": None, "version": None, "via": None,
                      "state": "missing" if not m["optional"] else "optional",
-                     "note": ("not found" if not m["optional"] else "optional, not found") + needed})
+                     "note": ("not found" if not m["optional"] else "optional, not found") + needed, "finding": None})
     unmet = [u for u in consumer.get("unmet_versions") or [] if isinstance(u, dict)]
     for u in unmet[:8]:
-        rows.append({"soname": u.get("file") or "?", "path": u.get("provider"), "version": None, "via": None,
+        rows.append({"soname": u.get("file") or "(unnamed)", "path": u.get("provider"), "version": None, "via": None,
                      "state": "unmet", "note": f"{u.get('object')} needs {u.get('version')}, which this copy does "
-                                               f"not define"})
+                                               f"not define", "finding": None})
     for row in rows:
-        row["finding"] = _finding(row["state"], problems) if row["state"] != "ok" else None
-    order = {"missing": 0, "unmet": 1, "wrong": 2, "newer": 3, "optional": 4, "ok": 5}
-    return sorted(rows, key=lambda r: (order.get(r["state"], 5), str(r["soname"])))
+        if row["state"] not in ("ok",) and not row.get("finding"):
+            row["finding"] = _finding(row["state"], problems)
+    order = {"missing": 0, "unmet": 1, "wrong": 2, "older": 3, "optional": 4, "other": 5, "ok": 6}
+    return sorted(rows, key=lambda r: (order.get(r["state"], 6), str(r["soname"])))
 
 
 def build(report: Dict[str, Any]) -> Dict[str, Any]:
     """The picture's model: ``{"system": [node...], "environments": [env...], "counts": {...}}``."""
     facts = report.get("facts") or {}
     problems = _problems(report)
+    named = _named(report)
+    loading = report.get("loading") if isinstance(report.get("loading"), dict) else {}
     environments: List[Dict[str, Any]] = []
     for env in ((facts.get("python_envs") or {}).get("environments") or [])[:MAX_ENVIRONMENTS]:
         if not isinstance(env, dict):
             continue
         frameworks = []
-        for c in env.get("consumers") or []:
+        for c in env_consumers(loading, env):  # the one resolution model the checks judged from
             if not isinstance(c, dict):
                 continue
             build_info = c.get("build") or {}
             cuda = build_info.get("cuda") or (f"{c['cuda_major']}.x" if isinstance(c.get("cuda_major"), int) else None)
-            libs = _libraries(c, problems)
+            libs = _libraries(c, problems, named)
             frameworks.append({"name": c.get("distribution"), "version": c.get("version"), "cuda": cuda,
-                               "libraries": libs, "bad": sum(r["state"] in ("missing", "wrong", "unmet") for r in libs),
-                               "odd": sum(r["state"] in ("newer", "optional") for r in libs)})
+                               "libraries": libs, "bad": sum(r["state"] in BAD for r in libs),
+                               "odd": sum(r["state"] in ODD for r in libs)})
         environments.append({"name": env.get("name") or env.get("prefix"), "prefix": env.get("prefix"),
                              "python": env.get("python_version"), "kind": env.get("kind"),
                              "frameworks": frameworks, "bad": sum(f["bad"] for f in frameworks),
@@ -199,9 +208,10 @@ def render_html(model: Dict[str, Any]) -> str:
         out += ['  <p class="legend">No Python environment with a CUDA framework was inspected.</p>', "</section>"]
         return "\n".join(out)
     out.append('  <p class="legend">Each environment\'s frameworks, every CUDA library they need, and the file the '
-               'loader picks for it. <span class="m-ok">✓</span> loads its own copy · <span class="m-newer">!</span> '
-               'another copy, newer, same major (or an optional library not found) · <span class="m-wrong">✗</span> '
-               'a copy that does not fit the build · <span class="m-missing">✗</span> not found.</p>')
+               'loader picks for it. <span class="m-ok">✓</span> loads its own copy · <span class="m-other">✓</span> '
+               'another copy that serves the build · <span class="m-older">!</span> an older copy, or an optional '
+               'library not found · <span class="m-wrong">✗</span> a copy that does not serve the build · '
+               '<span class="m-missing">✗</span> not found.</p>')
     for env in envs:
         cls = "bad" if env["bad"] else "odd" if env["odd"] else "ok"
         opened = " open" if env["bad"] or env["odd"] or len(envs) <= 3 else ""
@@ -225,7 +235,7 @@ def render_html(model: Dict[str, Any]) -> str:
                        + ("<th>Problem</th>" if problem_col else "") + "</tr></thead><tbody>")
             for lib in fw["libraries"]:
                 st = lib["state"]
-                mark = "✓" if st == "ok" else "!" if st in ("newer", "optional") else "✗"
+                mark = "✓" if st in ("ok", "other") else "!" if st in ODD else "✗"
                 if lib.get("path"):
                     loads = ((f"<strong>{e(lib['version'])}</strong> " if lib.get("version") else "")
                              + f'<span class="path">{path(lib["path"])}</span>'

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from dl_doctor.facts.loading import env_consumers, model
 from dl_doctor.model import Facts
 
 
@@ -15,15 +16,21 @@ def _first(values):
     return next((v for v in values if v), None)
 
 
-def environment_stack(env: Dict[str, Any]) -> Dict[str, Any]:
+def environment_stack(env: Dict[str, Any], loading: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """One environment's versions; cuDNN and NCCL as the copies torch loads (the one resolution model,
+    dl_doctor.facts.loading), else the environment's own copies."""
     fw = env.get("frameworks") or {}
     torch = fw.get("torch") or {}
-    resolved = (env.get("resolution") or {}).get("libraries") or {}
     libs = env.get("cuda_libraries") or {}
+    consumers = env_consumers(loading if loading is not None else model({"python_envs": {"environments": [env]}},
+                                                                          None), env)
+    loaded = next((c.get("libraries") or [] for c in consumers if c.get("distribution") == "torch"), [])
 
     def lib(key: str) -> Optional[str]:
-        if resolved.get(key, {}).get("version"):
-            return resolved[key]["version"]
+        hit = next((x for x in loaded if str(x.get("soname", "")).startswith(f"lib{key}.so") and x.get("version")),
+                   None)
+        if hit:
+            return hit["version"]
         return _first(c.get("version") for c in libs.get(key) or [])
 
     out: Dict[str, Any] = {"python": env.get("python_version") or (env.get("live") or {}).get("version")}

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Dict, Iterable, Mapping, Optional
 
+from dl_doctor.facts.loading import env_consumers, model
+
 FLEET_VERSION = "1"
 MAX_VALUE = 300
 ENV_PREFIXES = ("NCCL_", "FI_", "CUDA_")
@@ -18,7 +20,8 @@ def _s(value: Any) -> Optional[str]:
     return str(value)[:MAX_VALUE]
 
 
-def node_section(facts: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]) -> Dict[str, Any]:
+def node_section(facts: Mapping[str, Any], findings: Iterable[Mapping[str, Any]],
+                 loading: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """What the fleet comparison needs of one node, from its facts and findings."""
     def get(path: str) -> Any:
         cur: Any = facts
@@ -64,7 +67,7 @@ def node_section(facts: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]
         if not isinstance(e, Mapping):
             continue
         name = str(e.get("name") or e.get("prefix"))[:100]
-        for c in e.get("consumers") or []:
+        for c in env_consumers(loading if isinstance(loading, Mapping) else model(facts, None), e):
             if not isinstance(c, Mapping):
                 continue
             dist = str(c.get("distribution"))[:100]

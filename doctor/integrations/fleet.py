@@ -99,7 +99,7 @@ def _section_from_document(doc: Any) -> Optional[Dict[str, Any]]:
     if isinstance(doc.get("facts"), dict):
         findings = doc["findings"] if isinstance(doc.get("findings"), list) else []
         try:
-            return conform(node_section(doc["facts"], findings))
+            return conform(node_section(doc["facts"], findings, doc.get("loading")))
         except (TypeError, ValueError, AttributeError) as exc:
             raise InputError(f"its facts have an unexpected shape ({type(exc).__name__})")
     return None

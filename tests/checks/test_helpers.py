@@ -110,16 +110,16 @@ def test_the_checks_parse_versions_with_the_one_parser():
     from dl_doctor.checks.cuda import driver_too_old_for_cuda
     from dl_doctor.checks.python_env import runs_on
     from dl_doctor.engine import run_check
-    from dl_doctor.reports.stack import _copy_verdict
+    from dl_doctor.facts.loading import _cmp
 
     assert runs_on("8.6", ["8.0"]) and not runs_on("9.0", ["8.0"]) and runs_on("9.0", ["8.6+PTX"])
-    assert _copy_verdict("9.1.0.70", "9.1.0.2") == "same" and _copy_verdict("9.2.1", "9.1.0") == "newer"
-    assert _copy_verdict("9.1.0", "9.2.1") == "other" and _copy_verdict("12.1.0", "11.8.0") == "other"
-    assert _copy_verdict("9.1.0-1", "9.1.0.1") == "same"  # a packaging revision is a part, as before
-    # fixed: a local part is no longer read as -1 (2.4.0+cu124 was older than 2.4.0), and two different strings that
-    # are not versions are no longer the same copy
-    assert _copy_verdict("2.4.0+cu124", "2.4.0") == "same" and _copy_verdict("abc", "xyz") == "other"
-    assert _copy_verdict("abc", "abc") == "same"
+    # the one resolution model compares two copies' versions (in one numbering scheme) to MAJOR.MINOR.PATCH
+    assert _cmp("9.1.0.70", "9.1.0.2") == 0 and _cmp("9.2.1", "9.1.0") == 1
+    assert _cmp("9.1.0", "9.2.1") == -1 and _cmp("12.1.0", "11.8.0") == 1
+    assert _cmp("9.1.0-1", "9.1.0.1") == 0  # a packaging revision is a part, as before
+    # a local part is not read as -1 (2.4.0+cu124 is not older than 2.4.0); strings that are not versions compare
+    # as nothing (None: unknown), never as equal or older
+    assert _cmp("2.4.0+cu124", "2.4.0") == 0 and _cmp("abc", "xyz") is None and _cmp("abc", "abc") is None
     # fixed: a forward-compatibility library whose version is not dotted integers failed the check (int("15-1"))
     facts = {"nvidia_driver": {"kernel_module": {"version": "535.104.05"},
                                "forward_compat_libs": [{"active": True, "version": "550.54.15-1", "path": "/x"}]},

@@ -97,8 +97,18 @@ def _consumers(run_cli, name: str, stub_dir) -> list:
         facts = json.loads(out.read_text())["facts"]
         env = next(e for e in facts["python_envs"]["environments"] if e.get("role") == "requested")
         assert "consumers_error" not in env, env.get("consumers_error")
-        _facts_cache[name] = env["consumers"]
+        _facts_cache[name] = _predicted(env)
     return _facts_cache[name]
+
+
+def _predicted(env: dict) -> list:
+    """The environment's consumers with the loading the one model predicts from the recorded loader inputs
+    (dl_doctor.facts.loading), without --deep's truth."""
+    from dl_doctor.compat_matrix import load
+    from dl_doctor.facts.loading import env_consumers, model
+
+    bare = {k: v for k, v in env.items() if k not in ("deep", "deep_consumers")}
+    return env_consumers(model({"python_envs": {"environments": [bare]}}, load()), bare)
 
 
 def _site(name: str) -> Path:
@@ -223,7 +233,7 @@ def test_deep_imports_each_framework_and_the_truth_matches_the_prediction(run_cl
     assert {"torch", "onnxruntime-gpu"} <= set(deep)
     assert next(s for s in deep["torch"]["steps"] if s["kind"] == "import")["error"] is None
     assert any("/nvidia/cu13/lib/libcudart.so.13" in p for p in deep["torch"]["mapped_cuda"])
-    consumer = next(c for c in env["consumers"] if c["distribution"] == "onnxruntime-gpu")
+    consumer = next(c for c in _predicted(env) if c["distribution"] == "onnxruntime-gpu")
     step = next(s for s in deep["onnxruntime-gpu"]["steps"]
                 if s["name"] == "onnxruntime/capi/libonnxruntime_providers_cuda.so")
     predicted = {m["soname"] for m in consumer["missing"] if m["needed_by"] == step["name"]}

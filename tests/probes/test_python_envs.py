@@ -226,18 +226,34 @@ def test_runpath_shadowing_in_an_old_release_and_preloading_in_a_new_one(tmp_pat
     old_torch_tree(root, init, ldpath, global_deps_needs_cusparse=old_layout)
     r = run_cli("run", "--sysroot", str(root), "--only", "DLD-PY-004", "--json", "-")
     report = json.loads(r.stdout)
-    env = next(e for e in report["facts"]["python_envs"]["environments"] if e["prefix"] == "/opt/venv")
-    got = env["resolution"]["libraries"]["nvjitlink"]
+    got = torch_loads(report, "/opt/venv")["libnvJitLink.so.12"]
     assert got["path"] == expect_from
     [finding] = report["findings"]
     if "cuda-12.1" in expect_from:
         assert got["via"] == "LD_LIBRARY_PATH" and got["version"] == "12.1.105"
         assert finding["status"] == "fail"
-        assert "nvjitlink resolved via LD_LIBRARY_PATH from /usr/local/cuda-12.1/lib64/libnvJitLink.so.12.1.105" \
-            in finding["message"]
+        assert ("libnvJitLink.so.12 loads from /usr/local/cuda-12.1/lib64/libnvJitLink.so.12.1.105 (found via "
+                "LD_LIBRARY_PATH)") in finding["message"]
+        assert "libcusparse in the same process needs the nvJitLink of its own CUDA minor" in finding["message"]
     else:
-        assert got["version"] == "12.4.127"
+        assert got["verdict"] == "own" and got["wheel_version"] == "12.4.127"
         assert finding["status"] == "pass"  # a shadowing finding appears exactly when another copy would load
+
+
+def torch_loads(report, prefix, truth=True):
+    """The CUDA libraries torch loads in one environment, by soname, from the one resolution model (the report's
+    ``loading``; ``truth=False``: the prediction from the recorded loader inputs alone, without --deep's)."""
+    if truth:
+        env = next(e for e in report["loading"]["environments"] if e["prefix"] == prefix)
+    else:
+        from dl_doctor.compat_matrix import load
+        from dl_doctor.facts.loading import model
+
+        facts = next(e for e in report["facts"]["python_envs"]["environments"] if e["prefix"] == prefix)
+        bare = {k: v for k, v in facts.items() if k not in ("deep", "deep_consumers")}
+        env = model({"python_envs": {"environments": [bare]}}, load())["environments"][0]
+    torch = next(c for c in env["consumers"] if c["distribution"] == "torch")
+    return {lib["soname"]: lib for lib in torch["libraries"]}
 
 
 # -- isolation: one hanging or broken environment costs only itself ----------------------------------
@@ -273,7 +289,12 @@ def test_real_cpu_build_is_reported(run_cli):
     r = run_cli("run", "--no-env-scan", "--python", str(T213), "--json", "-", "--only", "python")
     env = next(e for e in json.loads(r.stdout)["facts"]["python_envs"]["environments"] if e["python"] == str(T213))
     assert env["frameworks"]["torch"]["version"] == "2.13.0+cpu" and torch_cpu_only(env["frameworks"]["torch"])
-    assert env["resolution"] is None
+    assert env.get("loader", {}).get("torch") is None  # a CPU build: no torch import sequence to model
+    assert not [e for e in report_loading(r) if e["prefix"] == env["prefix"] and e["consumers"]]
+
+
+def report_loading(r):
+    return json.loads(r.stdout)["loading"]["environments"]
 
 
 def _stub_nvjitlink(tmp_path) -> Path:
@@ -299,14 +320,22 @@ def test_static_prediction_agrees_with_what_really_loads(tmp_path, run_cli, with
     deep = env["deep"]
     assert deep["imported"] and deep["version"] == "2.14.1+cu130" and deep["cuda"] == "13.0"
     assert deep["cuda_available"] is False  # no NVIDIA driver on this machine
-    libs = env["resolution"]["libraries"]
-    for key, lib in libs.items():
-        truth = [m for m in deep["mapped"] if m.rsplit("/", 1)[-1].startswith(lib["soname"].split(".so")[0] + ".so")]
-        assert truth == [lib["path"]], (key, lib, truth)
+    predicted = torch_loads(report, env["prefix"], truth=False)  # from the recorded loader inputs alone
+    checked = 0
+    for soname, lib in predicted.items():
+        truth = [m for m in deep["mapped"] if m.rsplit("/", 1)[-1].startswith(soname.split(".so")[0] + ".so")]
+        if truth:
+            assert truth == [lib["path"]], (soname, lib, truth)
+            checked += 1
+    assert checked >= 6
     # torch 2.14 preloads its wheel libraries by absolute path: the stub on LD_LIBRARY_PATH is never used
     assert "/old-nvjitlink/" not in " ".join(deep["mapped"])
-    assert libs["nvjitlink"]["via"] == "preloaded by torch (always)"
-    assert libs["cudnn"]["version"].startswith("9.24.0") and libs["nccl"]["version"] == "2.30.7"
+    assert predicted["libnvJitLink.so.13"]["via"] == "preloaded by torch (always)"
+    libs = torch_loads(report, env["prefix"])
+    assert libs["libnvJitLink.so.13"]["verdict"] == "own"
+    cudnn = next(lib for s, lib in predicted.items() if s.startswith("libcudnn.so"))
+    nccl = predicted["libnccl.so.2"]
+    assert (cudnn.get("wheel_version") or "").startswith("9.24.0") and nccl["wheel_version"] == "2.30.7"
     assert deep["cudnn"] == 92400 and deep["nccl"] == "2.30.7"
     assert deep["arch_list"] == ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
     findings = {f["id"]: f for f in report["findings"]}

@@ -51,8 +51,9 @@ def test_the_stack_model_says_which_cudnn_torch_loads_and_that_it_is_wrong(dlami
     cudnn = libs["libcudnn.so.9"]
     assert cudnn["state"] == "wrong" and cudnn["version"] == "9.0.0" and cudnn["via"] == "LD_LIBRARY_PATH"
     assert cudnn["path"] == "/usr/local/cuda-12.4/lib64/libcudnn.so.9.0.0" and "9.1.0.70" in cudnn["note"]
-    assert cudnn["finding"] == "DLD-PY-012"
-    assert libs["libcudart.so.12"]["state"] == "newer"  # a newer same-major copy: it works, marked to look at
+    assert cudnn["finding"] == "DLD-PY-004"
+    # a newer same-major copy serves the build: ✓, with the note saying which copy loads and why it serves
+    assert libs["libcudart.so.12"]["state"] == "other" and "newer" in libs["libcudart.so.12"]["note"]
     assert libs["libcublas.so.12"]["state"] == "ok" and libs["libcublas.so.12"]["finding"] is None
     assert torch["libraries"][0]["soname"] == "libcudnn.so.9"  # the broken link first
     assert env["bad"] == 1 and model["counts"]["broken"] == 1
@@ -61,16 +62,18 @@ def test_the_stack_model_says_which_cudnn_torch_loads_and_that_it_is_wrong(dlami
 def test_problem_cards_lead_with_the_problem_and_the_stack_marks_the_wrong_copy(dlami_report):
     _, out = dlami_report
     html = (out / "r.html").read_text()
-    card = html[html.index('<article class="finding fail" id="DLD-PY-012">'):]
+    card = html[html.index('<article class="finding fail" id="DLD-PY-004">'):]
     card = card[:card.index("</article>")]
     h3 = re.sub(r"<[^>]+>", "", card[card.index("<h3>"):card.index("</h3>")]).strip()
     assert h3 == "fail torch in pytorch loads libcudnn.so.9 9.0.0 via LD_LIBRARY_PATH, not its own 9.1.0.70"
-    assert '<p class="check">The CUDA libraries that load match' in card and "DLD-PY-012" in card
+    assert '<p class="check">The CUDA libraries that load serve' in card and "DLD-PY-004" in card
     section = html[html.index('<section id="stack">'):html.index('<section id="checks">')]
     row = re.search(r'<tr class="lib-wrong">.*?</tr>', section, re.S).group(0)
-    assert "libcudnn.so.9" in row and "<strong>9.0.0</strong>" in row and 'href="#DLD-PY-012"' in row
+    assert "libcudnn.so.9" in row and "<strong>9.0.0</strong>" in row and 'href="#DLD-PY-004"' in row
     assert "/<wbr>usr/<wbr>local/<wbr>cuda-12.4/<wbr>lib64/<wbr>libcudnn.so.9.0.0" in row
-    assert section.count('class="lib-ok"') == 2 and section.count('class="lib-newer"') == 1
+    # no file a finding names is marked fine: one wrong copy, the newer cudart that serves, and two own copies
+    assert section.count('class="lib-ok"') == 2 and section.count('class="lib-other"') == 1
+    assert section.count('class="lib-wrong"') == 1
 
 
 def test_a_finding_about_several_items_is_a_list():
@@ -96,7 +99,7 @@ def test_the_terminal_leads_with_the_problem_and_wraps_paths_at_the_width(dlami_
     lines = block.splitlines()
     assert lines[0] == "FAIL  torch in pytorch loads libcudnn.so.9 9.0.0 via LD_LIBRARY_PATH,"
     assert lines[1] == "      not its own 9.1.0.70"
-    assert lines[2].startswith("      DLD-PY-012 · The CUDA libraries that load")
+    assert lines[2].startswith("      DLD-PY-004 · The CUDA libraries that load")
     # commands are never wrapped, so that they paste (the tree is an image: they are "# boot the image, then:" lines)
     assert all(len(l) <= 72 for l in lines if not l.lstrip().startswith(("$", "#")))
     # the long site-packages path broke after a '/', not in the middle of a name
@@ -112,7 +115,7 @@ def test_the_markdown_summary_renders_as_github_would(dlami_report):
     torch_row = next(r for r in re.findall(r"<tr>.*?</tr>", stack_table, re.S) if "torch" in r)
     assert "<code>libcudnn.so.9</code> <code>9.0.0</code> ❌" in torch_row
     assert "<code>libcublas.so.12</code> <code>12.4.5.8</code>" in torch_row  # a four-part version is not an address
-    assert len(re.findall(r"<h4>", html)) == 2 and "<h4>❌ FAIL: torch in pytorch loads libcudnn.so.9" in html
+    assert len(re.findall(r"<h4>", html)) == 1 and "<h4>❌ FAIL: torch in pytorch loads libcudnn.so.9" in html
     assert html.count("<details>") == html.count("</details>") == 2
     # the tree is an image: what changes a session's environment waits for its boot
     assert re.search(r'<pre(?: lang="sh")?><code(?: class="language-sh")?># boot the image, then: echo \$LD_LIBRARY_PATH',
@@ -126,7 +129,7 @@ def test_the_markdown_summary_renders_as_github_would(dlami_report):
 
 def _hostile_report(report):
     rep = copy.deepcopy(report)
-    f = next(f for f in rep["findings"] if f["id"] == "DLD-PY-012")
+    f = next(f for f in rep["findings"] if f["id"] == "DLD-PY-004")
     f["headline"] = HOSTILE
     f["message"] = HOSTILE + "; " + HOSTILE
     f["fix"]["commands"] = [HOSTILE]
@@ -173,7 +176,7 @@ def _visible(html: str) -> str:
 def _with_values(report, value):
     """``report`` with ``value`` everywhere a machine value reaches the summary's text, tables and code spans."""
     rep = copy.deepcopy(report)
-    f = next(f for f in rep["findings"] if f["id"] == "DLD-PY-012")
+    f = next(f for f in rep["findings"] if f["id"] == "DLD-PY-004")
     f["headline"] = f["title"] = f["message"] = f["fix"]["summary"] = value
     passed = next(f for f in rep["findings"] if f["status"] == "pass")
     passed["message"] = value
@@ -292,15 +295,20 @@ def _many_environments(report):
     rep = copy.deepcopy(report)
     envs = rep["facts"]["python_envs"]["environments"]
     base = next(e for e in envs if e.get("consumers"))
-    libs = base["consumers"][0]["libraries"]
-    out = []
+    modelled = next(e for e in rep["loading"]["environments"] if e["prefix"] == base["prefix"])
+    libs = modelled["consumers"][0]["libraries"]
+    out, loading = [], []
     for n in range(8):
         env = copy.deepcopy(base)
         env["name"], env["prefix"] = f"env{n}", f"/opt/conda/envs/env{n}"
-        for c in env["consumers"]:
-            c["libraries"] = [dict(libs[i % len(libs)], soname=f"libfake{i}.so.{n}") for i in range(30)]
         out.append(env)
+        m = copy.deepcopy(modelled)
+        m["name"], m["prefix"] = env["name"], env["prefix"]
+        for c in m["consumers"]:
+            c["libraries"] = [dict(libs[i % len(libs)], soname=f"libfake{i}.so.{n}") for i in range(30)]
+        loading.append(m)
     rep["facts"]["python_envs"]["environments"] = out
+    rep["loading"]["environments"] = loading
     return rep
 
 

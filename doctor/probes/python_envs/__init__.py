@@ -1,5 +1,5 @@
 """Every Python environment on the host: discovery, static inspection, a live probe, optional deep import,
-and which CUDA libraries the framework would really load.
+and the raw loader inputs of every CUDA consumer (which file loads is judged from them: dl_doctor.facts.loading).
 
 The probe (this module) assembles what its parts find: ``discovery`` (which environments, within per-owner budgets),
 ``static`` (what each environment's files say; reads files only and works under --sysroot: dist-info, conda-meta,
@@ -23,8 +23,7 @@ from dl_doctor.probes.python_envs.discovery import Discovery, _condarc_envs_dirs
 from dl_doctor.probes.python_envs.provides import PYTHON_ENVS_FACTS
 from dl_doctor.probes.python_envs.live import live_in_process, run_deep, run_deep_consumer, run_live
 from dl_doctor.probes.python_envs.static import (_consumers, _read, inspect_static,  # noqa: F401
-                                                 parse_version_py, resolve_torch_libraries, site_dirs,
-                                                 torch_preload_model)
+                                                 parse_version_py, site_dirs, torch_preload_model)
 from dl_doctor.util.workers import map_daemon
 
 DEFAULT_ENV_LIMIT = 32
@@ -47,7 +46,7 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
     ld = [d for d in host.environ().get("LD_LIBRARY_PATH", "").split(":") if d]
     sites_key = (host.sysroot, tuple(host.tree_path(s) for s in out.get("site_packages") or []), tuple(ld))
     dists = host.cached(("python_envs:dists", env["prefix"], tuple(out.get("site_packages") or [])), dict)
-    torch_mode = (((out.get("frameworks") or {}).get("torch") or {}).get("preload") or {}).get("mode")
+    torch = (out.get("frameworks") or {}).get("torch")
     # The consumer model reads files only: it runs while the live interpreter below starts (that wait releases the
     # GIL), from the site directories; sys.path entries the live probe adds with wheel libraries redo it afterwards.
     early: Dict[str, Any] = {}
@@ -55,7 +54,7 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
     def consumers_from_sites() -> None:
         try:
             early["value"] = host.cached(("consumers",) + sites_key, lambda: _consumers(
-                host, env, dists, owned, ld, None, torch_mode, ctx.matrix))
+                host, env, dists, owned, ld, None, torch, ctx.matrix))
         except Exception as exc:  # noqa: BLE001 - the consumer model costs only its own facts
             early["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -78,25 +77,17 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
     # Environments that are the same files (the same site-packages, reached through links) load the same libraries.
     key = (host.sysroot, tuple(host.tree_path(s) for s in out.get("site_packages") or []), tuple(ld),
            tuple(p for p in (live_path or []) if "site-packages" in p or "dist-packages" in p))
-    try:
-        if not key[1]:
-            out["resolution"] = resolve_torch_libraries(host, env, out, owned, ld, live_path)
-        else:  # the same files are resolved once per run, however many threads ask (never across two runs)
-            out["resolution"] = host.cached(("torch-resolution",) + key,
-                                            lambda: resolve_torch_libraries(host, env, out, owned, ld, live_path))
-    except Exception as exc:  # noqa: BLE001
-        out["resolution_error"] = f"{type(exc).__name__}: {exc}"
     worker.join()
     sites = set(out.get("site_packages") or [])
     extra = [p for p in live_path or [] if p.startswith("/") and p not in sites and host.is_dir(f"{p}/nvidia")]
     try:
         if extra:  # wheel libraries on sys.path outside the site directories (a .pth, PYTHONPATH): redo with them
-            out["consumers"] = host.cached(("consumers",) + key, lambda: _consumers(host, env, dists, owned, ld,
-                                                                                   live_path, torch_mode, ctx.matrix))
+            out["consumers"], out["loader"] = host.cached(("consumers",) + key, lambda: _consumers(
+                host, env, dists, owned, ld, live_path, torch, ctx.matrix))
         elif "error" in early:
             out["consumers_error"] = early["error"]
         else:
-            out["consumers"] = early["value"]
+            out["consumers"], out["loader"] = early["value"]
     except Exception as exc:  # noqa: BLE001 - the consumer model costs only its own facts
         out["consumers_error"] = f"{type(exc).__name__}: {exc}"
     if ctx.options.get("deep") and host.live and python and host.is_file(python) and out.get("consumers") \

@@ -152,6 +152,50 @@ _CONSUMER = obj(
     built_for_torch=string("a torch extension: the torch its local version names"),
 )
 
+_DYNAMIC = obj(
+    "a file the search looked at that exists: its ELF dynamic section ({}: not an ELF object)",
+    soname=string("DT_SONAME"),
+    needed=array(string(), "DT_NEEDED, in order"),
+    rpath=array(string(), "DT_RPATH entries, unexpanded"),
+    runpath=array(string(), "DT_RUNPATH entries, unexpanded"),
+    machine=string("the ELF machine (EM_X86_64, EM_AARCH64)"),
+    verneed=map_of(array(string()), "DT_VERNEED: file -> the symbol versions needed from it"),
+    verdef=array(string(), "DT_VERDEF: the symbol versions it defines"),
+)
+
+_LOADER = obj(
+    "the raw inputs of the loader's search for this environment's CUDA consumers, recorded while the probe ran it: "
+    "dl_doctor.facts.loading replays the search on them (the report's ``loading``: which file loads and whether it "
+    "serves the build)",
+    ld_library_path=array(string(), "LD_LIBRARY_PATH, split"),
+    executable=string("the interpreter (its RPATH counts; null: none readable)"),
+    machine=string("the interpreter's ELF machine (null: not read)"),
+    wheel_dirs=array(string(), "the nvidia/*/lib directories of the wheels on sys.path, in sys.path order"),
+    preload_bases=array(string(), "the sys.path entries a framework's preloading searches"),
+    torch=obj(
+        "this environment's torch import sequence (null: no CUDA torch)",
+        preload=_PRELOAD,
+        cuda=string("the CUDA version torch was built with"),
+        global_deps=string("torch/lib/libtorch_global_deps.so (null: absent)"),
+        extension=string("torch/_C*.so (null: absent)"),
+    ),
+    objects=map_of(obj(
+        "",
+        needing=array(string(), "its objects that need CUDA libraries (DT_NEEDED)"),
+        callers=array(string(), "its objects that open CUDA libraries by name (the matrix's dlopen_by)"),
+    ), "consumer distribution -> its objects the process loads"),
+    files=map_of(_DYNAMIC, "every existing file the search looked at -> its dynamic section"),
+    links=map_of(string("where it points"), "a path the search met -> the file it resolves to (symbolic links)"),
+    cache=map_of(array(string()), "a soname the search looked up in /etc/ld.so.cache -> its entries, in order"),
+    globs=map_of(array(string()), "a pattern a framework's preloading globbed -> its matches"),
+    versions=map_of(array(string(null=True)), "a library file -> [its version (null: not known), where that came "
+                                              "from: wheel NAME, file name NAME, header PATH, unknown]"),
+    owners=map_of(array(string()), "a library file an nvidia-* wheel installed -> [the wheel, its version]"),
+    searched=array(string(), "every name the search looked for (a name not listed was never looked for: replayed "
+                             "with a newer matrix, it is unknown, not missing)"),
+    since="0.2.0",
+)
+
 _DEEP_CONSUMER = obj(
     "",
     steps=array(obj(
@@ -198,17 +242,19 @@ _ENVIRONMENT = obj(
     live=_LIVE,
     deep=_DEEP,
     resolution=obj(
-        "which file each key CUDA library resolves to when this environment imports torch (null: no CUDA torch)",
+        "facts of dl-doctor 0.1 only: which file each key CUDA library resolved to when torch was imported (now "
+        "judged from ``loader`` for every consumer: the report's ``loading``)",
         steps=array(string(), "what was loaded, in order (libtorch_global_deps.so, preload, torch._C)"),
         libraries=map_of(_RESOLVED, "cudart, cublas, cudnn, nccl, nvjitlink, cusparse -> where it resolves"),
         missing=array(array(string()), "(soname, the object that needed it) the loader did not find"),
         ld_library_path=array(string(), "the LD_LIBRARY_PATH it was resolved with"),
         loaded_count=integer("objects the simulated loader loaded"),
     ),
-    resolution_error=string("why the resolution failed"),
+    resolution_error=string("facts of dl-doctor 0.1 only: why the resolution failed"),
+    loader=_LOADER,
     consumers=array(_CONSUMER, "every installed distribution that needs CUDA libraries (dl_doctor.readers.consumers):"
-                               " its build, what it needs, where each library resolves, what is missing and where the "
-                               "loader looked, unmet symbol versions", since="0.2.0"),
+                               " its build and what it needs (which file loads is judged from ``loader``; facts of "
+                               "0.2 development builds also carry their prediction here)", since="0.2.0"),
     consumers_error=string("why the consumer model could not be built for this environment", since="0.2.0"),
     deep_consumers=map_of(_DEEP_CONSUMER, "--deep: distribution -> what happened when its package was imported and "
                                           "its objects loaded (the truth that wins over the prediction)"),

@@ -1,7 +1,7 @@
 """Static inspection of one Python environment: what its files say (dist-info, conda-meta, torch/version.py,
-the nvidia-* wheels' RECORDs, the CUDA libraries bundled in it, torch's preload table), which copy of each key CUDA
-library torch would load (the loader simulated on ELF dynamic sections), and the consumer model
-(dl_doctor.readers.consumers). Reads files only: works under --sysroot."""
+the nvidia-* wheels' RECORDs, the CUDA libraries bundled in it, torch's preload table), and every CUDA consumer with the raw
+loader inputs of its libraries (dl_doctor.readers.consumers; which file loads is judged from them by
+dl_doctor.facts.loading). Reads files only: works under --sysroot."""
 
 from __future__ import annotations
 
@@ -215,81 +215,16 @@ def torch_preload_model(init_text: str) -> Dict[str, Any]:
     return {"mode": mode, "libraries": [list(i) for i in items]}
 
 
-def resolve_torch_libraries(host: Host, env: Dict[str, Any], static: Dict[str, Any], owned: Dict[str, Tuple[str, str]],
-                            ld_library_path: List[str], sys_path: Optional[List[str]] = None) -> Optional[Dict[str, Any]]:
-    """Which file each key CUDA library resolves to when this environment imports torch."""
-    t = static["frameworks"].get("torch") or {}
-    torch_dir = t.get("path")
-    if not torch_dir or torch_cpu_only(t, static.get("conda_packages")):
-        return None
-    python = env.get("python")
-    executable = python if python and host.is_file(python) else None
-    preload = t.get("preload") or {}
-    prefixes = [pattern.split(".", 1)[0] for _, pattern in preload.get("libraries", [])]
-    paths = sys_path or static["site_packages"]
-    major = (t.get("cuda") or "").split(".")[0]
-
-    from dl_doctor.readers.ldso import Loader  # with pyelftools: imported by the runs that resolve libraries
-
-    def new_loader() -> "Loader":
-        return Loader(host, ld_library_path=ld_library_path, executable=executable)
-
-    # Only sys.path entries that hold wheel libraries can match torch's globs.
-    bases = [b for b in paths if b and b.startswith("/") and host.is_dir(f"{b}/nvidia")]
-
-    def preload_all(loader: "Loader") -> None:
-        # torch's _preload_cuda_deps: the first match on sys.path, loaded by absolute path
-        for folder, pattern in preload.get("libraries", []):
-            for base in bases:
-                hits = (host.glob(f"{base}/nvidia/{folder}/lib/{pattern}")
-                        + (host.glob(f"{base}/nvidia/cu{major}/lib/{pattern}") if major else [])
-                        + host.glob(f"{base}/{folder}/lib/{pattern}"))
-                if hits:
-                    loader.load(hits[0], via=f"preloaded by torch ({preload['mode']})")
-                    break
-
-    gdeps = f"{torch_dir}/lib/libtorch_global_deps.so"
-    steps: List[str] = []
-    loader = new_loader()
-    if host.is_file(gdeps):
-        loader.load(gdeps, via="dlopen (libtorch_global_deps)")
-        steps.append("libtorch_global_deps.so")
-        failed_on = [m for m, _ in loader.missing if any(m.startswith(p) for p in prefixes)]
-        if failed_on and preload.get("mode") in ("always", "on-failure"):
-            # CDLL raised OSError naming a CUDA library: torch preloads the wheels and tries again
-            loader = new_loader()
-            preload_all(loader)
-            loader.load(gdeps, via="dlopen (libtorch_global_deps, retried)")
-            steps.append(f"preload after failure ({', '.join(failed_on)})")
-        elif preload.get("mode") == "always" and any(o.soname.startswith("libcudart.so") for o in loader.objects):
-            preload_all(loader)
-            steps.append("preload (always)")
-    ext = next(iter(host.glob(f"{torch_dir}/_C.cpython-*.so") + host.glob(f"{torch_dir}/_C.so")), None)
-    if ext:
-        loader.load(ext, via="import torch._C")
-        steps.append(posixpath.basename(ext))
-    resolved: Dict[str, Any] = {}
-    for key, prefix in KEY_LIBS.items():
-        obj = next((o for o in loader.objects if o.soname.startswith(prefix + ".")
-                    and not (key == "cublas" and o.soname.startswith("libcublasLt"))), None)
-        if obj:
-            version, how = lib_version(host, obj.path, owned)
-            resolved[key] = {"soname": obj.soname, "path": obj.path, "version": version, "version_source": how,
-                             "via": obj.via, "requested_by": obj.requested_by}
-    return {"steps": steps, "libraries": resolved, "missing": [list(m) for m in loader.missing[:20]],
-            "ld_library_path": ld_library_path, "loaded_count": len(loader.objects)}
-
-
-
 def _consumers(host: Host, env: Dict[str, Any], dists: Dict[str, Dict[str, Any]], owned: Dict[str, Tuple[str, str]],
-               ld: List[str], live_path: Optional[List[str]], torch_preload: Optional[str],
-               matrix: Any) -> List[Dict[str, Any]]:
-    """The consumer model (dl_doctor.readers.consumers.scan) of one environment; ``matrix`` is the run's
-    (ProbeContext.matrix: its consumer table names the libraries each consumer opens by name), None without one."""
+               ld: List[str], live_path: Optional[List[str]], torch: Optional[Dict[str, Any]],
+               matrix: Any) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """The consumers of one environment and its raw loader inputs (dl_doctor.readers.consumers.scan); ``matrix`` is
+    the run's (ProbeContext.matrix: its consumer table names the libraries each consumer opens by name), None
+    without one; ``torch`` the environment's torch facts (its preload model, read from its __init__.py)."""
     from dl_doctor.readers.consumers import scan
 
     python = env.get("python")
     return scan(host, sites=list(dists and {d["location"] for d in dists.values()} or []), dists=dists, owned=owned,
                 ld_library_path=ld, sys_path=live_path or sorted({d["location"] for d in dists.values()}),
                 executable=python if python and host.is_file(python) else None, matrix=matrix,
-                torch_preload=torch_preload)
+                torch=torch if torch and not torch_cpu_only(torch, None) else None)
