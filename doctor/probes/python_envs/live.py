@@ -201,9 +201,12 @@ plan = json.loads(sys.argv[1])
 def say(kind, name, error):
     sys.stdout.write("DLDOCTOR-STEP " + json.dumps({"kind": kind, "name": name, "error": error}) + "\n")
     sys.stdout.flush()
+os.environ.update(plan.get("environ") or {})
 for module in plan.get("first", []) + ([plan["import"]] if plan.get("import") else []):
     try:
-        __import__(module)
+        imported = __import__(module)
+        if module == plan.get("import") and plan.get("call"):
+            getattr(imported, plan["call"])()
         say("import", module, "")
     except BaseException as exc:
         say("import", module, "%s: %s" % (type(exc).__name__, exc))
@@ -227,6 +230,15 @@ say("maps", json.dumps(maps[:4096]), "")
 """
 _NOT_FOUND = re.compile(r"([\w.+-]{1,200}\.so[\w.]{0,40}): cannot open shared object file")
 
+# A package whose import alone does not do what the framework does before it opens its libraries: its start-up does.
+# jax-cuda*-pjrt's package is the namespace jax_plugins; jax imports jax_plugins.xla_cuda* and calls its
+# initialize() -- which preloads the nvidia-* wheel libraries by absolute path, then registers xla_cuda_plugin.so,
+# whose RPATH names the same directories -- when its backends start (jax._src.xla_bridge.discover_pjrt_plugins),
+# not at import. Importing jax_plugins alone and opening libcudart.so.12 by name from the interpreter finds none
+# of them: the false 'not found' of issue 25. JAX_PLATFORMS=cpu: the plugins still initialize (the libraries
+# load) but no GPU client is made, so a GPU in use loses no memory to --deep.
+_START = {"jax_plugins": {"import": "jax", "call": "devices", "environ": {"JAX_PLATFORMS": "cpu"}}}
+
 
 def run_deep_consumer(host: Host, env: Dict[str, Any], consumer: Dict[str, Any], timeout: float,
                       startup: List[str]) -> Dict[str, Any]:
@@ -235,6 +247,7 @@ def run_deep_consumer(host: Host, env: Dict[str, Any], consumer: Dict[str, Any],
     plan = {"import": consumer.get("package") or None, "first": ["torch"] if consumer.get("links_torch") else [],
             "objects": [posixpath.join(site, rel) for rel in consumer.get("cuda_object_paths") or []],
             "dlopen": consumer.get("dlopen") or []}
+    plan.update(_START.get(consumer.get("package") or "", {}))
     try:
         result = _run_python(host, env, DEEP_CONSUMER_SCRIPT, timeout, startup, json.dumps(plan))
     except UntrustedCommand as exc:
