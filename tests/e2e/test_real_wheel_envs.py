@@ -151,9 +151,11 @@ def test_an_older_nvjitlink_on_ld_library_path_is_not_what_loads(run_cli, older_
     "model (doctor/readers/consumers.py _consumer, 'wanted = list(dict.fromkeys(needed + dlopen))') preloads for "
     "torch only the sonames torch's own objects need directly, not torch's _preload_cuda_deps list (which "
     "probes/python_envs/static.py torch_preload_model reads for DLD-PY-004); libnvJitLink.so.13 is needed only by "
-    "libcusolver.so.12/libcusparse.so.12, whose RUNPATH $ORIGIN is searched after LD_LIBRARY_PATH. And "
-    "checks/frameworks.py framework_cuda_major reads c['libraries'] as predicted, never --deep's mapped_cuda "
-    "(_with_truth corrects only 'missing')"))
+    "libcusolver.so.12/libcusparse.so.12, whose RUNPATH $ORIGIN is searched after LD_LIBRARY_PATH, "
+    "and they are preloaded (with their dependencies) before it; torch's list has nvjitlink before cusparse and "
+    "cusolver (checked: libnvJitLink.so.13 first in torch's 'wanted' turns this green). And checks/frameworks.py "
+    "framework_cuda_major reads c['libraries'] as predicted, never --deep's mapped_cuda (_with_truth corrects "
+    "only 'missing')"))
 @pytest.mark.parametrize("deep", [False, True], ids=["default", "deep"])
 def test_an_older_nvjitlink_on_ld_library_path_is_no_py012_finding(run_cli, older_nvjitlink, deep):
     got = _with_older_nvjitlink(run_cli, older_nvjitlink, deep)
