@@ -128,11 +128,11 @@ def test_an_older_nvjitlink_on_ld_library_path_is_not_what_torch_loads(run_cli, 
     "wheel's copy loads: doctor/readers/consumers.py _consumer preloads for torch only "
     "'wanted = list(dict.fromkeys(needed + dlopen))' (what torch's own objects need directly), not torch's "
     "_preload_cuda_deps list (static.torch_preload_model's); libnvJitLink.so.13 is needed only by "
-    "libcusolver.so.12 and libcusparse.so.12, whose RUNPATH $ORIGIN comes after LD_LIBRARY_PATH, and the
-    sorted preload loads libcusolver/libcusparse (and their dependencies, breadth-first) first. torch's own list
-    (torch/__init__.py _preload_cuda_deps, 2.14.1 lines 352-372) has nvjitlink before cusparse and cusolver:
-    checked, with libnvJitLink.so.13 first in torch's 'wanted' this test and its twins in test_real_wheel_envs.py
-    pass"))
+    "libcusolver.so.12 and libcusparse.so.12, whose RUNPATH $ORIGIN comes after LD_LIBRARY_PATH, and the "
+    "sorted preload loads libcusolver/libcusparse (and their dependencies, breadth-first) first. torch's own list "
+    "(torch/__init__.py _preload_cuda_deps, 2.14.1 lines 352-372) has nvjitlink before cusparse and cusolver: "
+    "checked, with libnvJitLink.so.13 first in torch's 'wanted' this test and its twins in test_real_wheel_envs.py "
+    "pass"))
 def test_an_older_nvjitlink_on_ld_library_path_is_no_py012_finding_in_a_tree(run_cli, tmp_path):
     root, prefix = _older_nvjitlink_tree(tmp_path)
     report = _run(run_cli, root)
