@@ -63,7 +63,9 @@ KNOWN = {
         _ld_cache_has("libcudart.so.13"), strict=True,
         reason="issue 25: DLD-PY-012 fails 'libcudart.so.13 resolves via ld.so.cache to "
                "/usr/local/cuda-13.0/lib/libcudart.so.13 (?)': the host toolkit's CUDA 13.0 runtime serves "
-               "onnxruntime's CUDA 13 build (minor-version compatibility), and an unknown file version is no fail "
+               "onnxruntime's CUDA 13.0 build (minor-version compatibility; on the machine this was found on it is "
+               "byte-identical to the wheel's 13.0.96, installed from nvidia_cuda_runtime-13.0.96 as "
+               "/usr/local/cuda-13.0/dist-info records), and an unknown file version is no fail "
                "(checks/frameworks.py framework_cuda_major: compatible_copy(None, '13.0.96') is not 'same'/'newer')"),
 }
 
