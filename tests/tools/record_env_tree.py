@@ -16,8 +16,9 @@ What is recorded, paths relative to the prefix:
 
 ``build(spec, root)`` writes the environment into a sysroot tree as a venv at /home/u/NAME (or a conda env at
 /opt/conda/envs/NAME), with PATH and VIRTUAL_ENV / CONDA_PREFIX in the tree's /proc/self/environ, a stand-in
-interpreter, and the system libraries the objects need (libc.so.6 ... in /lib/<triplet>) defining every symbol
-version the recorded objects need from them: a healthy host's glibc.
+interpreter, and the system libraries the objects need that the recording host had in its system directories
+(libc.so.6, libstdc++.so.6, libgcc_s.so.1 ..., never a CUDA or driver library: "system" in the spec) in
+/lib/<triplet>, defining every symbol version the recorded objects need from them: a healthy host's glibc.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def _metadata_head(text: str) -> str:
 def record(prefix: Path) -> Dict[str, Any]:
     """The spec of the environment at ``prefix`` (see the module docstring)."""
     from dl_doctor.host import Host
+    from dl_doctor.readers.consumers import DRIVER_LIBRARIES, is_cuda_library
     from dl_doctor.readers.elf import read_dynamic
 
     host = Host()
@@ -129,6 +131,13 @@ def record(prefix: Path) -> Dict[str, Any]:
                                         os.path.relpath(full, prefix) in recorded):
                     keep.append(line)
             texts[rel(info / "RECORD")] = "".join(f"{line}\n" for line in keep)
+    system = _system_needs(elf, links)
+    triplet = TRIPLET.get(os.uname().machine, "x86_64-linux-gnu")
+    dirs = [f"/lib/{triplet}", f"/usr/lib/{triplet}", "/lib64", "/usr/lib64", "/lib", "/usr/lib"]
+    # the host's own libraries (glibc, libstdc++, libgcc_s): found in the system directories of the recording
+    # host, never a CUDA or driver library (one the environment lacks stays missing in the tree)
+    system = {n: v for n, v in system.items() if not is_cuda_library(n) and n not in DRIVER_LIBRARIES
+              and any(os.path.exists(f"{d}/{n}") for d in dirs)}
     python = prefix / "bin" / "python"
     exe = read_dynamic(host, str(python.resolve())) if python.exists() else None
     version = re.search(r"^version\s*=\s*(\S+)", texts.get("pyvenv.cfg", ""), re.M)
@@ -136,7 +145,7 @@ def record(prefix: Path) -> Dict[str, Any]:
             "kind": "conda" if (prefix / "conda-meta").is_dir() else "venv",
             "site": rel(site), "python": {"version": version.group(1) if version else None,
                                           "machine": (exe or {}).get("machine") or "EM_X86_64"},
-            "texts": texts, "elf": elf, "links": links}
+            "texts": texts, "elf": elf, "links": links, "system": system}
 
 
 def load(path: Path) -> Dict[str, Any]:
@@ -144,13 +153,12 @@ def load(path: Path) -> Dict[str, Any]:
     return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
 
 
-def _system_needs(spec: Dict[str, Any]) -> Dict[str, List[str]]:
+def _system_needs(elf: Dict[str, Dict[str, Any]], links: Dict[str, str]) -> Dict[str, List[str]]:
     """soname -> the symbol versions the recorded objects need from it, for every needed library the environment
-    does not hold (the host's: glibc, libstdc++, libgcc_s)."""
-    have = {e.get("soname") for e in spec["elf"].values()} | {Path(p).name for p in spec["elf"]} | \
-        {Path(p).name for p in spec["links"]}
+    does not hold."""
+    have = {e.get("soname") for e in elf.values()} | {Path(p).name for p in elf} | {Path(p).name for p in links}
     out: Dict[str, set] = {}
-    for e in spec["elf"].values():
+    for e in elf.values():
         for n in e.get("needed") or []:
             if n not in have:
                 out.setdefault(n, set())
@@ -178,7 +186,7 @@ def build(spec: Dict[str, Any], root: Path, env_vars: Dict[str, str] = None) -> 
     (root / "proc/self").mkdir(parents=True, exist_ok=True)
     (root / "proc/self/environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in environ.items()))
     libdir = root / "lib" / TRIPLET[machine]
-    for soname, versions in _system_needs(spec).items():
+    for soname, versions in spec["system"].items():
         write_elf(libdir / soname, soname=soname, machine=machine, verdef=[soname] + versions if versions else ())
     for rel, text in spec["texts"].items():
         path = prefix / rel
