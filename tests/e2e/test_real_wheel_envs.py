@@ -7,10 +7,11 @@ Each environment is looked at alone: ``--no-env-scan --python ENV/bin/python`` (
 inspected as always; it has no CUDA consumer). Skips an environment that is not there (CI builds none of them; the
 recorded trees of tests/e2e/test_recorded_env_trees.py stand in for some there).
 
-The complete jax[cuda12] environment is not built by the setup scripts (about 5 GB):
+The complete jax[cuda12] and tensorflow[and-cuda] environments are not built by the setup scripts (5-6 GB each):
     python3 -m venv ~/.cache/dl-doctor-test-envs/jax-cuda12
     ~/.cache/dl-doctor-test-envs/jax-cuda12/bin/pip install 'jax[cuda12]'
     touch ~/.cache/dl-doctor-test-envs/jax-cuda12/.complete
+(tf-cuda12 likewise with 'tensorflow[and-cuda]'); tests/fixtures/envs holds both as recorded trees.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ EXPECTED = {
     "torch-2.13.0-cpu": {},
     "jax-0.10.2-cpu": {},
     "jax-cuda12": {},  # jax[cuda12] with every nvidia-* wheel it pulls in: healthy
+    "tf-cuda12": {},  # tensorflow[and-cuda] 2.21.0, the same
     # --no-deps: the framework without its CUDA wheels, which rightly fails
     "ort-1.22.0-cu12": {"DLD-PY-011": "fail"},
     "cupy-14.2.0-cu12": {"DLD-PY-011": "fail"},

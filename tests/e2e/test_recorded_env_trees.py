@@ -3,8 +3,8 @@ still holds them to the gate of tests/e2e/test_real_wheel_envs.py (issue 25, ite
 
 tests/fixtures/envs/NAME.json (.json.gz above 300 KB) is what dl-doctor reads in the real environment NAME (its .dist-info files, framework
 version files, and every ELF object's dynamic section), recorded from the environments in
-~/.cache/dl-doctor-test-envs (jax-cuda12: a complete ``pip install 'jax[cuda12]'`` (jax 0.10.2), recorded
-2026-12-02; the others: tests/setup_torch_envs.sh's and tests/setup_framework_envs.sh's). The builder writes it back as a venv in a sysroot tree
+~/.cache/dl-doctor-test-envs (jax-cuda12: a complete ``pip install 'jax[cuda12]'`` (jax 0.10.2); tf-cuda12: a
+complete ``pip install 'tensorflow[and-cuda]'`` (TensorFlow 2.21.0); both built by hand and recorded 2026-12-02; the others: tests/setup_torch_envs.sh's and tests/setup_framework_envs.sh's). The builder writes it back as a venv in a sysroot tree
 with real ELF objects (tests/elfkit.py). Where the real environment is on this machine, the round trip is checked:
 the tree's consumer model is the real environment's.
 Re-record with: python tests/tools/record_env_tree.py ~/.cache/dl-doctor-test-envs/NAME tests/fixtures/envs/NAME.json
@@ -30,15 +30,15 @@ RECORDED = sorted(p.name.split(".json")[0] for p in FIXTURES.glob("*.json*"))
 # env -> {check id: status} expected at warn or fail (tests/e2e/test_real_wheel_envs.py EXPECTED: the tree is the
 # environment on a host with no CUDA library of its own, which torch-ort-cu130's real host has in ld.so.cache)
 EXPECTED = {
-    "jax-cuda12": {}, "torch-2.14.1-cu130": {},
+    "jax-cuda12": {}, "torch-2.14.1-cu130": {}, "tf-cuda12": {},
     "ort-1.22.0-cu12": {"DLD-PY-011": "fail"}, "cupy-14.2.0-cu12": {"DLD-PY-011": "fail"},
     "ct2-4.8.5": {"DLD-PY-011": "fail"},  # --no-deps: without their CUDA wheels
     "torch-ort-cu130": {"DLD-PY-011": "warn"},  # onnxruntime finds the wheels after preload_dlls() / import torch
     "torch-ort12-cu130": {"DLD-PY-011": "fail", "DLD-PY-012": "warn"},  # a CUDA 12 provider beside CUDA 13 torch
 }
 # the consumers each tree must show
-CONSUMERS = {"jax-cuda12": {"jax-cuda12-pjrt"}, "torch-2.14.1-cu130": {"torch"}, "ort-1.22.0-cu12": {"onnxruntime-gpu"},
-             "cupy-14.2.0-cu12": {"cupy-cuda12x"}, "ct2-4.8.5": {"ctranslate2"},
+CONSUMERS = {"jax-cuda12": {"jax-cuda12-pjrt"}, "torch-2.14.1-cu130": {"torch"}, "tf-cuda12": {"tensorflow"},
+             "ort-1.22.0-cu12": {"onnxruntime-gpu"}, "cupy-14.2.0-cu12": {"cupy-cuda12x"}, "ct2-4.8.5": {"ctranslate2"},
              "torch-ort-cu130": {"torch", "onnxruntime-gpu"}, "torch-ort12-cu130": {"torch", "onnxruntime-gpu"}}
 
 
