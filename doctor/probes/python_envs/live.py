@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Type
 
 from dl_doctor.host import Host, UntrustedCommand
 from dl_doctor.probes.python_envs.static import _ls
+from dl_doctor.readers.elf import read_dynamic
 
 # Runs inside each interpreter: stdlib only, Python 3.6 syntax, imports no framework.
 LIVE_SCRIPT = r"""
@@ -201,9 +202,12 @@ plan = json.loads(sys.argv[1])
 def say(kind, name, error):
     sys.stdout.write("DLDOCTOR-STEP " + json.dumps({"kind": kind, "name": name, "error": error}) + "\n")
     sys.stdout.flush()
+os.environ.update(plan.get("environ") or {})
 for module in plan.get("first", []) + ([plan["import"]] if plan.get("import") else []):
     try:
-        __import__(module)
+        imported = __import__(module)
+        if module == plan.get("import") and plan.get("call"):
+            getattr(imported, plan["call"])()
         say("import", module, "")
     except BaseException as exc:
         say("import", module, "%s: %s" % (type(exc).__name__, exc))
@@ -218,7 +222,16 @@ for name in plan.get("dlopen", []):
         ctypes.CDLL(name)
         say("dlopen", name, "")
     except OSError as exc:
-        say("dlopen", name, str(exc))
+        error = str(exc)
+        for d in (plan.get("dlopen_dirs") or {}).get(name, []):
+            if os.path.exists(os.path.join(d, name)):
+                try:
+                    ctypes.CDLL(os.path.join(d, name))
+                    error = ""
+                except OSError as again:
+                    error = str(again)
+                break
+        say("dlopen", name, error)
 try:
     maps = sorted(set(l.split()[-1] for l in open("/proc/self/maps") if ".so" in l.split()[-1]))
 except OSError:
@@ -226,6 +239,42 @@ except OSError:
 say("maps", json.dumps(maps[:4096]), "")
 """
 _NOT_FOUND = re.compile(r"([\w.+-]{1,200}\.so[\w.]{0,40}): cannot open shared object file")
+
+# A package whose import alone does not do what the framework does before it opens its libraries: its start-up does.
+# jax-cuda*-pjrt's package is the namespace jax_plugins; jax imports jax_plugins.xla_cuda* and calls its
+# initialize() -- which preloads the nvidia-* wheel libraries by absolute path, then registers xla_cuda_plugin.so,
+# whose RPATH names the same directories -- when its backends start (jax._src.xla_bridge.discover_pjrt_plugins),
+# not at import. Importing jax_plugins alone and opening libcudart.so.12 by name from the interpreter finds none
+# of them: the false 'not found' of issue 25. JAX_PLATFORMS=cpu: the plugins still initialize (the libraries
+# load) but no GPU client is made, so a GPU in use loses no memory to --deep.
+_START = {"jax_plugins": {"import": "jax", "call": "devices", "environ": {"JAX_PLATFORMS": "cpu"}}}
+
+
+def _dlopen_dirs(host: Host, site: str, consumer: Dict[str, Any]) -> Dict[str, List[str]]:
+    """soname -> the directories the object that opens it by name searches: its DT_RPATH and DT_RUNPATH, $ORIGIN
+    expanded. glibc's dlopen searches the calling object's own paths (ld.so(8)); ctypes.CDLL(name) from the
+    interpreter searches the interpreter's, so a library that TensorFlow's libtensorflow_framework.so.2 opens through
+    its RUNPATH (the nvidia-* wheels of tensorflow[and-cuda], at its first GPU use: never without a driver) would
+    read as 'not found'. The deep script tries the interpreter's search first (LD_LIBRARY_PATH, ld.so.cache, the
+    defaults), then these directories, and the real loader decides whether the file there loads. The caller of a
+    soname is the one the consumer model named; one the model found otherwise gets every caller's directories."""
+    wanted = list(consumer.get("dlopen") or [])
+    own: Dict[str, List[str]] = {}
+    for lib in consumer.get("libraries") or []:
+        caller = lib.get("requested_by")
+        if lib.get("soname") not in wanted or not isinstance(caller, str) or \
+                not str(lib.get("via") or "").startswith("dlopen"):
+            continue
+        path = caller if caller.startswith("/") else posixpath.join(site, caller)
+        dyn = read_dynamic(host, path)
+        if not dyn:
+            continue
+        origin = posixpath.dirname(path)
+        dirs = [d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
+                for d in list(dyn.get("rpath") or []) + list(dyn.get("runpath") or [])]
+        own[lib["soname"]] = list(dict.fromkeys(posixpath.normpath(d) for d in dirs if d.startswith("/")))[:64]
+    every = list(dict.fromkeys(d for dirs in own.values() for d in dirs))[:64]
+    return {name: own.get(name) or every for name in wanted if own.get(name) or every}
 
 
 def run_deep_consumer(host: Host, env: Dict[str, Any], consumer: Dict[str, Any], timeout: float,
@@ -235,6 +284,8 @@ def run_deep_consumer(host: Host, env: Dict[str, Any], consumer: Dict[str, Any],
     plan = {"import": consumer.get("package") or None, "first": ["torch"] if consumer.get("links_torch") else [],
             "objects": [posixpath.join(site, rel) for rel in consumer.get("cuda_object_paths") or []],
             "dlopen": consumer.get("dlopen") or []}
+    plan.update(_START.get(consumer.get("package") or "", {}))
+    plan["dlopen_dirs"] = _dlopen_dirs(host, site, consumer)
     try:
         result = _run_python(host, env, DEEP_CONSUMER_SCRIPT, timeout, startup, json.dumps(plan))
     except UntrustedCommand as exc:
