@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from dl_doctor.facts.loading import env_consumers
+
 from elfkit import write_elf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -68,7 +70,7 @@ def test_a_recorded_environment_tree_has_only_its_listed_findings(run_cli, tmp_p
     prefix = "/" + str(build(_fixture(name), root).relative_to(root))
     report = _run(run_cli, root)
     env = _env(report, prefix)
-    consumers = {c["distribution"]: c for c in env["consumers"]}
+    consumers = {c["distribution"]: c for c in env_consumers(report["loading"], env)}
     assert CONSUMERS[name] <= set(consumers), sorted(consumers)
     for c in consumers.values() if not EXPECTED[name] else ():  # a healthy one: every library found, its own
         assert not c["missing"] and c["libraries"], (c["distribution"], c["missing"])
@@ -78,11 +80,12 @@ def test_a_recorded_environment_tree_has_only_its_listed_findings(run_cli, tmp_p
     assert got == EXPECTED[name], {f["id"]: f["message"] for f in report["findings"] if f["id"] in got}
 
 
-def _consumer_view(env: dict) -> dict:
-    """The consumer model with the environment's prefix taken out of every path."""
+def _consumer_view(report: dict, env: dict) -> dict:
+    """The consumers with their loading (the one resolution model) and the frameworks, with the environment's
+    prefix taken out of every path."""
     prefix = env["prefix"]
-    text = json.dumps({"consumers": env["consumers"], "frameworks": env.get("frameworks"),
-                       "resolution": env.get("resolution")}, sort_keys=True)
+    text = json.dumps({"consumers": env_consumers(report["loading"], env), "frameworks": env.get("frameworks")},
+                      sort_keys=True)
     return json.loads(text.replace(prefix + "/", "PREFIX/"))
 
 
@@ -96,9 +99,9 @@ def test_a_recorded_tree_reads_as_the_real_environment(run_cli, tmp_path, name):
         pytest.skip(f"no {name} environment at {ENVS}")
     r = run_cli("run", "--no-env-scan", "--python", str(real / "bin" / "python"), "--json", "-", "--fail-on",
                 "never", timeout=300)
-    truth = next(e for e in json.loads(r.stdout)["facts"]["python_envs"]["environments"]
-                 if e.get("role") == "requested")
-    host = sorted({lib["path"] for c in truth["consumers"] for lib in c["libraries"]
+    truth_report = json.loads(r.stdout)
+    truth = next(e for e in truth_report["facts"]["python_envs"]["environments"] if e.get("role") == "requested")
+    host = sorted({lib["path"] for c in env_consumers(truth_report["loading"], truth) for lib in c["libraries"]
                    if not lib["path"].startswith(str(real) + "/")})
     if host:
         pytest.skip(f"this machine provides {', '.join(host)} to the environment (the tree is the environment on a "
@@ -106,8 +109,9 @@ def test_a_recorded_tree_reads_as_the_real_environment(run_cli, tmp_path, name):
     spec = record(real)
     root = tmp_path / "tree"
     prefix = "/" + str(build(spec, root).relative_to(root))
-    tree = _env(_run(run_cli, root), prefix)
-    assert _consumer_view(tree) == _consumer_view(truth)
+    tree_report = _run(run_cli, root)
+    tree = _env(tree_report, prefix)
+    assert _consumer_view(tree_report, tree) == _consumer_view(truth_report, truth)
     # and where this environment holds the recorded distributions, the fixture is this recording
     fixture = _fixture(name)
     if sorted(p for p in fixture["texts"] if p.endswith("/METADATA")) == \
@@ -134,27 +138,17 @@ def test_an_older_nvjitlink_on_ld_library_path_is_not_what_torch_loads(run_cli, 
     report = _run(run_cli, root)
     env = _env(report, prefix)
     wheel = f"{prefix}/lib/python3.11/site-packages/nvidia/cu13/lib/libnvJitLink.so.13"
-    assert env["resolution"]["libraries"]["nvjitlink"]["path"] == wheel
-    assert env["resolution"]["ld_library_path"] == ["/usr/local/cuda-13.0/lib64"]
+    torch = next(c for c in env_consumers(report["loading"], env) if c["distribution"] == "torch")
+    assert {lib["soname"]: lib["path"] for lib in torch["libraries"]}["libnvJitLink.so.13"] == wheel
+    assert env["loader"]["ld_library_path"] == ["/usr/local/cuda-13.0/lib64"]
     assert next(f for f in report["findings"] if f["id"] == "DLD-PY-004")["status"] == "pass"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 25: DLD-PY-012 fails 'libnvJitLink.so.13 resolves via LD_LIBRARY_PATH to "
-    "/usr/local/cuda-13.0/lib64/libnvJitLink.so.13.0.39 (13.0.39)' while DLD-PY-004 and the real import say the "
-    "wheel's copy loads: doctor/readers/consumers.py _consumer preloads for torch only "
-    "'wanted = list(dict.fromkeys(needed + dlopen))' (what torch's own objects need directly), not torch's "
-    "_preload_cuda_deps list (static.torch_preload_model's); libnvJitLink.so.13 is needed only by "
-    "libcusolver.so.12 and libcusparse.so.12, whose RUNPATH $ORIGIN comes after LD_LIBRARY_PATH, and the "
-    "sorted preload loads libcusolver/libcusparse (and their dependencies, breadth-first) first. torch's own list "
-    "(torch/__init__.py _preload_cuda_deps, 2.14.1 lines 352-372) has nvjitlink before cusparse and cusolver: "
-    "checked, with libnvJitLink.so.13 first in torch's 'wanted' this test and its twins in test_real_wheel_envs.py "
-    "pass"))
 def test_an_older_nvjitlink_on_ld_library_path_is_no_py012_finding_in_a_tree(run_cli, tmp_path):
     root, prefix = _older_nvjitlink_tree(tmp_path)
     report = _run(run_cli, root)
     env = _env(report, prefix)
-    torch = next(c for c in env["consumers"] if c["distribution"] == "torch")
+    torch = next(c for c in env_consumers(report["loading"], env) if c["distribution"] == "torch")
     wheel = f"{prefix}/lib/python3.11/site-packages/nvidia/cu13/lib/libnvJitLink.so.13"
     assert {lib["soname"]: lib["path"] for lib in torch["libraries"]}["libnvJitLink.so.13"] == wheel
     finding = next(f for f in report["findings"] if f["id"] == "DLD-PY-012")

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from dl_doctor.facts.loading import env_consumers
+
 from elfkit import dist_info, write_elf
 
 CC = shutil.which("cc") or shutil.which("gcc")
@@ -95,8 +97,8 @@ def test_deep_starts_jax_so_its_plugin_preloads_the_wheels(run_cli, tmp_path):
         assert r.returncode == 0, r.stderr
         report = json.loads(r.stdout)
         env = next(e for e in report["facts"]["python_envs"]["environments"] if e.get("role") == "requested")
-        consumer = next(c for c in env["consumers"] if c["distribution"] == "jax-cuda12-pjrt")
-        assert consumer["dlopen"] and not consumer["missing"]  # the prediction: every library found in the wheels
+        consumer = next(c for c in env_consumers(report["loading"], env) if c["distribution"] == "jax-cuda12-pjrt")
+        assert consumer["dlopen"] and not consumer["missing"]  # every library found in the wheels
         finding = next(f for f in report["findings"] if f["id"] == "DLD-PY-011")
         assert finding["status"] == "pass", finding["message"]
     steps = env["deep_consumers"]["jax-cuda12-pjrt"]["steps"]
@@ -130,7 +132,7 @@ def test_deep_opens_a_library_through_the_runpath_of_the_object_that_opens_it(ru
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     env = next(e for e in report["facts"]["python_envs"]["environments"] if e.get("role") == "requested")
-    consumer = next(c for c in env["consumers"] if c["distribution"] == "tensorflow")
+    consumer = next(c for c in env_consumers(report["loading"], env) if c["distribution"] == "tensorflow")
     assert consumer["dlopen"] and not consumer["missing"]
     finding = next(f for f in report["findings"] if f["id"] == "DLD-PY-011")
     assert finding["status"] == "pass", finding["message"]

@@ -94,8 +94,10 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
             and env["kind"] != "user-site":
         startup = python_startup_paths(host, env.get("prefix") if env["kind"] in ("venv", "conda") else None,
                                        out.get("site_packages") or [])
-        out["deep_consumers"] = {c["distribution"]: run_deep_consumer(host, env, c, float(
-            ctx.options.get("deep_timeout") or 120.0), startup) for c in out["consumers"][:16]}
+        objects = (out.get("loader") or {}).get("objects") or {}
+        out["deep_consumers"] = {c["distribution"]: run_deep_consumer(
+            host, env, {**c, "callers": (objects.get(c["distribution"]) or {}).get("callers") or []},
+            float(ctx.options.get("deep_timeout") or 120.0), startup) for c in out["consumers"][:16]}
     return out
 
 

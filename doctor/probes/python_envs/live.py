@@ -260,10 +260,14 @@ def _dlopen_dirs(host: Host, site: str, consumer: Dict[str, Any]) -> Dict[str, L
     soname is the one the consumer model named; one the model found otherwise gets every caller's directories."""
     wanted = list(consumer.get("dlopen") or [])
     own: Dict[str, List[str]] = {}
-    for lib in consumer.get("libraries") or []:
-        caller = lib.get("requested_by")
-        if lib.get("soname") not in wanted or not isinstance(caller, str) or \
-                not str(lib.get("via") or "").startswith("dlopen"):
+    # the objects that open them by name (the loader inputs' callers), each for every name it may open
+    callers = [(name, c) for c in consumer.get("callers") or [] if isinstance(c, str) for name in wanted[:64]]
+    for lib in consumer.get("libraries") or []:  # facts of 0.2 development builds: the prediction's caller
+        if isinstance(lib, dict) and isinstance(lib.get("requested_by"), str) and \
+                str(lib.get("via") or "").startswith("dlopen"):
+            callers.append((str(lib.get("soname")), lib["requested_by"]))
+    for soname, caller in callers[:256]:
+        if soname not in wanted:
             continue
         path = caller if caller.startswith("/") else posixpath.join(site, caller)
         dyn = read_dynamic(host, path)
@@ -272,7 +276,8 @@ def _dlopen_dirs(host: Host, site: str, consumer: Dict[str, Any]) -> Dict[str, L
         origin = posixpath.dirname(path)
         dirs = [d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
                 for d in list(dyn.get("rpath") or []) + list(dyn.get("runpath") or [])]
-        own[lib["soname"]] = list(dict.fromkeys(posixpath.normpath(d) for d in dirs if d.startswith("/")))[:64]
+        found = list(dict.fromkeys(posixpath.normpath(d) for d in dirs if d.startswith("/")))
+        own[soname] = list(dict.fromkeys(own.get(soname, []) + found))[:64]
     every = list(dict.fromkeys(d for dirs in own.values() for d in dirs))[:64]
     return {name: own.get(name) or every for name in wanted if own.get(name) or every}
 
