@@ -144,6 +144,17 @@ def instance_gpu_mismatch(facts: Facts, matrix) -> Result:
         detail = f" ({len(wrong)} of another model: {', '.join(wrong)})" if wrong else ""
         return fail(f"{itype} should have {n} x {expected['gpu']}; the PCI bus shows {len(matching)}{detail}",
                     evidence, fix)
+    given = facts.get("nvidia_driver.runtime.given_gpus") if facts.get("system.container.in_container") else None
+    if given and len(given) < n:
+        # a pod (or container) given part of the node's GPUs: the driver shows it only those
+        evidence["nvidia_driver.runtime.given_gpus"] = given
+        if driver_count is not None and driver_count < len(given) and not any(
+                (d.get("mig_mode") or {}).get("current") for d in facts.get("nvml.devices") or []):
+            return fail(f"{itype}: this container was given {len(given)} of the node's {n} GPUs but the driver "
+                        f"shows it only {driver_count}", evidence, fix)
+        seen = f"; the driver shows it {driver_count}" if driver_count is not None else ""
+        return passed(f"{itype}: {len(matching)} x {expected['gpu']} on the PCI bus as expected; this container was "
+                      f"given {len(given)} of them{seen}", **evidence)
     if driver_count is not None and driver_count < n:
         named = ", ".join(sorted({f['bus'] for f in failed if f.get('bus')} | set(fallen)))
         why = f"; failing: {named}" if named else ""
@@ -151,6 +162,20 @@ def instance_gpu_mismatch(facts: Facts, matrix) -> Result:
                     evidence, fix)
     seen = f"; the driver sees {driver_count}" if driver_count is not None else ""
     return passed(f"{itype}: {len(matching)} x {expected['gpu']} on the PCI bus as expected{seen}", **evidence)
+
+
+_FABRIC_ERRORS = ("system not yet initialized", "cuda_error_system_not_ready", "error 802")
+
+
+def _fabric_not_initialised(facts: Facts):
+    """What says the NVSwitch fabric is not initialised: a CUDA error 802 a framework reported (--deep)."""
+    for env in facts.get("python_envs.environments") or []:
+        deep = (env or {}).get("deep") or {}
+        for key in ("cuda_error", "import_error"):
+            text = str(deep.get(key) or "")[:2000]
+            if any(e in text.lower() for e in _FABRIC_ERRORS):
+                return f"{env.get('path') or 'a Python environment'}: {text[:200]}"
+    return None
 
 
 def needs_nvswitch(facts: Facts):
@@ -183,6 +208,17 @@ def fabric_manager(facts: Facts, matrix) -> Result:
     install = (pm.install(f"nvidia-fabricmanager-{branch}={driver}-1") if pm.name == "apt"
                else pm.install(f"nvidia-fabric-manager-{driver}"))
     start = fixes.service("enable", "nvidia-fabricmanager", now=True)
+    if facts.get("system.container.in_container") and not fm.get("installed"):
+        # the fabric manager runs on the host, where the NVSwitches are managed: a container has no unit of it
+        stuck = _fabric_not_initialised(facts)
+        if stuck:
+            return fail(f"{stuck}: the NVSwitch fabric is not initialised; the fabric manager runs on the host, not in "
+                        "this container", evidence,
+                        Fix("On the host: install and start the fabric manager of the driver's exact version.",
+                            ("# on the host, not in the container:", install, start,
+                             "systemctl status nvidia-fabricmanager --no-pager")))
+        return skip("inside a container: the fabric manager runs on the host (check it there); nothing here says "
+                    "the NVSwitch fabric is not initialised", **evidence)
     problems = []
     if not fm.get("installed"):
         problems.append("nvidia-fabricmanager is not installed")
@@ -204,6 +240,10 @@ def fabric_manager(facts: Facts, matrix) -> Result:
                         (install, start, "systemctl status nvidia-fabricmanager --no-pager",
                          "nvidia-smi -q | grep -A2 -i fabric")))
     state = f", {fm['active']}" if fm.get("active") else ""
+    if not version and not facts.live:
+        # a tree's package database may not name it (RPM installs), and the running one cannot be asked
+        return passed(f"nvidia-fabricmanager is installed and enabled{state}; its version is not recorded in this "
+                      f"tree (it is read from the running fabric manager on a live host)", **evidence)
     if not version:
         return warn(f"nvidia-fabricmanager is installed and enabled{state}, but its version could not be read to "
                     f"compare with the driver", evidence,
