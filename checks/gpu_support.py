@@ -151,7 +151,9 @@ def instance_gpu_mismatch(facts: Facts, matrix) -> Result:
         if driver_count is not None and driver_count < len(given) and not any(
                 (d.get("mig_mode") or {}).get("current") for d in facts.get("nvml.devices") or []):
             return fail(f"{itype}: this container was given {len(given)} of the node's {n} GPUs but the driver "
-                        f"shows it only {driver_count}", evidence, fix)
+                        f"shows it only {driver_count}", evidence,
+                        Fix("On the node (not in this container): " + fix.summary[0].lower() + fix.summary[1:],
+                            ("# on the node, not in the container:",) + fix.steps))
         seen = f"; the driver shows it {driver_count}" if driver_count is not None else ""
         return passed(f"{itype}: {len(matching)} x {expected['gpu']} on the PCI bus as expected; this container was "
                       f"given {len(given)} of them{seen}", **evidence)
