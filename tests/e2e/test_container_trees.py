@@ -144,7 +144,7 @@ def pod_on_p4d(given: List[int] = (2, 5)) -> Dict[str, Any]:
                                  + b"KUBERNETES_SERVICE_HOST=10.100.0.1\0KUBERNETES_SERVICE_PORT=443\0")
     spec["proc/1/cgroup"] = "0::/kubepods.slice/kubepods-pod1234.slice/cri-containerd-abcd.scope\n"
     spec["proc/meminfo"] = "MemTotal:       1073741824 kB\nMemAvailable:   1000000000 kB\nSwapTotal:             0 kB\n"
-    spec["sys/fs/cgroup/memory.max"] = "max\n"
+    spec["sys/fs/cgroup/memory.max"] = f"{128 * GIB}\n"
     spec["sys/fs/cgroup/cpu.max"] = "1200000 100000\n"  # 12 CPUs for the 2 GPUs it was given
     return spec
 
@@ -280,7 +280,7 @@ def test_a_container_started_without_gpus_still_fails(run_cli, tree):
 
 def test_a_pod_is_judged_against_the_gpus_it_was_given(run_cli, tree):
     """Two of the node's eight A100s: not 'the driver initialised only 2' against the p4d, not '12 CPUs for 8 GPUs',
-    not 'fabric manager not installed' (it runs on the node)."""
+    not 'a 128 GiB limit for 320 GiB of GPU memory', not 'fabric manager not installed' (it runs on the node)."""
     r, report, f = _run(run_cli, tree(pod_on_p4d()))
     assert report["facts"]["system"]["container"]["kind"] == "kubernetes"
     assert report["facts"]["nvidia_driver"]["runtime"]["given_gpus"] == ["nvidia2", "nvidia5"]
@@ -288,6 +288,8 @@ def test_a_pod_is_judged_against_the_gpus_it_was_given(run_cli, tree):
     assert f["DLD-GPU-003"]["message"] == ("p4d.24xlarge: 8 x NVIDIA A100 SXM4 40GB on the PCI bus as expected; this "
                                            "container was given 2 of them; the driver shows it 2")
     assert (f["DLD-CTR-003"]["status"], f["DLD-CTR-003"]["message"]) == ("pass", "12 CPUs for 2 GPU(s)")
+    assert (f["DLD-MEM-002"]["status"], f["DLD-MEM-002"]["message"]) == (
+        "pass", "the container's memory limit 128 GiB for 80.0 GiB of GPU memory")
     assert f["DLD-GPU-004"]["status"] == "skip"
     assert f["DLD-GPU-004"]["message"].startswith("inside a container: the fabric manager runs on the host")
     assert f["DLD-CTR-001"]["status"] == "pass"
