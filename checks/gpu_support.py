@@ -210,8 +210,9 @@ def fabric_manager(facts: Facts, matrix) -> Result:
     install = (pm.install(f"nvidia-fabricmanager-{branch}={driver}-1") if pm.name == "apt"
                else pm.install(f"nvidia-fabric-manager-{driver}"))
     start = fixes.service("enable", "nvidia-fabricmanager", now=True)
-    if facts.get("system.container.in_container") and not fm.get("installed"):
-        # the fabric manager runs on the host, where the NVSwitches are managed: a container has no unit of it
+    if facts.get("system.container.in_container"):
+        # the fabric manager runs on the host, where the NVSwitches are managed: a container has no unit of it, and
+        # a package of it in the image neither runs nor says what the host runs
         stuck = _fabric_not_initialised(facts)
         if stuck:
             return fail(f"{stuck}: the NVSwitch fabric is not initialised; the fabric manager runs on the host, not in "
@@ -219,8 +220,9 @@ def fabric_manager(facts: Facts, matrix) -> Result:
                         Fix("On the host: install and start the fabric manager of the driver's exact version.",
                             ("# on the host, not in the container:", install, start,
                              "systemctl status nvidia-fabricmanager --no-pager")))
-        return skip("inside a container: the fabric manager runs on the host (check it there); nothing here says "
-                    "the NVSwitch fabric is not initialised", **evidence)
+        own = f" (the image's own nvidia-fabricmanager {version} does not run here)" if version else ""
+        return skip(f"inside a container: the fabric manager runs on the host (check it there); nothing here says "
+                    f"the NVSwitch fabric is not initialised{own}", **evidence)
     problems = []
     if not fm.get("installed"):
         problems.append("nvidia-fabricmanager is not installed")
