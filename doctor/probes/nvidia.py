@@ -179,9 +179,13 @@ def runtime_facts(host, env: Dict[str, str], live_nodes: Optional[List[str]]) ->
         by = "wsl"
     elif in_container and driver_mounts:
         legacy = nodes or any(m["mountpoint"].startswith("/proc/driver/nvidia") for m in driver_mounts)
-        # CDI specs create the device nodes (no mount) and set NVIDIA_VISIBLE_DEVICES=void so that the legacy hook
-        # does not inject a second time; nvidia-container-cli bind-mounts the nodes and masks /proc/driver/nvidia
-        by = "cdi" if visible == "void" or not legacy else "container-runtime"
+        # nvidia-container-cli bind-mounts the nodes and masks /proc/driver/nvidia; a CDI spec creates the nodes (no
+        # mount), mounts the files one by one and sets NVIDIA_VISIBLE_DEVICES=void (so that the legacy hook does not
+        # inject again); podman reaches GPUs only through CDI. A directory of the host's (GKE's /usr/local/nvidia)
+        # is the runtime's too.
+        file_binds = any(_LIB_VERSION.match(m["mountpoint"].rsplit("/", 1)[-1]) for m in driver_mounts)
+        podman = container_kind(host) == "podman"
+        by = "cdi" if visible == "void" or (not legacy and file_binds and podman) else "container-runtime"
     given: Optional[List[str]] = None
     if in_container:
         seen = live_nodes if live_nodes is not None else nodes
@@ -209,9 +213,14 @@ def runtime_facts(host, env: Dict[str, str], live_nodes: Optional[List[str]]) ->
 
 
 def _in_container(host) -> bool:
+    return container_kind(host) is not None
+
+
+def container_kind(host) -> Optional[str]:
     from dl_doctor.probes.system import container_of
 
-    return bool(container_of(host)["in_container"])
+    found = container_of(host)
+    return (found["kind"] or "container") if found["in_container"] else None
 
 
 def provided_by(host, path: str, runtime: Dict[str, Any]) -> str:

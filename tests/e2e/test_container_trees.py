@@ -266,6 +266,24 @@ def test_podman_with_cdi(run_cli, tree):
     assert {l["provided_by"] for l in report["facts"]["nvidia_driver"]["userspace"]["libraries"]} == {"cdi"}
 
 
+def test_gke_mounts_the_node_driver_directory(run_cli, tree):
+    """GKE's device plugin mounts the node's driver installation at /usr/local/nvidia (a directory of the host's):
+    the libraries there are the host's, not the image's."""
+    spec = pod_on_p4d()
+    for key in [k for k in spec if k.startswith(LIB[1:] + "/lib")]:
+        del spec[key]
+    for lib in ("libcuda", "libnvidia-ml"):
+        spec[f"usr/local/nvidia/lib64/{lib}.so.{DRV}"] = "\x7fELF"
+        spec[f"usr/local/nvidia/lib64/{lib}.so.1"] = {"symlink": f"{lib}.so.{DRV}"}
+    spec["proc/self/mountinfo"] = CONTAINER_MOUNTINFO + (
+        "1600 1503 8:1 /home/kubernetes/bin/nvidia /usr/local/nvidia ro,relatime - ext4 /dev/sda1 rw\n")
+    _, report, f = _run(run_cli, tree(spec), "--only", "DLD-CTR-001")
+    assert f["DLD-CTR-001"]["status"] == "pass", f["DLD-CTR-001"]["message"]
+    assert "the host's, mounted by the NVIDIA container runtime" in f["DLD-CTR-001"]["message"]
+    assert {l["provided_by"] for l in report["facts"]["nvidia_driver"]["userspace"]["libraries"]} == {
+        "container-runtime"}
+
+
 def test_a_container_started_without_gpus_still_fails(run_cli, tree):
     """Its own mount table shows nothing of the driver in a CUDA image: started without --gpus."""
     spec = pytorch_container()
