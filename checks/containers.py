@@ -25,7 +25,9 @@ def on_host(facts: Facts):
     what="""Inside a container, checks for the GPU device nodes (/dev/nvidia*) and the driver libraries
     (libnvidia-ml, libcuda) that the NVIDIA container runtime injects, when the image or the PCI bus says GPUs are
     expected. On a container's or image's tree (--sysroot), where device nodes cannot be seen, it checks what the
-    files can say: an image must not ship a driver library of its own.""",
+    files can say: an image must not ship a driver library of its own. A library that is a mount (the container's
+    /proc/self/mountinfo, else /proc/self/mounts: bind-mounted by nvidia-container-cli or from a CDI spec, GKE's
+    /usr/local/nvidia) is the host's driver, not the image's.""",
     why="""A container started without --gpus (or a pod without an nvidia.com/gpu request) has no device nodes and
     no libcuda: CUDA reports 'CUDA driver version is insufficient for CUDA runtime version' or 'no CUDA-capable
     device', which sends people to upgrade a driver that is fine.""",
@@ -158,7 +160,8 @@ def container_toolkit(facts: Facts) -> Result:
     remedy="fix-configuration", drain=False,
     problem="The container has too few CPUs to feed its GPUs",
     tags=("container", "gpu", "performance"), requires=("system.cgroup",), applies=(in_container,),
-    what="Reads the container's CPU quota (cgroup cpu.max / cfs_quota_us) and holds it against the GPUs it can see.",
+    what="""Reads the container's CPU quota (cgroup cpu.max / cfs_quota_us) and holds it against the GPUs it was
+    given (its /dev/nvidiaN nodes or the device plugin's NVIDIA_VISIBLE_DEVICES, else NVML or the PCI bus).""",
     why="""Data loading, augmentation and the Python training loop run on CPUs: a container limited to one or two CPUs
     per node starves eight GPUs, which then sit mostly idle while nvidia-smi shows low utilisation.""",
     fix="""Give the container more CPUs (docker --cpus, the pod's resources.limits.cpu), at least a few per GPU, and size

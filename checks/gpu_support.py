@@ -112,7 +112,8 @@ def needs_known_instance(facts: Facts):
     tags=("gpu", "cloud", "hardware"), requires=("gpu_pci",), applies=(needs_known_instance,),
     what="""Holds the instance type (DMI product_name on Nitro, or IMDS) against the matrix: the expected GPU model and
     count, then what the PCI bus shows and what the driver initialised (NVML or /proc/driver/nvidia/gpus), naming the
-    GPU that failed from RmInitAdapter or 'fallen off the bus' lines in the kernel log.""",
+    GPU that failed from RmInitAdapter or 'fallen off the bus' lines in the kernel log. A container (a pod) given part
+    of the node's GPUs is held to the GPUs it was given.""",
     why="""A p4d with 7 working GPUs is a hardware problem, not a software one: training scripts that assume 8 ranks
     hang or crash. A GPU missing from the PCI bus, or present but failing to initialise, needs a reset, a reboot, or
     a new host (stop and start moves an EC2 instance).""",
@@ -193,7 +194,9 @@ def needs_nvswitch(facts: Facts):
     title="NVSwitch systems run nvidia-fabricmanager of the driver's exact version",
     tags=("gpu", "nvswitch", "driver"), requires=("gpu_services",), applies=(needs_nvidia_gpu, needs_nvswitch),
     what="""On a host with NVSwitch devices (HGX A100/H100/H200/B200: p4d, p4de, p5, p5e, p5en, p6-b200) checks that
-    nvidia-fabricmanager is installed, enabled, active, and the same version as the driver.""",
+    nvidia-fabricmanager is installed, enabled, active, and the same version as the driver. Inside a container the
+    fabric manager is the host's: the check skips unless a CUDA error 802 says the fabric is not initialised. A tree
+    whose files do not record the fabric manager's version passes with the reason.""",
     why="""Without a running fabric manager the NVLink fabric is not initialised: CUDA fails with error 802 'system
     not yet initialized' and NCCL cannot use NVLink. The fabric manager refuses to start when its version differs
     from the driver's, which is exactly what happens after a driver update that did not update it too.""",
