@@ -90,6 +90,18 @@ def container_gpu_access(facts: Facts) -> Result:
                                   "libraries are mounted.", ("docker run --gpus all ...",)))
     if not expects and not has_nodes:
         return passed("no GPU is expected in this container (no CUDA image, no GPU on the bus)", **evidence)
+    # the runtime mounted the host's libcuda, and the image carries a libcuda of another version beside it
+    host_versions = {l.get("version") for l in hosts if l.get("library") == "libcuda"}
+    shadow = [l for l in libs if l.get("library") == "libcuda" and l.get("provided_by") == "image"
+              and host_versions and l.get("version") not in host_versions]
+    if shadow:
+        paths = [l["path"] for l in shadow]
+        return fail(f"the image ships its own driver library ({', '.join(paths[:3])}, {shadow[0]['version']}) beside "
+                    f"the host's libcuda {', '.join(sorted(v for v in host_versions if v))} that {by} mounted: "
+                    "whichever the loader finds first wins ('CUDA driver version is insufficient', 'Driver/library "
+                    "version mismatch')", evidence,
+                    Fix("Remove the driver libraries from the image (they come from the host at run time).",
+                        tuple(f"rm -f {p}   # in the Dockerfile, after the step that copied it" for p in paths[:3])))
     n = len([x for x in nodes if x[6:].isdigit()])
     whose = f" (the host's, mounted by {by})" if by else ""
     return passed(f"{n} GPU device node(s) and the driver libraries{whose} are present", **evidence)
