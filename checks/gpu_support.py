@@ -149,15 +149,18 @@ def instance_gpu_mismatch(facts: Facts, matrix) -> Result:
     if given and len(given) < n:
         # a pod (or container) given part of the node's GPUs: the driver shows it only those
         evidence["nvidia_driver.runtime.given_gpus"] = given
-        if driver_count is not None and driver_count < len(given) and not any(
-                (d.get("mig_mode") or {}).get("current") for d in facts.get("nvml.devices") or []):
+        mig = any(str(g).startswith("MIG-") for g in given) or any(
+            (d.get("mig_mode") or {}).get("current") for d in facts.get("nvml.devices") or [])
+        if driver_count is not None and driver_count < len(given) and not mig:  # MIG: several per GPU
             return fail(f"{itype}: this container was given {len(given)} of the node's {n} GPUs but the driver "
                         f"shows it only {driver_count}", evidence,
                         Fix("On the node (not in this container): " + fix.summary[0].lower() + fix.summary[1:],
                             ("# on the node, not in the container:",) + fix.steps))
         seen = f"; the driver shows it {driver_count}" if driver_count is not None else ""
+        share = (f"{len(given)} MIG device(s)" if any(str(g).startswith("MIG-") for g in given)
+                 else f"{len(given)} of them")
         return passed(f"{itype}: {len(matching)} x {expected['gpu']} on the PCI bus as expected; this container was "
-                      f"given {len(given)} of them{seen}", **evidence)
+                      f"given {share}{seen}", **evidence)
     if driver_count is not None and driver_count < n:
         named = ", ".join(sorted({f['bus'] for f in failed if f.get('bus')} | set(fallen)))
         why = f"; failing: {named}" if named else ""
