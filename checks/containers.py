@@ -51,6 +51,10 @@ def container_gpu_access(facts: Facts) -> Result:
     kinds = {l.get("provided_by") for l in hosts}
     by = ("CDI" if "cdi" in kinds else "the NVIDIA container runtime" if "container-runtime" in kinds else
           "WSL2" if "wsl" in kinds else "a volume or bind mount" if hosts else None)
+    wsl_libcuda = [l["path"] for l in libs if l.get("provided_by") == "wsl" and l.get("library") == "libcuda"]
+    if wsl_libcuda:  # Docker Desktop on WSL2 (--gpus all): /dev/dxg and the Windows driver's /usr/lib/wsl/lib
+        return passed(f"WSL2: the container reaches the GPU through /dev/dxg with the Windows driver's libcuda "
+                      f"({wsl_libcuda[0]}); there are no /dev/nvidia* nodes on WSL2", **evidence)
     if nodes is None:  # a tree (an exported container or image): what its files say
         baked = [l for l in libs if l.get("library") == "libcuda" and l.get("provided_by", "image") == "image"]
         if baked:
@@ -72,8 +76,9 @@ def container_gpu_access(facts: Facts) -> Result:
         if (runtime.get("source") == "/proc/self/mountinfo" and facts.get("system.container.in_container")
                 and expects and not mounted_nodes and not [l for l in libs if l.get("library") == "libcuda"]):
             # the running container's own mount table was captured: nothing of the driver was put in
-            return fail("the container's mount table shows no GPU device node and no driver library from the host "
-                        "in a CUDA image: it was started without --gpus", evidence, _gpu_fix(facts))
+            why = "a CUDA image" if cuda_image else "NVIDIA_VISIBLE_DEVICES is set"
+            return fail(f"the container's mount table shows no GPU device node and no driver library from the host "
+                        f"({why}): it was started without --gpus", evidence, _gpu_fix(facts))
         return passed("the image ships no driver library of its own (the NVIDIA runtime injects the host's when the "
                       "container starts; device nodes exist only in a running container)", **evidence)
     expects = cuda_image or gpus_on_bus > 0 or bool(env.get("NVIDIA_VISIBLE_DEVICES"))
