@@ -240,7 +240,7 @@ def provided_by(host, path: str, runtime: Dict[str, Any]) -> str:
     if m is None or m["mountpoint"] == "/":
         return "image"
     if m["mountpoint"] in (real, path) or _DRIVER_MOUNT.search(m["mountpoint"]):
-        return runtime.get("by") if runtime.get("by") in ("container-runtime", "cdi") else "container-runtime"
+        return "cdi" if runtime.get("by") == "cdi" else "container-runtime"
     return "mount"
 
 
@@ -428,7 +428,7 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
             ctx.denied("NVML facts (GPU health, ECC errors, clocks, processes): /dev/nvidiactl is not "
                        "readable and writable by this user; run as root or join the group that owns it")
 
-    libraries = []
+    libraries: List[Dict[str, Any]] = []
     seen_real = set()
     for directory in LIBRARY_DIRS:
         for name in host.listdir(directory):
@@ -445,8 +445,8 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
             seen_real.add(real)
             libraries.append({"library": lib[0], "version": lib[1], "path": path})
     for name in host.listdir(WSL_LIB_DIR)[:1024]:  # WSL2: the Windows driver's libraries (no version in the name)
-        m = _WSL_LIB.match(name)
-        if not m:
+        wsl = _WSL_LIB.match(name)
+        if not wsl:
             continue
         path = f"{WSL_LIB_DIR}/{name}"
         try:
@@ -456,7 +456,7 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
         if real in seen_real or host.readlink(path) is not None:
             continue
         seen_real.add(real)
-        libraries.append({"library": m.group(1), "version": None, "path": path})
+        libraries.append({"library": wsl.group(1), "version": None, "path": path})
     compat = []
     env = host.environ()
     ld_path = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
@@ -479,8 +479,8 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
                             if (host.readlink(f"/dev/char/{n}") or "").rsplit("/", 1)[-1].startswith("nvidia"))[:256]
 
     runtime = runtime_facts(host, env, device_nodes)
-    for lib in libraries:
-        lib["provided_by"] = provided_by(host, lib["path"], runtime)
+    for entry in libraries:
+        entry["provided_by"] = provided_by(host, entry["path"], runtime)
 
     # the GSP firmware the driver loads on Turing and later GPUs (the open kernel modules cannot run without it)
     gsp: Dict[str, List[str]] = {}
