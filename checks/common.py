@@ -67,6 +67,9 @@ def container_kind(facts: Facts) -> Optional[str]:
 
 def needs_nvidia_gpu(facts: Facts) -> Optional[str]:
     """Precondition of GPU checks: skip with a clear reason on a host without NVIDIA GPUs."""
+    if facts.get("nvidia_driver.runtime.wsl") and not facts.get("gpu_pci.gpu_count"):
+        return ("WSL2: the GPU and its driver are the Windows host's (reached through /dev/dxg and "
+                "/usr/lib/wsl/lib; no NVIDIA kernel module or PCI function here)")
     if facts.get("gpu_pci.gpu_count") == 0:
         return "no NVIDIA GPU on the PCI bus: GPU checks do not apply to this host"
     return None

@@ -25,7 +25,9 @@ def on_host(facts: Facts):
     what="""Inside a container, checks for the GPU device nodes (/dev/nvidia*) and the driver libraries
     (libnvidia-ml, libcuda) that the NVIDIA container runtime injects, when the image or the PCI bus says GPUs are
     expected. On a container's or image's tree (--sysroot), where device nodes cannot be seen, it checks what the
-    files can say: an image must not ship a driver library of its own.""",
+    files can say: an image must not ship a driver library of its own. A library that is a mount (the container's
+    /proc/self/mountinfo, else /proc/self/mounts: bind-mounted by nvidia-container-cli or from a CDI spec, GKE's
+    /usr/local/nvidia) is the host's driver, not the image's.""",
     why="""A container started without --gpus (or a pod without an nvidia.com/gpu request) has no device nodes and
     no libcuda: CUDA reports 'CUDA driver version is insufficient for CUDA runtime version' or 'no CUDA-capable
     device', which sends people to upgrade a driver that is fine.""",
@@ -35,30 +37,54 @@ def on_host(facts: Facts):
 def container_gpu_access(facts: Facts) -> Result:
     nodes = facts.get("nvidia_driver.device_nodes")
     libs = facts.get("nvidia_driver.userspace.libraries") or []
+    runtime = facts.get("nvidia_driver.runtime") or {}
     env = facts.get("cuda_toolkits.container_env") or {}
     cuda_image = bool(env.get("NVIDIA_REQUIRE_CUDA") or env.get("CUDA_VERSION"))
     gpus_on_bus = len(nvidia_gpus(facts))
     evidence = {"device_nodes": nodes, "driver_libraries": [l["path"] for l in libs], "cuda_image": cuda_image,
-                "gpu_pci.gpu_count": gpus_on_bus, "container": facts.get("system.container.kind")}
+                "gpu_pci.gpu_count": gpus_on_bus, "container": facts.get("system.container.kind"),
+                "provided_by": {l["path"]: l.get("provided_by") for l in libs},
+                "runtime": {k: runtime.get(k) for k in ("source", "by", "device_nodes", "given_gpus")}}
+    # a library the runtime bind-mounted (or WSL's) is the host's driver; only a file of the image is baked in (no
+    # provided_by: a snapshot from before it was recorded, judged as the image's, as then)
+    hosts = [l for l in libs if l.get("provided_by") in _HOSTS]
+    kinds = {l.get("provided_by") for l in hosts}
+    by = ("CDI" if "cdi" in kinds else "the NVIDIA container runtime" if "container-runtime" in kinds else
+          "WSL2" if "wsl" in kinds else "a volume or bind mount" if hosts else None)
+    wsl_libcuda = [l["path"] for l in libs if l.get("provided_by") == "wsl" and l.get("library") == "libcuda"]
+    if wsl_libcuda:  # Docker Desktop on WSL2 (--gpus all): /dev/dxg and the Windows driver's /usr/lib/wsl/lib
+        return passed(f"WSL2: the container reaches the GPU through /dev/dxg with the Windows driver's libcuda "
+                      f"({wsl_libcuda[0]}); there are no /dev/nvidia* nodes on WSL2", **evidence)
     if nodes is None:  # a tree (an exported container or image): what its files say
-        baked = [l["path"] for l in libs if l.get("library") == "libcuda"]
+        baked = [l for l in libs if l.get("library") == "libcuda" and l.get("provided_by", "image") == "image"]
         if baked:
-            return fail(f"the image ships its own driver library ({', '.join(baked[:3])}, {libs[0]['version']}): the "
+            paths = [l["path"] for l in baked]
+            return fail(f"the image ships its own driver library ({', '.join(paths[:3])}, {baked[0]['version']}): the "
                         "NVIDIA runtime mounts the host's at start, and a baked-in copy of another version shadows it "
                         "('CUDA driver version is insufficient', 'Driver/library version mismatch')", evidence,
                         Fix("Remove the driver libraries from the image (they come from the host at run time).",
-                            tuple(f"rm -f {p}   # in the Dockerfile, after the step that copied it" for p in baked[:3])
+                            tuple(f"rm -f {p}   # in the Dockerfile, after the step that copied it" for p in paths[:3])
                             + ("# the CUDA forward-compatibility package (cuda-compat-*) is the supported way to run a "
                                "newer CUDA on an older driver",)))
+        mounted_nodes = [n for n in runtime.get("device_nodes") or [] if n[6:].isdigit()]
+        if hosts:
+            names = ", ".join(l["path"].rsplit("/", 1)[-1] for l in hosts[:3])
+            given = f"; {len(mounted_nodes)} GPU device node(s) were given" if mounted_nodes else ""
+            return passed(f"the driver libraries here are the host's, mounted by {by} when the container started "
+                          f"({names}){given}", **evidence)
+        expects = cuda_image or bool(env.get("NVIDIA_VISIBLE_DEVICES"))
+        if (runtime.get("source") == "/proc/self/mountinfo" and facts.get("system.container.in_container")
+                and expects and not mounted_nodes and not [l for l in libs if l.get("library") == "libcuda"]):
+            # the running container's own mount table was captured: nothing of the driver was put in
+            why = "a CUDA image" if cuda_image else "NVIDIA_VISIBLE_DEVICES is set"
+            return fail(f"the container's mount table shows no GPU device node and no driver library from the host "
+                        f"({why}): it was started without --gpus", evidence, _gpu_fix(facts))
         return passed("the image ships no driver library of its own (the NVIDIA runtime injects the host's when the "
                       "container starts; device nodes exist only in a running container)", **evidence)
     expects = cuda_image or gpus_on_bus > 0 or bool(env.get("NVIDIA_VISIBLE_DEVICES"))
     has_nodes = any(n == "nvidiactl" for n in nodes) and any(n[6:].isdigit() for n in nodes if n.startswith("nvidia"))
     kind = facts.get("system.container.kind")
-    fix = Fix("Restart the container with GPU access.",
-              ("docker run --gpus all ...   # needs nvidia-container-toolkit on the host",
-               "# Kubernetes: resources: {limits: {nvidia.com/gpu: 1}}") if kind != "kubernetes" else
-              ("# in the pod spec: resources: {limits: {nvidia.com/gpu: 1}} (NVIDIA device plugin installed)",))
+    fix = _gpu_fix(facts)
     if not has_nodes and expects:
         why = "a CUDA image" if cuda_image else f"{gpus_on_bus} GPU(s) on the PCI bus"
         return fail(f"this {kind or ''} container has {why} but no /dev/nvidia* device nodes: it was started without "
@@ -69,8 +95,41 @@ def container_gpu_access(facts: Facts) -> Result:
                                   "libraries are mounted.", ("docker run --gpus all ...",)))
     if not expects and not has_nodes:
         return passed("no GPU is expected in this container (no CUDA image, no GPU on the bus)", **evidence)
+    # the runtime mounted the host's libcuda, and the image carries a libcuda of another version beside it
+    host_versions = {l.get("version") for l in hosts if l.get("library") == "libcuda"}
+    shadow = [l for l in libs if l.get("library") == "libcuda" and l.get("provided_by") == "image"
+              and host_versions and l.get("version") not in host_versions]
+    if shadow:
+        paths = [l["path"] for l in shadow]
+        return fail(f"the image ships its own driver library ({', '.join(paths[:3])}, {shadow[0]['version']}) beside "
+                    f"the host's libcuda {', '.join(sorted(v for v in host_versions if v))} that {by} mounted: "
+                    "whichever the loader finds first wins ('CUDA driver version is insufficient', 'Driver/library "
+                    "version mismatch')", evidence,
+                    Fix("Remove the driver libraries from the image (they come from the host at run time).",
+                        tuple(f"rm -f {p}   # in the Dockerfile, after the step that copied it" for p in paths[:3])))
     n = len([x for x in nodes if x[6:].isdigit()])
-    return passed(f"{n} GPU device node(s) and the driver libraries are present", **evidence)
+    whose = f" (the host's, mounted by {by})" if by else ""
+    return passed(f"{n} GPU device node(s) and the driver libraries{whose} are present", **evidence)
+
+
+_HOSTS = ("container-runtime", "cdi", "wsl", "mount")
+
+
+def _gpu_fix(facts: Facts) -> Fix:
+    if facts.get("system.container.kind") == "kubernetes":
+        return Fix("Restart the container with GPU access.",
+                   ("# in the pod spec: resources: {limits: {nvidia.com/gpu: 1}} (NVIDIA device plugin installed)",))
+    return Fix("Restart the container with GPU access.",
+               ("docker run --gpus all ...   # needs nvidia-container-toolkit on the host",
+                "# Kubernetes: resources: {limits: {nvidia.com/gpu: 1}}"))
+
+
+def given_gpus(facts: Facts):
+    """How many GPUs this container was given (its device nodes, the device plugin's list); None: all, or unknown."""
+    if not facts.get("system.container.in_container"):
+        return None
+    given = facts.get("nvidia_driver.runtime.given_gpus")
+    return len(given) if given else None
 
 
 @check(
@@ -118,7 +177,8 @@ def container_toolkit(facts: Facts) -> Result:
     remedy="fix-configuration", drain=False,
     problem="The container has too few CPUs to feed its GPUs",
     tags=("container", "gpu", "performance"), requires=("system.cgroup",), applies=(in_container,),
-    what="Reads the container's CPU quota (cgroup cpu.max / cfs_quota_us) and holds it against the GPUs it can see.",
+    what="""Reads the container's CPU quota (cgroup cpu.max / cfs_quota_us) and holds it against the GPUs it was
+    given (its /dev/nvidiaN nodes or the device plugin's NVIDIA_VISIBLE_DEVICES, else NVML or the PCI bus).""",
     why="""Data loading, augmentation and the Python training loop run on CPUs: a container limited to one or two CPUs
     per node starves eight GPUs, which then sit mostly idle while nvidia-smi shows low utilisation.""",
     fix="""Give the container more CPUs (docker --cpus, the pod's resources.limits.cpu), at least a few per GPU, and size
@@ -126,8 +186,10 @@ def container_toolkit(facts: Facts) -> Result:
 )
 def container_cpu(facts: Facts) -> Result:
     limit = facts.get("system.cgroup.cpu_limit")
-    gpus = facts.get("nvml.device_count") or len(nvidia_gpus(facts)) or 0
-    evidence = {"cpu_limit": limit, "gpus": gpus}
+    # a pod given part of the node's GPUs feeds those: the PCI bus (sysfs is not namespaced) shows the node's
+    gpus = given_gpus(facts) or facts.get("nvml.device_count") or len(nvidia_gpus(facts)) or 0
+    evidence = {"cpu_limit": limit, "gpus": gpus, "nvidia_driver.runtime.given_gpus":
+                facts.get("nvidia_driver.runtime.given_gpus")}
     if not limit:
         return passed("no CPU quota on this container", **evidence)
     if gpus and limit < 2 * gpus:

@@ -190,7 +190,7 @@ def next_boot_kernel(facts: Facts) -> Result:
 def driver_library_mismatch(facts: Facts) -> Result:
     module = facts.get("nvidia_driver.kernel_module.version")
     libs: List[Dict] = facts.get("nvidia_driver.userspace.libraries") or []
-    versions = sorted({lib["version"] for lib in libs})
+    versions = sorted({lib["version"] for lib in libs if lib.get("version")})  # WSL2's names carry none
     nvml_error = facts.get("nvml.init_error")
     mismatch_log = facts.get("kernel_log.api_mismatches") or []
     evidence = {"nvidia_driver.kernel_module.version": module, "nvidia_driver.userspace.versions": versions,

@@ -112,7 +112,8 @@ def needs_known_instance(facts: Facts):
     tags=("gpu", "cloud", "hardware"), requires=("gpu_pci",), applies=(needs_known_instance,),
     what="""Holds the instance type (DMI product_name on Nitro, or IMDS) against the matrix: the expected GPU model and
     count, then what the PCI bus shows and what the driver initialised (NVML or /proc/driver/nvidia/gpus), naming the
-    GPU that failed from RmInitAdapter or 'fallen off the bus' lines in the kernel log.""",
+    GPU that failed from RmInitAdapter or 'fallen off the bus' lines in the kernel log. A container (a pod) given part
+    of the node's GPUs is held to the GPUs it was given.""",
     why="""A p4d with 7 working GPUs is a hardware problem, not a software one: training scripts that assume 8 ranks
     hang or crash. A GPU missing from the PCI bus, or present but failing to initialise, needs a reset, a reboot, or
     a new host (stop and start moves an EC2 instance).""",
@@ -144,6 +145,22 @@ def instance_gpu_mismatch(facts: Facts, matrix) -> Result:
         detail = f" ({len(wrong)} of another model: {', '.join(wrong)})" if wrong else ""
         return fail(f"{itype} should have {n} x {expected['gpu']}; the PCI bus shows {len(matching)}{detail}",
                     evidence, fix)
+    given = facts.get("nvidia_driver.runtime.given_gpus") if facts.get("system.container.in_container") else None
+    if given and len(given) < n:
+        # a pod (or container) given part of the node's GPUs: the driver shows it only those
+        evidence["nvidia_driver.runtime.given_gpus"] = given
+        mig = any(str(g).startswith("MIG-") for g in given) or any(
+            (d.get("mig_mode") or {}).get("current") for d in facts.get("nvml.devices") or [])
+        if driver_count is not None and driver_count < len(given) and not mig:  # MIG: several per GPU
+            return fail(f"{itype}: this container was given {len(given)} of the node's {n} GPUs but the driver "
+                        f"shows it only {driver_count}", evidence,
+                        Fix("On the node (not in this container): " + fix.summary[0].lower() + fix.summary[1:],
+                            ("# on the node, not in the container:",) + fix.steps))
+        seen = f"; the driver shows it {driver_count}" if driver_count is not None else ""
+        share = (f"{len(given)} MIG device(s)" if any(str(g).startswith("MIG-") for g in given)
+                 else f"{len(given)} of them")
+        return passed(f"{itype}: {len(matching)} x {expected['gpu']} on the PCI bus as expected; this container was "
+                      f"given {share}{seen}", **evidence)
     if driver_count is not None and driver_count < n:
         named = ", ".join(sorted({f['bus'] for f in failed if f.get('bus')} | set(fallen)))
         why = f"; failing: {named}" if named else ""
@@ -151,6 +168,20 @@ def instance_gpu_mismatch(facts: Facts, matrix) -> Result:
                     evidence, fix)
     seen = f"; the driver sees {driver_count}" if driver_count is not None else ""
     return passed(f"{itype}: {len(matching)} x {expected['gpu']} on the PCI bus as expected{seen}", **evidence)
+
+
+_FABRIC_ERRORS = ("system not yet initialized", "cuda_error_system_not_ready", "error 802")
+
+
+def _fabric_not_initialised(facts: Facts):
+    """What says the NVSwitch fabric is not initialised: a CUDA error 802 a framework reported (--deep)."""
+    for env in facts.get("python_envs.environments") or []:
+        deep = (env or {}).get("deep") or {}
+        for key in ("cuda_error", "import_error"):
+            text = str(deep.get(key) or "")[:2000]
+            if any(e in text.lower() for e in _FABRIC_ERRORS):
+                return f"{env.get('path') or 'a Python environment'}: {text[:200]}"
+    return None
 
 
 def needs_nvswitch(facts: Facts):
@@ -166,7 +197,9 @@ def needs_nvswitch(facts: Facts):
     title="NVSwitch systems run nvidia-fabricmanager of the driver's exact version",
     tags=("gpu", "nvswitch", "driver"), requires=("gpu_services",), applies=(needs_nvidia_gpu, needs_nvswitch),
     what="""On a host with NVSwitch devices (HGX A100/H100/H200/B200: p4d, p4de, p5, p5e, p5en, p6-b200) checks that
-    nvidia-fabricmanager is installed, enabled, active, and the same version as the driver.""",
+    nvidia-fabricmanager is installed, enabled, active, and the same version as the driver. Inside a container the
+    fabric manager is the host's: the check skips unless a CUDA error 802 says the fabric is not initialised. A tree
+    whose files do not record the fabric manager's version passes with the reason.""",
     why="""Without a running fabric manager the NVLink fabric is not initialised: CUDA fails with error 802 'system
     not yet initialized' and NCCL cannot use NVLink. The fabric manager refuses to start when its version differs
     from the driver's, which is exactly what happens after a driver update that did not update it too.""",
@@ -183,6 +216,19 @@ def fabric_manager(facts: Facts, matrix) -> Result:
     install = (pm.install(f"nvidia-fabricmanager-{branch}={driver}-1") if pm.name == "apt"
                else pm.install(f"nvidia-fabric-manager-{driver}"))
     start = fixes.service("enable", "nvidia-fabricmanager", now=True)
+    if facts.get("system.container.in_container"):
+        # the fabric manager runs on the host, where the NVSwitches are managed: a container has no unit of it, and
+        # a package of it in the image neither runs nor says what the host runs
+        stuck = _fabric_not_initialised(facts)
+        if stuck:
+            return fail(f"{stuck}: the NVSwitch fabric is not initialised; the fabric manager runs on the host, not in "
+                        "this container", evidence,
+                        Fix("On the host: install and start the fabric manager of the driver's exact version.",
+                            ("# on the host, not in the container:", install, start,
+                             "systemctl status nvidia-fabricmanager --no-pager")))
+        own = f" (the image's own nvidia-fabricmanager {version} does not run here)" if version else ""
+        return skip(f"inside a container: the fabric manager runs on the host (check it there); nothing here says "
+                    f"the NVSwitch fabric is not initialised{own}", **evidence)
     problems = []
     if not fm.get("installed"):
         problems.append("nvidia-fabricmanager is not installed")
@@ -204,6 +250,10 @@ def fabric_manager(facts: Facts, matrix) -> Result:
                         (install, start, "systemctl status nvidia-fabricmanager --no-pager",
                          "nvidia-smi -q | grep -A2 -i fabric")))
     state = f", {fm['active']}" if fm.get("active") else ""
+    if not version and not facts.live:
+        # a tree's package database may not name it (RPM installs), and the running one cannot be asked
+        return passed(f"nvidia-fabricmanager is installed and enabled{state}; its version is not recorded in this "
+                      f"tree (it is read from the running fabric manager on a live host)", **evidence)
     if not version:
         return warn(f"nvidia-fabricmanager is installed and enabled{state}, but its version could not be read to "
                     f"compare with the driver", evidence,

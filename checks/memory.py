@@ -84,12 +84,17 @@ def _gpu_memory_total(facts: Facts, matrix):
     if devs and all(d.get("memory_total_bytes") for d in devs):
         return sum(d["memory_total_bytes"] for d in devs), "NVML"
     total, source = 0, None
-    for g in [d for d in facts.get("gpu_pci.devices") or [] if d.get("kind") == "gpu"]:
+    gpus = [d for d in facts.get("gpu_pci.devices") or [] if d.get("kind") == "gpu"]
+    for g in gpus:
         entry = matrix.gpu_by_pci(g.get("device_id") or "")
         if not entry or not entry.get("memory_mib"):
             return None, None
         total += entry["memory_mib"] * 2 ** 20
         source = "compatibility matrix (GPU model)"
+    # a pod given part of the node's GPUs: sysfs shows the node's whole bus, the job has the GPUs it was given
+    given = facts.get("nvidia_driver.runtime.given_gpus") if facts.get("system.container.in_container") else None
+    if total and given and len(given) < len(gpus) and len({g.get("device_id") for g in gpus}) == 1:
+        total, source = total // len(gpus) * len(given), f"{source}, the {len(given)} GPU(s) given to this container"
     return (total or None), source
 
 

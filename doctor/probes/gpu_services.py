@@ -29,7 +29,9 @@ def _unit(ctx: ProbeContext, name: str) -> Dict[str, Any]:
     path = next((f"{d}/{name}" for d in UNIT_DIRS if host.exists(f"{d}/{name}")), None)
     enabled = name in _wanted(host)
     active = None
-    if host.live and path and host.which("systemctl"):
+    # only where systemd runs (sd_booted: /run/systemd/system): in a container without it, systemctl answers for
+    # nothing, and the units an image carries are not the host's services
+    if host.live and path and host.is_dir("/run/systemd/system") and host.which("systemctl"):
         try:
             result = host.run(["systemctl", "is-active", name], timeout=3)
             active = result.stdout.strip()[:64] or None
@@ -88,7 +90,7 @@ def _unit_facts(meaning: str, **more):
                           "/run/systemd/system)"),
         unit_path=string("the unit file found first"),
         enabled=boolean("some target wants it (/etc/systemd/system/*.wants/)"),
-        active=string("systemctl is-active (live only): active, inactive, failed, activating..."),
+        active=string("systemctl is-active (live only, where systemd runs): active, inactive, failed, activating..."),
         journal_tail=array(string(), "its last journal lines of this boot: live when it is failed, activating or "
                                      "deactivating (journalctl -b -u), in a tree when it is enabled (judged by "
                                      "DLD-LOG-002)"),

@@ -61,12 +61,187 @@ def parse_gpu_information(text: str) -> Dict[str, str]:
 LIBRARY_DIRS = ("/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib",
                 "/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", "/lib64", "/lib/x86_64-linux-gnu")
 _LIB_VERSION = re.compile(r"^(libnvidia-ml|libcuda)\.so\.(\d{3}\.\d{1,3}(?:\.\d{1,3})?)$")
+# WSL2: the Windows driver's Linux user space (libcuda.so.1.1, libnvidia-ml.so.1: no driver version in the names)
+WSL_LIB_DIR = "/usr/lib/wsl/lib"
+_WSL_LIB = re.compile(r"^(libnvidia-ml|libcuda)\.so(?:\.\d{1,3}){0,3}$")
 
 
 def library_version(filename: str) -> Optional[Tuple[str, str]]:
     """``libnvidia-ml.so.535.104.05`` -> (``libnvidia-ml``, ``535.104.05``); sonames like ``.so.1`` -> None."""
     m = _LIB_VERSION.match(filename)
     return (m.group(1), m.group(2)) if m else None
+
+
+# -- what the container runtime (or WSL) put here from the host ---------------------------------------------------
+
+MAX_MOUNT_TABLE_BYTES = 4 << 20
+MAX_MOUNTS = 20000
+_OCTAL = re.compile(r"\\([0-7]{3})")
+# a mount point that is the driver's: its user-space libraries and programs, device nodes, /proc/driver/nvidia,
+# the host daemons' sockets, WSL2's driver directories
+_DRIVER_MOUNT = re.compile(
+    r"(?:/lib(?:nvidia-[a-z0-9_-]{1,40}|cuda|cudadebugger|nvcuvid|nvoptix|nvidia)\.so(?:\.[0-9.]{1,20})?"
+    r"|/nvidia-(?:smi|debugdump|persistenced|cuda-mps-control|cuda-mps-server)"
+    r"|^/dev/nvidia[a-z0-9-]{0,32}|^/dev/dxg|^/proc/driver/nvidia(?:/.*)?|^/run/nvidia-(?:persistenced|fabricmanager)/.*"
+    r"|^/usr/lib/wsl/(?:lib|drivers)|^/usr/local/nvidia(?:/.*)?)$")
+_HOST_SERVICE_SOCKETS = (("/run/nvidia-persistenced/", "nvidia-persistenced"),
+                         ("/run/nvidia-fabricmanager/", "nvidia-fabricmanager"))
+
+
+def _unescape(field: str) -> str:
+    """Mount tables escape space, tab, newline and backslash as octal (``\\040``)."""
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(text: str, limit: int = MAX_MOUNTS) -> List[Dict[str, Any]]:
+    """``/proc/self/mountinfo``: ``ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER``.
+
+    ROOT is the path inside the mounted file system: a bind mount of one file has that file's path on the host
+    there. Malformed lines, and fields longer than 4096 characters, are skipped; at most ``limit`` lines are read."""
+    out: List[Dict[str, Any]] = []
+    for line in text.splitlines()[:limit]:
+        head, sep, tail = line.partition(" - ")
+        if not sep:
+            continue
+        h, t = head.split(), tail.split()
+        if len(h) < 6 or len(t) < 2 or any(len(f) > 4096 for f in h[3:5] + t[:2]):
+            continue
+        out.append({"root": _unescape(h[3]), "mountpoint": _unescape(h[4]), "fstype": t[0][:64],
+                    "source": _unescape(t[1])[:4096]})
+    return out
+
+
+def parse_mount_lines(text: str, limit: int = MAX_MOUNTS) -> List[Dict[str, Any]]:
+    """``/proc/self/mounts`` (fstab format): no ROOT field, so a bind mount is known only by its mount point."""
+    out: List[Dict[str, Any]] = []
+    for line in text.splitlines()[:limit]:
+        f = line.split()
+        if len(f) < 3 or len(f[0]) > 4096 or len(f[1]) > 4096:
+            continue
+        out.append({"root": None, "mountpoint": _unescape(f[1]), "fstype": f[2][:64], "source": _unescape(f[0])})
+    return out
+
+
+def mount_table(host) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+    """This process's mounts, once per run: live /proc/self/mountinfo (else /proc/self/mounts); in a tree, the
+    captured proc/self/mountinfo, else proc/self/mounts or proc/mounts. With --host-root the files come from the
+    host's root and the mount table is this container's own: it says nothing about them (None, [])."""
+    def compute() -> Tuple[Optional[str], List[Dict[str, Any]]]:
+        if host.live_kernel and not host.live:
+            return None, []
+        paths = ["/proc/self/mountinfo", "/proc/self/mounts"] + ([] if host.live else ["/proc/mounts"])
+        for path in paths:
+            try:
+                text = host.try_read(path, MAX_MOUNT_TABLE_BYTES)
+            except OSError:
+                continue
+            if text is None:
+                continue
+            mounts = parse_mountinfo(text) if path.endswith("mountinfo") else parse_mount_lines(text)
+            if mounts:
+                return path, mounts
+        return None, []
+
+    return host.cached(("nvidia", "mount_table"), compute)
+
+
+def mount_at(path: str, mounts: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The mount that holds ``path``: the longest mount point above it, the last one where mounts are stacked."""
+    best = None
+    for m in mounts:
+        mp = m["mountpoint"]
+        if path == mp or path.startswith(mp.rstrip("/") + "/"):
+            if best is None or len(mp) >= len(best["mountpoint"]):
+                best = m
+    return best
+
+
+def _is_wsl(host, mounts: List[Dict[str, Any]]) -> bool:
+    release = (host.try_read("/proc/sys/kernel/osrelease", 256) or "").lower()
+    if "microsoft" in release and "wsl" in release:
+        return True
+    return host.is_dir(WSL_LIB_DIR) and (host.lexists("/dev/dxg") or any(
+        m["mountpoint"] == WSL_LIB_DIR for m in mounts))
+
+
+def runtime_facts(host, env: Dict[str, str], live_nodes: Optional[List[str]]) -> Dict[str, Any]:
+    """What the container runtime (the NVIDIA container runtime / nvidia-container-cli, or CDI) or WSL2 put here
+    from the host: the driver mounts, who made them, the GPUs this container was given."""
+    source, mounts = mount_table(host)
+    in_container = _in_container(host)
+    driver_mounts = [m for m in mounts if m["mountpoint"] != "/" and _DRIVER_MOUNT.search(m["mountpoint"])]
+    wsl = _is_wsl(host, mounts)
+    nodes = sorted({m["mountpoint"][5:] for m in driver_mounts if m["mountpoint"].startswith("/dev/nvidia")})
+    visible = env.get("NVIDIA_VISIBLE_DEVICES")
+    visible = visible.strip()[:4096] if visible is not None else None
+    by = None
+    if wsl:
+        by = "wsl"
+    elif in_container and driver_mounts:
+        legacy = nodes or any(m["mountpoint"].startswith("/proc/driver/nvidia") for m in driver_mounts)
+        # nvidia-container-cli bind-mounts the nodes and masks /proc/driver/nvidia; a CDI spec creates the nodes (no
+        # mount), mounts the files one by one and sets NVIDIA_VISIBLE_DEVICES=void (so that the legacy hook does not
+        # inject again); podman reaches GPUs only through CDI. A directory of the host's (GKE's /usr/local/nvidia)
+        # is the runtime's too.
+        file_binds = any(_LIB_VERSION.match(m["mountpoint"].rsplit("/", 1)[-1]) for m in driver_mounts)
+        podman = container_kind(host) == "podman"
+        by = "cdi" if visible == "void" or (not legacy and file_binds and podman) else "container-runtime"
+    given: Optional[List[str]] = None
+    if in_container:
+        seen = live_nodes if live_nodes is not None else nodes
+        minors = [n for n in seen or [] if n[6:].isdigit()]
+        if minors:
+            given = sorted(minors, key=lambda n: int(n[6:]))
+        elif visible and visible.startswith("/var/run/nvidia-container-devices"):
+            # the device plugin's volume-mounts strategy: one mounted entry per device given
+            given = host.listdir("/var/run/nvidia-container-devices")[:1024] or None
+        elif visible and visible.lower() not in ("all", "none", "void"):
+            given = [v.strip()[:128] for v in visible.split(",") if v.strip()][:1024] or None
+    services = sorted({name for m in driver_mounts for prefix, name in _HOST_SERVICE_SOCKETS
+                       if m["mountpoint"].startswith(prefix)})
+    return {
+        "source": source,
+        "by": by,
+        "wsl": wsl,
+        "mounts": [{"path": m["mountpoint"][:4096], "root": m["root"], "fstype": m["fstype"]}
+                   for m in driver_mounts[:256]],
+        "device_nodes": nodes[:256] if source else None,
+        "visible_devices": visible,
+        "given_gpus": given,
+        "host_services": services,
+    }
+
+
+def _in_container(host) -> bool:
+    return container_kind(host) is not None
+
+
+def container_kind(host) -> Optional[str]:
+    from dl_doctor.probes.system import container_of
+
+    found = container_of(host)
+    return (found["kind"] or "container") if found["in_container"] else None
+
+
+def provided_by(host, path: str, runtime: Dict[str, Any]) -> str:
+    """Whose a driver library is: ``wsl`` (the Windows driver's, /usr/lib/wsl), ``container-runtime`` or ``cdi``
+    (the host's, bind-mounted at start), ``mount`` (another volume or bind mount: not the image's), ``image`` (a
+    file of the container's image) or ``host`` (this machine's own installation)."""
+    try:
+        real = host.tree_path(path)
+    except OSError:
+        real = path
+    if real.startswith("/usr/lib/wsl/") or path.startswith("/usr/lib/wsl/"):
+        return "wsl"
+    if not _in_container(host):
+        return "host"
+    _, mounts = mount_table(host)
+    m = mount_at(real, mounts)
+    if m is None or m["mountpoint"] == "/":
+        return "image"
+    if m["mountpoint"] in (real, path) or _DRIVER_MOUNT.search(m["mountpoint"]):
+        return "cdi" if runtime.get("by") == "cdi" else "container-runtime"
+    return "mount"
 
 
 def _hex(text: Optional[str]) -> Optional[str]:
@@ -157,10 +332,42 @@ NVIDIA_DRIVER_FACTS = obj(
         libraries=array(obj(
             "",
             library=string("libcuda or libnvidia-ml"),
-            version=string("its version from the file name"),
+            version=string("its version from the file name (null: WSL2's libcuda.so.1.1, whose name has none)"),
             path=string("the file"),
-        ), "libcuda.so.VERSION and libnvidia-ml.so.VERSION files (each real file once)"),
+            provided_by=string("whose it is: host (this machine's installation), image (a file of the container's "
+                               "image), container-runtime (the host's, bind-mounted by the NVIDIA container runtime "
+                               "/ nvidia-container-cli), cdi (the host's, mounted from a CDI specification), wsl "
+                               "(the Windows driver's, /usr/lib/wsl/lib), mount (another volume or bind mount)",
+                               since="0.2.0"),
+        ), "libcuda.so.VERSION and libnvidia-ml.so.VERSION files (each real file once), and WSL2's in "
+           "/usr/lib/wsl/lib"),
         versions=array(string(), "versions of the user-space driver libraries found"),
+    ),
+    runtime=obj(
+        "what the container runtime or WSL2 put here from the host (the mount table: /proc/self/mountinfo, else "
+        "/proc/self/mounts; a tree's own)",
+        source=string("the mount table read (null: none, or --host-root, whose files are the host's own)"),
+        by=string("who put the driver here: container-runtime (nvidia-container-cli bind-mounts the libraries and "
+                  "device nodes and masks /proc/driver/nvidia), cdi (a CDI specification: libraries mounted, device "
+                  "nodes created), wsl (WSL2: the Windows driver through /dev/dxg); null: nobody"),
+        wsl=boolean("this is WSL2 (a microsoft-standard-WSL2 kernel, or /usr/lib/wsl/lib with /dev/dxg)"),
+        mounts=array(obj(
+            "",
+            path=string("the mount point (a driver library, nvidia-smi, /dev/nvidia0, /proc/driver/nvidia...)"),
+            root=string("the path inside the mounted file system (for a bind mount, the host's path; null: "
+                        "/proc/self/mounts has no such field)"),
+            fstype=string("its file system type (ext4, xfs, devtmpfs, proc, tmpfs, overlay, 9p)"),
+        ), "the driver's files, device nodes and /proc/driver/nvidia entries that are mounts (at most 256)"),
+        device_nodes=array(string(), "/dev/nvidia* nodes that are mounts from the host: a tree's record of the "
+                                     "devices a container was given (null: no mount table)"),
+        visible_devices=string("NVIDIA_VISIBLE_DEVICES as the runtime was asked (all, none, void, indexes, GPU or "
+                               "MIG UUIDs, /var/run/nvidia-container-devices)"),
+        given_gpus=array(string(), "in a container, the GPUs it was given: its /dev/nvidiaN nodes (live, or mounted "
+                                   "in a tree), else the device plugin's NVIDIA_VISIBLE_DEVICES list (null: all, or "
+                                   "not known)"),
+        host_services=array(string(), "host NVIDIA daemons whose sockets are mounted in (nvidia-persistenced): they "
+                                      "run on the host, not here"),
+        since="0.2.0",
     ),
     forward_compat_libs=array(obj(
         "",
@@ -221,7 +428,7 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
             ctx.denied("NVML facts (GPU health, ECC errors, clocks, processes): /dev/nvidiactl is not "
                        "readable and writable by this user; run as root or join the group that owns it")
 
-    libraries = []
+    libraries: List[Dict[str, Any]] = []
     seen_real = set()
     for directory in LIBRARY_DIRS:
         for name in host.listdir(directory):
@@ -237,6 +444,19 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
                 continue
             seen_real.add(real)
             libraries.append({"library": lib[0], "version": lib[1], "path": path})
+    for name in host.listdir(WSL_LIB_DIR)[:1024]:  # WSL2: the Windows driver's libraries (no version in the name)
+        wsl = _WSL_LIB.match(name)
+        if not wsl:
+            continue
+        path = f"{WSL_LIB_DIR}/{name}"
+        try:
+            real = host.resolve(path)
+        except OSError:
+            continue
+        if real in seen_real or host.readlink(path) is not None:
+            continue
+        seen_real.add(real)
+        libraries.append({"library": wsl.group(1), "version": None, "path": path})
     compat = []
     env = host.environ()
     ld_path = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
@@ -258,6 +478,10 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
         char_links = sorted(n for n in host.listdir("/dev/char")
                             if (host.readlink(f"/dev/char/{n}") or "").rsplit("/", 1)[-1].startswith("nvidia"))[:256]
 
+    runtime = runtime_facts(host, env, device_nodes)
+    for entry in libraries:
+        entry["provided_by"] = provided_by(host, entry["path"], runtime)
+
     # the GSP firmware the driver loads on Turing and later GPUs (the open kernel modules cannot run without it)
     gsp: Dict[str, List[str]] = {}
     for path in (host.glob("/lib/firmware/nvidia/*/gsp_*.bin") + host.glob("/usr/lib/firmware/nvidia/*/gsp_*.bin"))[:256]:
@@ -266,7 +490,9 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
         if path.rsplit("/", 1)[-1] not in gsp[version]:
             gsp[version].append(path.rsplit("/", 1)[-1])
     return {
-        "userspace": {"libraries": libraries, "versions": sorted({lib["version"] for lib in libraries})},
+        "userspace": {"libraries": libraries,
+                      "versions": sorted({lib["version"] for lib in libraries if lib["version"]})},
+        "runtime": runtime,
         "dev_char_links": char_links,
         "gsp_firmware": {k: sorted(v) for k, v in sorted(gsp.items())},
         "forward_compat_libs": compat,

@@ -194,11 +194,21 @@ def system_probe(ctx: ProbeContext) -> Dict[str, Any]:
             if text and text.strip():
                 hostname = text.strip().splitlines()[0].strip()
                 break
-    files = {p: host.try_read(p, 65536) if host.is_file(p) else None
-             for p in ("/.dockerenv", "/run/.containerenv", "/proc/1/cgroup")}
-    if host.lexists("/.dockerenv") and files["/.dockerenv"] is None:
-        files["/.dockerenv"] = ""
-    return {"hostname": hostname, "container": detect_container(files, host.environ()), "cgroup": cgroup_limits(host)}
+    return {"hostname": hostname, "container": container_of(host), "cgroup": cgroup_limits(host)}
+
+
+def container_of(host) -> Dict[str, Any]:
+    """``detect_container`` on this host's marker files and environment, once per run (the nvidia_driver probe
+    asks too: a driver library in a container's image is the image's, on a host the host's)."""
+    def compute() -> Dict[str, Any]:
+        files = {p: host.try_read(p, 65536) if host.is_file(p) else None
+                 for p in ("/.dockerenv", "/run/.containerenv", "/proc/1/cgroup")}
+        if host.lexists("/.dockerenv") and files["/.dockerenv"] is None:
+            files["/.dockerenv"] = ""
+        return detect_container(files, host.environ())
+
+    found = host.cached(("system", "container"), compute)
+    return {**found, "evidence": list(found["evidence"])}
 
 
 def cgroup_limits(host) -> Dict[str, Any]:

@@ -140,6 +140,9 @@ def test_a_failed_unit_brings_its_journal_tail_and_a_healthy_one_costs_no_journa
         def exists(self, path):
             return path == "/usr/lib/systemd/system/nvidia-fabricmanager.service"
 
+        def is_dir(self, path):  # systemd runs here
+            return path == "/run/systemd/system"
+
         def lexists(self, path):
             return True
 

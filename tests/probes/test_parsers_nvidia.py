@@ -8,7 +8,7 @@ from dl_doctor.probes.cuda import cuda_h_version
 from dl_doctor.probes.kernel_log import current_boot, parse_kernel_log
 from dl_doctor.probes.kmod import (classify_module_path, kernel_sort_key, newest_kernel, parse_bls_entry, parse_dnf_module,
                                 parse_dpkg_status, parse_grubenv, parse_modinfo)
-from dl_doctor.probes.nvidia import library_version
+from dl_doctor.probes.nvidia import library_version, mount_at, parse_mount_lines, parse_mountinfo
 from dl_doctor.probes.nvml import normalize_bus_id, throttle_names
 
 # Verbatim kernel log lines from public bug reports and write-ups.
@@ -139,3 +139,35 @@ def test_library_versions_and_misc():
     assert is_ec2({"sys_vendor": "Amazon EC2"}, None)
     assert is_ec2({"sys_vendor": "Xen"}, "ec2e1916-9099-7caf-fd21-012345678901")
     assert not is_ec2({"sys_vendor": "QEMU"}, None)
+
+
+# /proc/self/mountinfo of a container started by nvidia-container-cli (a file bind mount: ROOT is the host's path)
+MOUNTINFO = """1503 1278 0:312 / / rw,relatime master:589 - overlay overlay rw,lowerdir=/l/A,upperdir=/c/diff,workdir=/c/work
+1234 1503 259:1 /usr/lib/x86_64-linux-gnu/libcuda.so.535.129.03 /usr/lib/x86_64-linux-gnu/libcuda.so.535.129.03 ro,nosuid,nodev,relatime master:1 - ext4 /dev/nvme0n1p1 rw
+1279 1505 0:5 /nvidia0 /dev/nvidia0 ro,nosuid,noexec master:2 shared:7 - devtmpfs udev rw,size=32G
+1300 1503 259:1 /home/a\\040b /data\\040set rw - ext4 /dev/nvme0n1p1 rw
+garbage line without the separator
+1301 1503 0:1 / - proc
+"""
+
+
+def test_mountinfo_fields_escapes_and_malformed_lines():
+    mounts = parse_mountinfo(MOUNTINFO)
+    assert [m["mountpoint"] for m in mounts] == ["/", "/usr/lib/x86_64-linux-gnu/libcuda.so.535.129.03", "/dev/nvidia0",
+                                                  "/data set"]
+    assert mounts[1] == {"root": "/usr/lib/x86_64-linux-gnu/libcuda.so.535.129.03",
+                         "mountpoint": "/usr/lib/x86_64-linux-gnu/libcuda.so.535.129.03", "fstype": "ext4",
+                         "source": "/dev/nvme0n1p1"}
+    assert mounts[2]["fstype"] == "devtmpfs" and mounts[3]["root"] == "/home/a b"
+    assert len(parse_mountinfo(MOUNTINFO * 10, limit=6)) == 4  # bounded by the lines read
+    assert parse_mountinfo("1 2 3:4 " + "/x" * 3000 + " /y rw - ext4 /dev/a rw\n") == []  # an absurd field
+
+
+def test_mounts_fallback_and_the_mount_that_holds_a_path():
+    mounts = parse_mount_lines("overlay / overlay rw 0 0\n/dev/nvme0n1p1 /usr/bin/nvidia-smi ext4 ro 0 0\nshort\n")
+    assert mounts == [{"root": None, "mountpoint": "/", "fstype": "overlay", "source": "overlay"},
+                      {"root": None, "mountpoint": "/usr/bin/nvidia-smi", "fstype": "ext4", "source": "/dev/nvme0n1p1"}]
+    assert mount_at("/usr/bin/nvidia-smi", mounts)["fstype"] == "ext4"
+    assert mount_at("/usr/bin/nvidia-smi-other", mounts)["mountpoint"] == "/"
+    stacked = mounts + [{"root": "/", "mountpoint": "/", "fstype": "tmpfs", "source": "x"}]
+    assert mount_at("/etc/hosts", stacked)["fstype"] == "tmpfs"  # the last of stacked mounts wins
