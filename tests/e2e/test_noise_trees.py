@@ -1,0 +1,54 @@
+"""Healthy machines that used to draw warnings nobody would act on (issue 25, item 4): each is a sysroot tree run
+as a user would, `dl-doctor run --sysroot TREE --fail-on warn`, and the checks named here must not warn."""
+
+import json
+
+import elfkit
+from conftest import build_tree
+from machines import p4d_rhel8_healthy
+from trees import HOST_MOUNTS, MEMINFO_64G, non_nvidia_pci
+
+
+def _findings(run_cli, root, *extra):
+    r = run_cli("run", "--sysroot", str(root), "--fail-on", "warn", "--json", "-", *extra)
+    return r, {f["id"]: f for f in json.loads(r.stdout)["findings"]}
+
+
+def cpu_only_ci_host(root):
+    """A CPU-only CI build host with a conda env holding the CUDA build of torch (on purpose: it builds images)."""
+    build_tree(root, {"proc/mounts": HOST_MOUNTS, "proc/meminfo": MEMINFO_64G,
+                      "proc/sys/kernel/osrelease": "6.8.0-1015-aws\n", "proc/modules": "ena 143360 0 - Live 0x0\n",
+                      "var/log/kern.log": "Nov 29 09:00:00 ci-build-3 kernel: [    0.000000] Linux version "
+                                          "6.8.0-1015-aws (buildd@lcy02)\n",
+                      **non_nvidia_pci("0000:00:05.0")})
+    elfkit.tree(root, {"PATH": "/opt/conda/envs/pytorch/bin:/usr/bin", "CONDA_PREFIX": "/opt/conda/envs/pytorch",
+                       "HOME": "/root"})
+    site = elfkit.conda_env(root)
+    elfkit.wheels(site)
+    elfkit.torch_wheel(site)
+    return root
+
+
+def test_cpu_only_host_with_a_cuda_build_is_green(run_cli, tmp_path):
+    r, f = _findings(run_cli, cpu_only_ci_host(tmp_path / "cpu"))
+    assert f["DLD-PY-002"]["status"] == "skip"
+    assert f["DLD-PY-002"]["message"].startswith("no NVIDIA GPU on the PCI bus and no NVIDIA driver")
+    # no module load to count from: the pass says what it read, not 'since the NVIDIA module was loaded'
+    assert f["DLD-LOG-001"]["status"] == "pass"
+    assert "no NVIDIA GPU here" in f["DLD-LOG-001"]["message"]
+    assert "since the NVIDIA module was loaded" not in f["DLD-LOG-001"]["message"]
+    assert {k: v["status"] for k, v in f.items() if v["status"] in ("warn", "fail", "error")} == {}
+    assert r.returncode == 0
+
+
+def test_p4d_535_with_a_cu124_torch_is_served_by_minor_version_compatibility(run_cli, tmp_path):
+    """Driver 535 (CUDA 12.2) and torch 2.5.1+cu124, whose wheels carry sm_80 SASS for the A100s: no PTX JIT."""
+    root = build_tree(tmp_path / "p4d", p4d_rhel8_healthy())
+    site = elfkit.conda_env(root)
+    elfkit.wheels(site)
+    elfkit.torch_wheel(site)
+    _, f = _findings(run_cli, root, "--only", "DLD-CUDA-001")
+    cuda = f["DLD-CUDA-001"]
+    assert cuda["status"] == "pass", cuda["message"]
+    assert "through CUDA minor-version compatibility (same CUDA major, driver >= 525.60.13)" in cuda["message"]
+    assert "has SASS for every GPU here (NVIDIA A100" in cuda["message"]
