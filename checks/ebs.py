@@ -62,7 +62,8 @@ def ebs_at_limit(facts: Facts, matrix) -> Result:
                           ("ec2_instance_ebs_performance_exceeded_iops", "the instance's EBS IOPS limit"),
                           ("ec2_instance_ebs_performance_exceeded_tp", "the instance's EBS bandwidth limit")):
             if during.get(key):
-                problems.append(f"{vid} was over {what} for {_seconds(during[key])} of the {w.get('window_s', '?')} s window")
+                window = f"the {w['window_s']} s window" if isinstance(w.get("window_s"), (int, float)) else "the window"
+                problems.append(f"{vid} was over {what} for {_seconds(during[key])} of {window}")
             elif stats.get(key):
                 problems.append(f"{vid} has spent {_seconds(stats[key])} over {what} since it was attached")
         rows.append(row)
@@ -77,7 +78,7 @@ def ebs_at_limit(facts: Facts, matrix) -> Result:
     parts = []
     for r in rows:
         w = r.get("window") or {}
-        fmt = lambda x: "?" if x is None else f"{x:g}"  # noqa: E731
+        fmt = lambda x: "unknown" if x is None else f"{x:g}"  # noqa: E731
         text = f"{r['volume_id']} {fmt(w.get('iops'))} IOPS, {fmt(w.get('throughput_mibps'))} MiB/s"
         if not w:
             text = f"{r['volume_id']} (no I/O sample)"

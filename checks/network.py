@@ -93,7 +93,8 @@ def efa_usable(facts: Facts, matrix) -> Result:
         return warn(f"{len(devices)} of the {expected} EFA interfaces of {itype} are attached: multi-node bandwidth is "
                     f"reduced", evidence, Fix("Attach all EFA interfaces at launch (one per network card).",
                                               ("fi_info -p efa -t FI_EP_RDM | grep -c domain",)))
-    return passed(f"{len(devices)} EFA device(s), libfabric {fabric_v or '?'} with efa, aws-ofi-nccl {plugin_v or '?'} "
+    return passed(f"{len(devices)} EFA device(s), libfabric {fabric_v or '(version unknown)'} with efa, aws-ofi-nccl "
+                  f"{plugin_v or '(version unknown)'} "
                   f"found by NCCL ({(facts.get('network.nccl_plugin_lookup') or {}).get('via')})", **evidence)
 
 

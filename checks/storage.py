@@ -83,7 +83,8 @@ def disk_space_low(facts: Facts) -> Result:
         summary += " (measured on the filesystem holding the sysroot tree)"
     if not problems:
         return passed(summary, **evidence)
-    text = "; ".join(f"{', '.join(v['paths'])} ({v.get('mountpoint') or '?'}): {t}" for _, v, t in problems)
+    text = "; ".join(f"{', '.join(v['paths'])}" + (f" ({v['mountpoint']})" if v.get("mountpoint") else "") + f": {t}"
+                     for _, v, t in problems)
     cmds: List[str] = []
     for _, vol, _ in problems:
         path = vol["paths"][0]

@@ -223,7 +223,8 @@ def allreduce(facts: Facts, matrix) -> Result:
               ("nvidia-smi nvlink --status", "dl-doctor run --only DLD-GPU-004,DLD-GPU-008", reboot()))
     if err or (isinstance(ar, dict) and not ar.get("correct")):
         where = "; ".join(f"pair {p['gpus']}: {p.get('error') or 'wrong sum'}" for p in broken[:4])
-        return fail(f"the all-reduce across GPUs {ar.get('gpus') if ar else '?'} "
+        across = f" across GPUs {ar['gpus']}" if isinstance(ar, dict) and ar.get("gpus") else ""
+        return fail(f"the all-reduce{across} "
                     f"{'failed: ' + err if err else 'returned a wrong sum'}" + (f" ({where})" if where else ""),
                     {"allreduce": ar, "error": err, "pairs": pairs}, fix)
     if not isinstance(ar, dict):
