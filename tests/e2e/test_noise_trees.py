@@ -3,9 +3,11 @@ as a user would, `dl-doctor run --sysroot TREE --fail-on warn`, and the checks n
 
 import json
 
+import pytest
+
 import elfkit
-from conftest import build_tree
-from machines import p4d_rhel8_healthy
+from conftest import FIXTURES, build_tree
+from machines import BUILDERS, p4d_rhel8_healthy
 from trees import HOST_MOUNTS, MEMINFO_64G, non_nvidia_pci
 
 
@@ -52,3 +54,24 @@ def test_p4d_535_with_a_cu124_torch_is_served_by_minor_version_compatibility(run
     assert cuda["status"] == "pass", cuda["message"]
     assert "through CUDA minor-version compatibility (same CUDA major, driver >= 525.60.13)" in cuda["message"]
     assert "has SASS for every GPU here (NVIDIA A100" in cuda["message"]
+
+
+@pytest.mark.parametrize("name", ["p4d_rhel8_healthy", "p5_48xlarge", "g5_ubuntu2204"])
+def test_healthy_machine_trees_are_green_under_fail_on_warn(run_cli, tmp_path, name):
+    """The healthy machines of tests/machines.py as sysroot trees: nothing warns. The p4d and p5 were launched
+    without EFA interfaces and nothing in them is set up for EFA: DLD-NET-001 passes with a note."""
+    r, f = _findings(run_cli, build_tree(tmp_path / name, BUILDERS[name]()))
+    assert {k: v["message"] for k, v in f.items() if v["status"] in ("warn", "fail", "error")} == {}
+    assert r.returncode == 0
+    if name != "g5_ubuntu2204":
+        assert f["DLD-NET-001"]["status"] == "pass"
+        assert "fine for single-node jobs" in f["DLD-NET-001"]["message"]
+
+
+@pytest.mark.parametrize("name", ["p4d_rhel8_healthy", "p5_48xlarge"])
+def test_healthy_snapshots_draw_no_warning(run_cli, name):
+    """The recorded snapshots of the same machines (with NVML): no warning either."""
+    r = run_cli("check", str(FIXTURES / "snapshots" / f"{name}.json"), "--fail-on", "warn", "--json", "-")
+    report = json.loads(r.stdout)
+    assert {f["id"]: f["message"] for f in report["findings"] if f["status"] in ("warn", "fail", "error")} == {}
+    assert r.returncode == 0
