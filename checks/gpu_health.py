@@ -79,6 +79,14 @@ def ecc_uncorrectable(facts: Facts) -> Result:
     if now:
         return fail("uncorrectable ECC errors since the last reset on " + ", ".join(_label(d) for d in now), evidence,
                     Fix("Reset the GPU(s); replace them if the errors come back.", _reset_commands(now)))
+    handled = [d for d in past if (d.get("remapped_rows") or {}).get("uncorrectable")
+               and not (d.get("remapped_rows") or {}).get("pending") and not (d.get("remapped_rows") or {}).get("failure")]
+    if past and len(handled) == len(past):
+        return passed("no uncorrectable ECC errors since the last reset; the lifetime counters of "
+                      + ", ".join(_label(d) for d in past) + " hold earlier ones, whose rows were remapped "
+                      "(row remapping replaced the bad memory; nothing pending, no failure)", evidence,
+                      Fix("Watch the counters and row remapping; plan a replacement if they grow.",
+                          ("nvidia-smi -q -d ECC,ROW_REMAPPER",)))
     if past:
         return warn("uncorrectable ECC errors in the lifetime counters of " + ", ".join(_label(d) for d in past)
                     + " (none since the last reset)", evidence,
@@ -240,8 +248,9 @@ def pcie_degraded(facts: Facts) -> Result:
     tags=("gpu", "mig"), **HEALTH,
     what="Reads each GPU's current and pending MIG mode through NVML.",
     why="""With MIG on, a GPU is split into instances and a CUDA process can use only one MIG instance: a training
-    job sees one small device instead of the whole GPU, and CUDA_VISIBLE_DEVICES needs MIG UUIDs. MIG left on after a
-    repair or a test is a common cause of 'only 1 GPU visible'. A pending mode change needs a GPU reset.""",
+    job sees one small device instead of the whole GPU, and CUDA_VISIBLE_DEVICES needs MIG UUIDs. Turning MIG on takes
+    an administrator and a GPU reset, so MIG that is on passes with a note saying so (the usual cause of 'only 1 GPU
+    visible'); a pending mode change that waits for a GPU reset warns.""",
     fix="""Disable MIG when whole GPUs are wanted (nvidia-smi -mig 0, then reset the GPU); when MIG is intended, address
     instances by their MIG UUIDs (nvidia-smi -L).""",
 )
@@ -250,15 +259,17 @@ def mig_enabled(facts: Facts) -> Result:
     on = [d for d in devs if (d.get("mig_mode") or {}).get("current")]
     pending = [d for d in devs if d.get("mig_mode") and d["mig_mode"]["pending"] != d["mig_mode"]["current"]]
     evidence: Dict[str, Any] = {"mig_mode": {_label(d): d.get("mig_mode") for d in devs if d.get("mig_mode")}}
-    if on or pending:
-        parts = []
-        if on:
-            parts.append(f"MIG is on for {', '.join(_label(d) for d in on)}: each process can use one MIG instance")
-        if pending:
-            parts.append(f"a MIG mode change is pending on {', '.join(_label(d) for d in pending)} (reset needed)")
-        return warn("; ".join(parts), evidence,
-                    Fix("Turn MIG off if whole GPUs are wanted; otherwise use the MIG UUIDs.",
-                        ("nvidia-smi -L", "sudo nvidia-smi -mig 0 && sudo nvidia-smi -r   # whole GPUs again")))
+    fix = Fix("Turn MIG off if whole GPUs are wanted; otherwise use the MIG UUIDs.",
+              ("nvidia-smi -L", "sudo nvidia-smi -mig 0 && sudo nvidia-smi -r   # whole GPUs again"))
+    on_text = (f"MIG is on for {', '.join(_label(d) for d in on)}: each process can use one MIG instance, addressed "
+               f"by its MIG UUID (nvidia-smi -L)") if on else ""
+    if pending:
+        parts = [on_text] if on_text else []
+        parts.append(f"a MIG mode change is pending on {', '.join(_label(d) for d in pending)} (reset needed)")
+        return warn("; ".join(parts), evidence, fix)
+    if on:
+        # Turning MIG on takes an administrator and a GPU reset: a partitioned GPU is a configuration, not a fault
+        return passed(on_text, evidence, fix)
     return passed("MIG is off on all GPUs", **evidence)
 
 

@@ -66,8 +66,8 @@ def shm_too_small(facts: Facts) -> Result:
                     evidence, _shm_fix(kind, want))
     size = shm.get("size_bytes")
     if size is None:
-        return warn("/dev/shm is mounted but its size could not be determined", evidence,
-                    Fix("Look at the size yourself.", ("df -h /dev/shm",)))
+        return skip("/dev/shm is mounted but its size could not be determined here (df -h /dev/shm shows it)",
+                    **evidence)
     where = f" ({kind} container)" if kind else ""
     if size < SHM_FAIL:
         return fail(f"/dev/shm is only {human_bytes(size)}{where}: DataLoader workers and NCCL's shared-memory "
