@@ -75,3 +75,21 @@ def test_healthy_snapshots_draw_no_warning(run_cli, name):
     report = json.loads(r.stdout)
     assert {f["id"]: f["message"] for f in report["findings"] if f["status"] in ("warn", "fail", "error")} == {}
     assert r.returncode == 0
+
+
+def test_the_cloud_images_admin_user_in_the_docker_group_is_not_reported(run_cli, tmp_path):
+    """Docker's post-install step adds the login user to the docker group; on a cloud image that user is in sudo
+    already (root-equivalent anyway). Another user in the group still warns."""
+    base = {"etc/os-release": 'ID=ubuntu\nVERSION_ID="22.04"\n', "usr/bin/dockerd": "",
+            "etc/passwd": "root:x:0:0:root:/root:/bin/bash\nubuntu:x:1000:1000::/home/ubuntu:/bin/bash\n"}
+    group = "root:x:0:\nadm:x:4:syslog,ubuntu\nsudo:x:27:ubuntu\ndocker:x:999:ubuntu{}\n"
+    r = run_cli("run", "--sysroot", str(build_tree(tmp_path / "ok", {**base, "etc/group": group.format("")})),
+                "--only", "DLD-SEC-003", "--json", "-")
+    report = json.loads(r.stdout)
+    assert report["facts"]["security"]["docker"]["administrators"] == ["ubuntu"]
+    sec = {f["id"]: f for f in report["findings"]}["DLD-SEC-003"]
+    assert sec["status"] == "pass" and "(ubuntu) are administrators already" in sec["message"]
+    r = run_cli("run", "--sysroot", str(build_tree(tmp_path / "bad", {**base, "etc/group": group.format(",intern")})),
+                "--only", "DLD-SEC-003", "--json", "-")
+    sec = {f["id"]: f for f in json.loads(r.stdout)["findings"]}["DLD-SEC-003"]
+    assert sec["status"] == "warn" and "docker group (root-equivalent): intern" in sec["message"]
