@@ -438,6 +438,8 @@ def dcgm_health(facts: Facts) -> Result:
     overall = d.get("overall")
     if overall == "fail" or any(i.get("status") == "fail" for i in incidents):
         return fail(f"DCGM health: Failure: {text}", evidence, fix)
-    if overall != "pass" or incidents:
-        return warn(f"DCGM health: {overall}: {text or 'no incident listed'}", evidence, fix)
+    if overall not in ("pass", None) or incidents:
+        return warn(f"DCGM health: {overall or 'warn'}: {text or 'no incident listed'}", evidence, fix)
+    if overall is None:  # a report without an overall result and without incidents: nothing to judge
+        return skip("dcgmi health gave no overall result and no incident", **evidence)
     return passed("DCGM's health watches report the node healthy", **evidence)
