@@ -62,7 +62,8 @@ def ebs_at_limit(facts: Facts, matrix) -> Result:
                           ("ec2_instance_ebs_performance_exceeded_iops", "the instance's EBS IOPS limit"),
                           ("ec2_instance_ebs_performance_exceeded_tp", "the instance's EBS bandwidth limit")):
             if during.get(key):
-                window = f"the {w['window_s']} s window" if isinstance(w.get("window_s"), (int, float)) else "the window"
+                seconds = w.get("window_s")
+                window = f"the {seconds} s window" if isinstance(seconds, (int, float)) else "the window"
                 problems.append(f"{vid} was over {what} for {_seconds(during[key])} of {window}")
             elif stats.get(key):
                 problems.append(f"{vid} has spent {_seconds(stats[key])} over {what} since it was attached")

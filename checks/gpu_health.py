@@ -79,8 +79,9 @@ def ecc_uncorrectable(facts: Facts) -> Result:
     if now:
         return fail("uncorrectable ECC errors since the last reset on " + ", ".join(_label(d) for d in now), evidence,
                     Fix("Reset the GPU(s); replace them if the errors come back.", _reset_commands(now)))
-    handled = [d for d in past if (d.get("remapped_rows") or {}).get("uncorrectable")
-               and not (d.get("remapped_rows") or {}).get("pending") and not (d.get("remapped_rows") or {}).get("failure")]
+    remap = lambda d: d.get("remapped_rows") or {}  # noqa: E731
+    handled = [d for d in past if remap(d).get("uncorrectable") and not remap(d).get("pending")
+               and not remap(d).get("failure")]
     if past and len(handled) == len(past):
         return passed("no uncorrectable ECC errors since the last reset; the lifetime counters of "
                       + ", ".join(_label(d) for d in past) + " hold earlier ones, whose rows were remapped "
@@ -131,8 +132,9 @@ def remap_pending(facts: Facts) -> Result:
     what="""Reads NVRM Xid lines of the current boot from the kernel log and explains each code from the matrix's Xid
     table: what it means, whether it points at the application, the driver or the hardware, and what to do.""",
     why="""Xid events are the driver's record of GPU faults. Application Xids (13, 31, 43, and 45 after them) follow
-    an error in the program and pass with a note: the GPU and the driver are fine; hardware Xids (48, 63, 64, 74, 79, 94, 95) and firmware Xids (62, 119, 120) mean the GPU needs a reset,
-    a reboot or a replacement before it can be trusted with a long run.""",
+    an error in the program and pass with a note: the GPU and the driver are fine. Hardware Xids (48, 63, 64, 74, 79,
+    94, 95) and firmware Xids (62, 119, 120) mean the GPU needs a reset, a reboot or a replacement before it can be
+    trusted with a long run.""",
     fix="""Act on the worst code: restart the application for application Xids; reset the GPU or reboot for
     firmware and ECC Xids; for Xid 79 (fallen off the bus) or repeated hardware Xids, move the instance to new
     hardware and open a support case.""",
@@ -156,8 +158,8 @@ def xid_errors(facts: Facts, matrix) -> Result:
         rows.append({"code": code, "count": info["count"], "gpus": sorted(b for b in info["buses"] if b),
                      "meaning": meta.get("name", "not in dl-doctor's Xid table"), "kind": kind,
                      "action": meta.get("action"), "sample": info["sample"]})
-    text = "; ".join(f"Xid {r['code']} x{r['count']} on {', '.join(r['gpus']) or 'a GPU the line does not name'} ({r['meaning']}, {r['kind']})"
-                     for r in rows)
+    text = "; ".join(f"Xid {r['code']} x{r['count']} on {', '.join(r['gpus']) or 'a GPU the line does not name'} "
+                     f"({r['meaning']}, {r['kind']})" for r in rows)
     actions = tuple(f"# Xid {r['code']}: {r['action']}" for r in rows if r.get("action")) + (
         "sudo dmesg | grep -i xid | tail -20",)
     evidence = {"xids": rows, "source": facts.get("kernel_log.source")}

@@ -52,8 +52,8 @@ def _volume_problem(vol: dict):
     tags=("storage", "disk"), requires=("disks.volumes",),
     what="""Measures free space and free inodes on the root filesystem, the home volume, /tmp, /var/tmp,
     the volumes holding the model/package caches and the data mounts. Less than 5 GiB free (or under 1% of
-    inodes) fails; less than 20 GiB free, 95% used with under 100 GiB free, or under 5% of inodes warns (for /tmp and /var/tmp:
-    under 1 GiB fails, under 5 GiB warns).""",
+    inodes) fails; less than 20 GiB free, 95% used with under 100 GiB free, or under 5% of inodes warns (for /tmp
+    and /var/tmp: under 1 GiB fails, under 5 GiB warns).""",
     why="""Installing a CUDA build of a framework unpacks several GiB into site-packages and the pip
     cache, nvcc and Triton write large temporary files, and checkpoints are written next to the
     code. A full root volume makes installs fail halfway and kills runs at their first

@@ -13,7 +13,8 @@ MATRIX = compat_matrix.load(site=False)
 PLACEHOLDER = re.compile(r"(^|[\s(\[,:])\?($|[\s)\],;:])")
 
 CASES = [
-    ("DLD-CLOUD-001", {"cloud": {"ec2": True}, "imds": {"life_cycle": "spot", "spot_instance_action": {"action": "stop"},
+    ("DLD-CLOUD-001", {"cloud": {"ec2": True},
+                       "imds": {"life_cycle": "spot", "spot_instance_action": {"action": "stop"},
                                                         "scheduled_events": [{"Code": "system-reboot"}]}},
      "a spot interruption is scheduled: stop; scheduled system-reboot"),
     ("DLD-DISK-001", {"disks": {"volumes": [{"paths": ["/data"], "roles": ["mount"], "free_bytes": 1 << 30,
