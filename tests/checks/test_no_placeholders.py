@@ -15,7 +15,7 @@ PLACEHOLDER = re.compile(r"(^|[\s(\[,:])\?($|[\s)\],;:])")
 CASES = [
     ("DLD-CLOUD-001", {"cloud": {"ec2": True},
                        "imds": {"life_cycle": "spot", "spot_instance_action": {"action": "stop"},
-                                                        "scheduled_events": [{"Code": "system-reboot"}]}},
+                                "scheduled_events": [{"Code": "system-reboot"}]}},
      "a spot interruption is scheduled: stop; scheduled system-reboot"),
     ("DLD-DISK-001", {"disks": {"volumes": [{"paths": ["/data"], "roles": ["mount"], "free_bytes": 1 << 30,
                                              "total_bytes": 1 << 40}]}},
