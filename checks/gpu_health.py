@@ -186,6 +186,10 @@ def xid_errors(facts: Facts, matrix) -> Result:
                   f"known-good code", evidence, fix)
 
 
+# A GPU lowers its link generation with its performance state; a monitoring agent's 1% keeps it low legitimately,
+# so a lower generation counts only on a GPU this busy.
+BUSY = 50
+
 SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 
 
@@ -220,7 +224,8 @@ def throttled(facts: Facts) -> Result:
     problem="A GPU's PCIe link runs below its full width",
     tags=("gpu", "performance", "hardware"), **HEALTH,
     what="""Compares each GPU's current PCIe link width with its maximum, and the link generation with its maximum
-    while the GPU is busy (idle GPUs lower the generation to save power; that is not reported).""",
+    while the GPU is busy (at least 50% utilised: idle and lightly used GPUs lower the generation to save power;
+    that is not reported).""",
     why="""A link trained at x8 or x4 instead of x16 halves or quarters host-to-device bandwidth: data loading and
     NCCL traffic over PCIe slow down with no error anywhere. It usually means a badly seated card or riser.""",
     fix="""Reset or reboot to retrain the link; if it stays degraded, it is a hardware ticket (on EC2: stop and start
@@ -233,7 +238,7 @@ def pcie_degraded(facts: Facts) -> Result:
         p = d.get("pcie") or {}
         if p.get("width") and p.get("max_width") and p["width"] < p["max_width"]:
             bad.append(f"{_label(d)}: x{p['width']} of x{p['max_width']}")
-        elif p.get("gen") and p.get("max_gen") and p["gen"] < p["max_gen"] and (d.get("utilization_gpu") or 0) > 0:
+        elif p.get("gen") and p.get("max_gen") and p["gen"] < p["max_gen"] and (d.get("utilization_gpu") or 0) >= BUSY:
             bad.append(f"{_label(d)}: Gen{p['gen']} of Gen{p['max_gen']} while busy")
     evidence: Dict[str, Any] = {"pcie": {_label(d): d.get("pcie") for d in devs}}
     if bad:
