@@ -33,11 +33,14 @@ def interruption(facts: Facts) -> Result:
                 "imds.instance_type": facts.get("imds.instance_type")}
     problems = []
     if action:
-        problems.append(f"a spot interruption is scheduled: {action.get('action', '?')} at {action.get('time', '?')}")
+        what = f"{action['action']}" if action.get("action") else "the instance is reclaimed"
+        when = f" at {action['time']}" if action.get("time") else ""
+        problems.append(f"a spot interruption is scheduled: {what}{when}")
     for ev in events if isinstance(events, list) else []:
         if str(ev.get("State", "active")).lower() not in ("completed", "canceled"):
-            problems.append(f"scheduled {ev.get('Code', 'event')} ({ev.get('Description', '')}) "
-                            f"{ev.get('NotBefore', '?')} - {ev.get('NotAfter', '?')}")
+            desc = f" ({ev['Description']})" if ev.get("Description") else ""
+            window = " - ".join(str(ev[k]) for k in ("NotBefore", "NotAfter") if ev.get(k))
+            problems.append(f"scheduled {ev.get('Code') or 'event'}{desc}" + (f" {window}" if window else ""))
     if problems:
         return warn("; ".join(problems), evidence,
                     Fix("Checkpoint now; reschedule or move the work.",

@@ -2,16 +2,78 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import re
+from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor import versions
 from dl_doctor.checks.common import (cuda_consumers, driver_branch, driver_install_commands, driver_version, needs_nvidia_gpu,
                            nvidia_gpus)
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
+# CUDA minor-version compatibility (https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html):
+# code built with any CUDA 12.x runs on a driver of the 12 major's floor (R525) or newer, with one hard limit: the
+# driver cannot JIT-compile PTX from a newer toolkit ('the provided PTX was compiled with an unsupported toolchain').
+# A build that carries a cubin (SASS) for every GPU here never JIT-compiles, so it is served; a GPU that only has PTX
+# in the build is the failure. The floors are the matrix's minor_compat entries.
+
 
 def _active_compat(facts: Facts) -> List[Dict[str, Any]]:
     return [c for c in facts.get("nvidia_driver.forward_compat_libs") or [] if c.get("active")]
+
+
+def _sass_ccs(env: Dict[str, Any], torch: Dict[str, Any], matrix) -> Tuple[Optional[List[str]], str]:
+    """The compute capabilities a torch build carries SASS (cubins) for, and where that came from.
+
+    torch.cuda.get_arch_list() (--deep) lists 'sm_80' (a cubin) apart from 'compute_80' (PTX only), so only the sm_
+    entries count (an arch-specific 'sm_90a' is kept with its suffix); the matrix's arch_list lists the capabilities
+    with SASS, '+PTX' marking the one also shipped as PTX."""
+    deep = [a for a in (env.get("deep") or {}).get("arch_list") or [] if isinstance(a, str)]
+    if deep:
+        out = []
+        for a in deep:
+            m = re.match(r"^sm_(\d+)(\d)([a-z]?)$", a)
+            if m:
+                out.append(f"{m.group(1)}.{m.group(2)}{m.group(3)}")
+        return out, "torch.cuda.get_arch_list() (--deep)"
+    variant = matrix.torch_variant(torch.get("version") or "", torch.get("cuda"))
+    if variant and variant.get("arch_list"):
+        return [a.replace("+PTX", "") for a in variant["arch_list"]], f"the matrix's arch list for torch " \
+            f"{torch.get('version')}"
+    return None, "unknown"
+
+
+def _has_sass(cc: str, sass: List[str]) -> bool:
+    """A cubin runs on its own major at the same or a higher minor; an arch-specific one ('9.0a') only on its own."""
+    want = versions.release(cc)[:2]
+    for entry in sass:
+        base = entry.rstrip("abcdefghijklmnopqrstuvwxyz")
+        have = versions.release(base)[:2]
+        if len(have) < 2 or len(want) < 2:
+            continue
+        if entry != base:
+            if have == want:
+                return True
+        elif have[0] == want[0] and have[1] <= want[1]:
+            return True
+    return False
+
+
+def _minor_compat_verdict(facts: Facts, matrix, row: Dict[str, Any], gpus: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Whether a consumer served only through minor-version compatibility would need PTX JIT on a GPU here:
+    {"jit": [GPU names without SASS], "ok": [...], "source": ..., "known": bool}."""
+    if row.get("kind") != "framework":
+        return {"known": False, "jit": [], "ok": [], "source": None}
+    for env in facts.get("python_envs.environments") or []:
+        torch = (env.get("frameworks") or {}).get("torch") or {}
+        if (env.get("path") or env.get("name")) != row.get("where") or f"torch {torch.get('version')}" != row["what"]:
+            continue
+        sass, source = _sass_ccs(env, torch, matrix)
+        if sass is None or not gpus or any(not g.get("cc") for g in gpus):
+            return {"known": False, "jit": [], "ok": [], "source": source}
+        jit = [f"{g['name']} (sm_{g['cc'].replace('.', '')})" for g in gpus if not _has_sass(g["cc"], sass)]
+        ok = [f"{g['name']} (sm_{g['cc'].replace('.', '')})" for g in gpus if _has_sass(g["cc"], sass)]
+        return {"known": True, "jit": list(dict.fromkeys(jit)), "ok": list(dict.fromkeys(ok)), "source": source}
+    return {"known": False, "jit": [], "ok": [], "source": None}
 
 
 def _gpu_classes(facts: Facts, matrix) -> List[Dict[str, Any]]:
@@ -19,7 +81,8 @@ def _gpu_classes(facts: Facts, matrix) -> List[Dict[str, Any]]:
     for g in nvidia_gpus(facts):
         entry = matrix.gpu_by_pci(g.get("device_id") or "")
         out.append({"bdf": g["bdf"], "device_id": g.get("device_id"), "name": entry["name"] if entry else None,
-                    "class": entry["class"] if entry else None})
+                    "class": entry["class"] if entry else None,
+                    "cc": entry.get("compute_capability") if entry else None})
     return out
 
 
@@ -35,7 +98,9 @@ def _gpu_classes(facts: Facts, matrix) -> List[Dict[str, Any]]:
     libraries taken into account).""",
     why="""A CUDA program built for a newer CUDA than the driver supports fails at start with 'CUDA driver version is
     insufficient for CUDA runtime version' or 'The NVIDIA driver on your system is too old'. Minor-version
-    compatibility lets a 12.x build run on any R525+ driver, but with a limited feature set (no newer PTX JIT).""",
+    compatibility lets a 12.x build run on any R525+ driver, but the driver cannot JIT-compile PTX from a newer
+    toolkit: a build with SASS (cubins) for every GPU here is served and passes with a note; one that would need PTX
+    JIT for a GPU here warns.""",
     fix="""Upgrade the driver to at least the minimum the newest consumer needs, or use builds for the CUDA version the
     driver supports (for PyTorch, the matching --index-url wheel variant).""",
 )
@@ -79,10 +144,37 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
         listed = "; ".join(f"{r['what']} ({r['where']}) needs driver >= {r['min_driver']}" for r in bad)
         return fail(f"driver {driver} supports CUDA up to {max_cuda}{via}: {listed}", evidence, fix)
     if worst == "minor-compat":
+        gpus = _gpu_classes(facts, matrix)
         part = [r for r in rows if r["support"] == "minor-compat"]
-        listed = "; ".join(f"{r['what']} ({r['where']})" for r in part)
-        return warn(f"driver {driver} (CUDA {max_cuda}) runs {listed} only through minor-version compatibility: "
-                    f"limited feature set, no JIT of newer PTX; full support needs driver >= {target}", evidence, fix)
+        jit, notes = [], []
+        for r in part:
+            verdict = _minor_compat_verdict(facts, matrix, r, gpus)
+            r["sass"] = verdict
+            if verdict["jit"]:
+                jit.append(f"{r['what']} ({r['where']}) has no SASS for {', '.join(verdict['jit'])} per "
+                           f"{verdict['source']}: its kernels there would be JIT-compiled from CUDA {r['cuda']} PTX, "
+                           f"which driver {driver} cannot do ('the provided PTX was compiled with an unsupported "
+                           f"toolchain')")
+            elif verdict["known"]:
+                notes.append(f"{r['what']} ({r['where']}) has SASS for every GPU here ({', '.join(verdict['ok'])}, "
+                             f"per {verdict['source']}): no PTX JIT is needed")
+            elif r.get("kind") == "framework":
+                notes.append(f"{r['what']} ({r['where']}): whether it has SASS for every GPU here is not known "
+                             f"(--deep reads its arch list); only a GPU it ships PTX alone for would fail")
+            else:
+                notes.append(f"{r['what']} ({r['where']}): what it compiles or runs needs SASS for the GPUs here "
+                             f"(nvcc -arch=sm_XY); PTX from CUDA {r['cuda']} cannot be JIT-compiled by this driver")
+        floor = next((r.get("min_driver_minor_compat") for r in part if r.get("min_driver_minor_compat")), None)
+        rule = (f"CUDA minor-version compatibility (same CUDA major, driver >= {floor})" if floor
+                else "CUDA minor-version compatibility")
+        if jit:
+            return warn(f"driver {driver} (CUDA {max_cuda}) serves these builds only through {rule}, and "
+                        + "; ".join(jit) + f"; full support needs driver >= {target}", evidence, fix)
+        full = [r["what"] for r in rows if r["support"] == "full"]
+        also = f"; fully supports {', '.join(full)}" if full else ""
+        return passed(f"driver {driver} (CUDA {max_cuda}){via} runs "
+                      + ", ".join(r["what"] for r in part) + f" through {rule}: " + "; ".join(notes)
+                      + f"{also} (full support, with JIT of newer PTX, needs driver >= {target})", **evidence)
     listed = ", ".join(r["what"] for r in rows)
     return passed(f"driver {driver} (CUDA {max_cuda}){via} fully supports {listed}", **evidence)
 

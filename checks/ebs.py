@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from dl_doctor.checks.common import GIB, human_bytes
 from dl_doctor.model import Facts, Fix, Result, check, passed, skip, warn
 
 NEAR_LIMIT = 0.95
@@ -61,7 +62,9 @@ def ebs_at_limit(facts: Facts, matrix) -> Result:
                           ("ec2_instance_ebs_performance_exceeded_iops", "the instance's EBS IOPS limit"),
                           ("ec2_instance_ebs_performance_exceeded_tp", "the instance's EBS bandwidth limit")):
             if during.get(key):
-                problems.append(f"{vid} was over {what} for {_seconds(during[key])} of the {w.get('window_s', '?')} s window")
+                seconds = w.get("window_s")
+                window = f"the {seconds} s window" if isinstance(seconds, (int, float)) else "the window"
+                problems.append(f"{vid} was over {what} for {_seconds(during[key])} of {window}")
             elif stats.get(key):
                 problems.append(f"{vid} has spent {_seconds(stats[key])} over {what} since it was attached")
         rows.append(row)
@@ -76,7 +79,7 @@ def ebs_at_limit(facts: Facts, matrix) -> Result:
     parts = []
     for r in rows:
         w = r.get("window") or {}
-        fmt = lambda x: "?" if x is None else f"{x:g}"  # noqa: E731
+        fmt = lambda x: "unknown" if x is None else f"{x:g}"  # noqa: E731
         text = f"{r['volume_id']} {fmt(w.get('iops'))} IOPS, {fmt(w.get('throughput_mibps'))} MiB/s"
         if not w:
             text = f"{r['volume_id']} (no I/O sample)"
@@ -89,14 +92,24 @@ def ebs_at_limit(facts: Facts, matrix) -> Result:
     return passed("; ".join(parts), **evidence)
 
 
+# A volume that holds a cache or the home directory with less than this free, while local NVMe sits idle: the
+# downloads that fill it belong on the instance store (they can be fetched again after a stop).
+CACHE_TIGHT = 50 * GIB
+
+
 @check(
-    id="DLD-DISK-003", slug="instance-store-unmounted", title="Instance-store NVMe volumes are in use",
+    id="DLD-DISK-003", slug="instance-store-unmounted", title="Idle instance-store NVMe is not needed by a full volume",
     remedy="fix-configuration", drain=False,
-    problem="Instance-store NVMe volumes are not in use",
+    problem="Caches fill a small volume while instance-store NVMe sits idle",
     tags=("storage", "ec2"), requires=("ebs",),
-    what="Finds instance-store NVMe devices (model 'Amazon EC2 NVMe Instance Storage') that are not mounted.",
+    what="""Finds instance-store NVMe devices (model 'Amazon EC2 NVMe Instance Storage') that nothing uses: not
+    mounted, and no RAID or LVM volume built on them (/sys/block/DEV/holders). Idle local NVMe is normal (instance
+    types and images leave it unformatted) and is reported as capacity available; it warns only when a volume that
+    holds the home directory or a model/package cache has less than 50 GiB free at the same time.""",
     why="""GPU instances (p4d, p5, g5, g6e...) come with terabytes of fast local NVMe that is not formatted or mounted
-    by default. Leaving it unused means staging datasets and checkpoints on slower, metered EBS.""",
+    by default, and many hosts never need it. When the root or home volume is filling with model downloads and pip
+    or conda caches, that idle NVMe is where they belong: downloads are fetched again after a stop, so its
+    ephemerality does not matter.""",
     fix="""Format and mount it (its data is lost when the instance stops): mkfs.xfs, or a RAID 0 over several with
     mdadm, mounted at /opt/dlami/nvme or /scratch, and point caches and datasets there.""",
 )
@@ -104,17 +117,39 @@ def instance_store(facts: Facts) -> Result:
     stores = [v for v in facts.get("ebs.volumes") or [] if v.get("kind") == "instance-store"]
     if not stores:
         return skip("no instance-store NVMe on this host")
-    idle = [v for v in stores if not v.get("mounted")]
+    used = [v for v in stores if v.get("mounted") or v.get("holders")]
+    idle = [v for v in stores if v not in used]
     total = sum(v.get("size_gib") or 0 for v in idle)
     evidence: Dict[str, Any]
-    evidence = {"instance_store": [{k: v.get(k) for k in ("device", "size_gib", "mounted")} for v in stores]}
-    if idle:
-        devs = " ".join(f"/dev/{v['device']}" for v in idle)
-        cmds = ([f"sudo mkfs.xfs /dev/{idle[0]['device']}"] if len(idle) == 1 else
-                [f"sudo mdadm --create /dev/md0 --level=0 --raid-devices={len(idle)} {devs}", "sudo mkfs.xfs /dev/md0"])
-        target = f"/dev/{idle[0]['device']}" if len(idle) == 1 else "/dev/md0"
-        cmds += ["sudo mkdir -p /scratch", f"sudo mount {target} /scratch",
-                 "# data on instance store is lost when the instance stops"]
-        return warn(f"{len(idle)} instance-store NVMe volume(s), {total:g} GiB, are not mounted: {devs}", evidence,
-                    Fix("Format and mount the local NVMe for datasets, caches and scratch.", tuple(cmds)))
-    return passed(f"all {len(stores)} instance-store volume(s) are mounted", **evidence)
+    evidence = {"instance_store": [{k: v.get(k) for k in ("device", "size_gib", "mounted", "holders")}
+                                   for v in stores]}
+    if not idle:
+        how = "mounted" if all(v.get("mounted") for v in stores) else "in use (mounted, or under a RAID/LVM volume)"
+        return passed(f"all {len(stores)} instance-store volume(s) are {how}", **evidence)
+    devs = " ".join(f"/dev/{v['device']}" for v in idle)
+    cmds = ([f"sudo mkfs.xfs /dev/{idle[0]['device']}"] if len(idle) == 1 else
+            [f"sudo mdadm --create /dev/md0 --level=0 --raid-devices={len(idle)} {devs}", "sudo mkfs.xfs /dev/md0"])
+    target = f"/dev/{idle[0]['device']}" if len(idle) == 1 else "/dev/md0"
+    cmds += ["sudo mkdir -p /scratch", f"sudo mount {target} /scratch",
+             "# data on instance store is lost when the instance stops"]
+    unknown = " (whether a RAID or LVM volume is built on them was not recorded)" if any(
+        "holders" not in v for v in idle) else ""
+    tight = [vol for vol in facts.get("disks.volumes") or []
+             if any(r == "home" or r.startswith("cache:") for r in vol.get("roles") or [])
+             and vol.get("free_bytes") is not None and vol["free_bytes"] < CACHE_TIGHT]
+    if tight:
+        vol = tight[0]
+        where = vol.get("mountpoint") or (vol.get("paths") or ["the cache volume"])[0]
+        caches = [r.split(":", 1)[1] for r in vol.get("roles") or [] if r.startswith("cache:")]
+        held = f"the {', '.join(caches)} cache(s)" if caches else "the home directory"
+        evidence["tight_volume"] = {k: vol.get(k) for k in ("mountpoint", "roles", "free_bytes", "total_bytes")}
+        cmds += [f"export HF_HOME=/scratch/cache/huggingface PIP_CACHE_DIR=/scratch/cache/pip   # and TORCH_HOME, "
+                 f"CONDA_PKGS_DIRS"]
+        return warn(f"{where} holds {held} with {human_bytes(vol['free_bytes'])} free while {len(idle)} "
+                    f"instance-store NVMe volume(s), {total:g} GiB, sit idle: {devs}{unknown}", evidence,
+                    Fix("Format and mount the local NVMe and move the caches there.", tuple(cmds)),
+                    headline=f"{where} is filling while {total:g} GiB of local NVMe sits idle")
+    return passed(f"{total:g} GiB of instance-store NVMe is available, not mounted ({devs}){unknown}: normal on a "
+                  f"fresh instance; format and mount it when datasets, caches or checkpoints need fast local space "
+                  f"(its data is lost when the instance stops)", evidence,
+                  Fix("Format and mount the local NVMe for datasets, caches and scratch.", tuple(cmds)))

@@ -60,9 +60,15 @@ def nvidia_driver_not_loaded(facts: Facts) -> Result:
     if unbound:
         names = ", ".join(f"{g['bdf']} ({g.get('driver') or 'no driver'})" for g in unbound)
         if all(g.get("driver") == "vfio-pci" for g in unbound):
-            return warn(f"driver {version} loaded, but GPUs are passed through to VMs (vfio-pci): {names}", evidence,
-                        Fix("Nothing to do if these GPUs are meant for virtual machines; otherwise unbind them "
-                            "from vfio-pci.", ("lspci -nnk -d 10de:",)))
+            # binding to vfio-pci takes deliberate configuration (vfio-pci.ids, driver_override): these GPUs are
+            # meant for virtual machines
+            bound = len(gpus) - len(unbound)
+            return passed(f"{count}; driver {version}{flavor} loaded and bound to {bound} of them; {names} "
+                          f"{'is' if len(unbound) == 1 else 'are'} passed through to virtual machines (vfio-pci), "
+                          f"which takes deliberate configuration: CUDA here does not see "
+                          f"{'it' if len(unbound) == 1 else 'them'}", evidence,
+                          Fix("Nothing to do if these GPUs are meant for virtual machines; otherwise unbind them "
+                              "from vfio-pci.", ("lspci -nnk -d 10de:",)))
         return fail(f"driver {version} loaded, but {len(unbound)} of {len(gpus)} GPUs are not bound to it: {names}",
                     evidence,
                     Fix("Read the kernel log for the GPU that failed to initialise (RmInitAdapter failed, Xid 79); "

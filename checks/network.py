@@ -41,7 +41,9 @@ def _libfabric_version(facts: Facts) -> Optional[str]:
     (or NCCL_NET_PLUGIN) would find it, and the plugin/libfabric versions against the matrix's known issues.""",
     why="""Without a working plugin NCCL silently falls back to TCP sockets: multi-node all-reduce runs at a fraction
     of the bandwidth EFA gives (3,200 Gbps on p5) and nothing fails. On an instance without EFA that fallback is the
-    normal path, so it is not a failure there.""",
+    normal path, so it is not a failure there; on an EFA-capable instance launched without EFA, single-node jobs
+    are fine too, so that passes with a note unless the session's FI_*/NCCL_NET settings show it was meant to use
+    EFA.""",
     fix="""Launch with EFA interfaces, install the EFA installer (libfabric with the efa provider) and aws-ofi-nccl, and
     put the plugin's directory on LD_LIBRARY_PATH (or set NCCL_NET_PLUGIN).""",
 )
@@ -58,12 +60,23 @@ def efa_usable(facts: Facts, matrix) -> Result:
             return skip(f"{itype} has no EFA: NCCL uses TCP sockets, and aws-ofi-nccl's 'no EFA' warnings are harmless",
                         **evidence)
         if expected:
-            return warn(f"{itype} supports {expected} EFA interface(s) but none is attached: multi-node NCCL traffic "
-                        f"will use TCP sockets", evidence,
-                        Fix("Launch the instance with EFA network interfaces (InterfaceType=efa) in a cluster "
-                            "placement group, for multi-node jobs.",
-                            ("aws ec2 describe-instance-types --instance-types " + itype +
-                             " --query 'InstanceTypes[].NetworkInfo.EfaInfo'",)))
+            launch = Fix("Launch the instance with EFA network interfaces (InterfaceType=efa) in a cluster "
+                         "placement group, for multi-node jobs.",
+                         ("aws ec2 describe-instance-types --instance-types " + itype +
+                          " --query 'InstanceTypes[].NetworkInfo.EfaInfo'",))
+            # Without EFA a single node is fine (its GPUs talk over NVLink/PCIe): only a session set up to send
+            # NCCL over EFA says multi-node traffic was meant to use it.
+            env = facts.get("network.env") or {}
+            meant = sorted(k for k, v in env.items() if (k == "FI_PROVIDER" and str(v).lower() == "efa")
+                           or k.startswith("FI_EFA_") or (k == "NCCL_NET" and "ofi" in str(v).lower()))
+            if meant:
+                return warn(f"{itype} supports {expected} EFA interface(s) but none is attached, while the session "
+                            f"is set up for EFA ({', '.join(f'{k}={env[k]}' for k in meant)}): multi-node NCCL "
+                            f"traffic will use TCP sockets", {**evidence, "efa_settings": meant}, launch,
+                            headline=f"No EFA attached to this {itype}, though the session is set up for it")
+            return passed(f"no EFA interface is attached ({itype} supports {expected}): fine for single-node jobs, "
+                          f"whose GPUs talk over NVLink/PCIe; multi-node NCCL traffic would use TCP sockets, so launch "
+                          f"with EFA interfaces for multi-node training", evidence, launch)
         return skip("no EFA device on this host", **evidence)
     problems: List[str] = []
     installer = ("curl -O https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz && tar xf "
@@ -93,7 +106,8 @@ def efa_usable(facts: Facts, matrix) -> Result:
         return warn(f"{len(devices)} of the {expected} EFA interfaces of {itype} are attached: multi-node bandwidth is "
                     f"reduced", evidence, Fix("Attach all EFA interfaces at launch (one per network card).",
                                               ("fi_info -p efa -t FI_EP_RDM | grep -c domain",)))
-    return passed(f"{len(devices)} EFA device(s), libfabric {fabric_v or '?'} with efa, aws-ofi-nccl {plugin_v or '?'} "
+    return passed(f"{len(devices)} EFA device(s), libfabric {fabric_v or '(version unknown)'} with efa, aws-ofi-nccl "
+                  f"{plugin_v or '(version unknown)'} "
                   f"found by NCCL ({(facts.get('network.nccl_plugin_lookup') or {}).get('via')})", **evidence)
 
 

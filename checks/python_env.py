@@ -116,11 +116,11 @@ def cuda_unusable(facts: Facts) -> Result:
                            for e, t in builds], "gpu_pci.gpu_count": gpus, "driver_loaded": loaded,
                 "libcuda": [l["path"] for l in libcuda]}
     if gpus == 0:
+        # A CUDA build on a GPU-less host is deliberate far more often than not (image builds, CI, a CPU node of a
+        # shared environment): it runs on the CPU there and needs nothing; the check has no GPU to judge it against.
         reason = "no NVIDIA GPU on the PCI bus" + ("" if libcuda else " and no NVIDIA driver (no libcuda.so)")
-        return warn(f"{names}: a CUDA build on a host with {reason}; torch.cuda.is_available() is False and it runs "
-                    f"on the CPU", evidence,
-                    Fix("Run on a GPU instance, or install the smaller CPU build here.",
-                        ("pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cpu",)))
+        return skip(f"{reason}: {names} is a CUDA build and runs on the CPU here (torch.cuda.is_available() is "
+                    f"False); normal on a build host, in CI or on a CPU node", **evidence)
     if loaded is False or (gpus and not libcuda and facts.get("nvidia_driver.userspace") is not None):
         what = "the nvidia kernel module is not loaded" if loaded is False else "no libcuda.so (driver user space)"
         return fail(f"{names}: {what}, so these CUDA builds cannot use the {gpus} GPU(s) (see DLD-GPU-001)", evidence,

@@ -142,7 +142,8 @@ def notebook_exposed(facts: Facts) -> Result:
                             f"no password")
         elif public and not s.get("certfile"):
             notes.append(f"{it['where']}: listens on {s.get('ip') or 'every address'} without TLS")
-        if s.get("allow_root") is True:
+        if s.get("allow_root") is True and not facts.get("system.container.in_container"):
+            # in a container root is the image's only user (the official images start Jupyter with --allow-root)
             notes.append(f"{it['where']}: allow_root (the notebook runs as root)")
     for c in sec.get("code_server_configs") or []:
         s = c.get("settings") or {}
@@ -180,7 +181,8 @@ def notebook_exposed(facts: Facts) -> Result:
     members of the docker group (/etc/group), and, where readable, the containers configured privileged or with the
     host's / mounted.""",
     why="""Docker on TCP without TLS is root on the host for anyone who can reach the port; miners look for 2375
-    first. A user in the docker group is root-equivalent.""",
+    first. A user in the docker group is root-equivalent; one who is in sudo, wheel or admin already is root anyway
+    (a cloud image's default user), so only the others are reported.""",
     fix="""Remove tcp:// hosts (or configure tlsverify with client certificates), and keep the docker group for
     administrators only.""",
 )
@@ -197,7 +199,11 @@ def docker_exposed(facts: Facts) -> Result:
             problems.append(f"the daemon listens on {h['address']} without TLS ({h.get('from')})")
         elif not d.get("tls"):
             notes.append(f"the daemon listens on {h['address']} without TLS ({h.get('from')}; loopback only)")
-    members = [u for u in d.get("docker_group") or [] if u != "root"]
+    admins = d.get("administrators")
+    everyone = [u for u in d.get("docker_group") or [] if u != "root"]
+    # a member who is in sudo/wheel/admin is root already (a cloud image's ubuntu or ec2-user): the group gives
+    # them nothing new
+    members = [u for u in everyone if admins is None or u not in admins]
     if members:
         notes.append(f"users in the docker group (root-equivalent): {', '.join(members[:20])}")
     for c in d.get("containers") or []:
@@ -205,6 +211,7 @@ def docker_exposed(facts: Facts) -> Result:
                                             ("with the host's / mounted", c.get("host_root_mounted"))) if on)
         notes.append(f"container {c.get('container')} is configured {what}")
     evidence = {"hosts": d.get("hosts"), "tls": d.get("tls"), "docker_group": d.get("docker_group"),
+                "administrators": admins,
                 "containers": d.get("containers")}
     fix = Fix("Keep the daemon on its Unix socket (or TLS with client certificates); keep the docker group small.",
               ("# /etc/docker/daemon.json: remove the tcp:// entries from \"hosts\" (and -H tcp://... from the unit)",
@@ -215,7 +222,9 @@ def docker_exposed(facts: Facts) -> Result:
     if notes:
         return warn("; ".join(notes), evidence, fix)
     where = "its TCP socket requires TLS" if tcp else "it listens on its Unix socket only"
-    return passed(f"the Docker daemon: {where}; the docker group has no user", **evidence)
+    group = (f"the docker group's users ({', '.join(everyone[:20])}) are administrators already (sudo/wheel)"
+             if everyone else "the docker group has no user")
+    return passed(f"the Docker daemon: {where}; {group}", **evidence)
 
 
 from dl_doctor.util.ports import RISKY_PORTS  # noqa: E402 - shared with the probe

@@ -11,6 +11,7 @@ from dl_doctor.model import Facts, Fix, Result, Status, check, fail, passed, ski
 DISK_FAIL = 5 * GIB       # a CUDA framework wheel alone unpacks to several GiB
 DISK_WARN = 20 * GIB
 DISK_WARN_PCT = 95.0
+DISK_ROOMY = 100 * GIB   # a volume 95% used with this much free (a large data volume) has room: not reported
 INODES_FAIL_PCT = 1.0
 INODES_WARN_PCT = 5.0
 
@@ -37,7 +38,7 @@ def _volume_problem(vol: dict):
         return Status.FAIL, f"only {ipct:.1f}% of inodes free"
     if free is not None and free < DISK_WARN:
         return Status.WARN, f"{human_bytes(free)} free"
-    if vol.get("used_pct") is not None and vol["used_pct"] >= DISK_WARN_PCT:
+    if vol.get("used_pct") is not None and vol["used_pct"] >= DISK_WARN_PCT and (free is None or free < DISK_ROOMY):
         return Status.WARN, f"{vol['used_pct']:.0f}% used ({human_bytes(free)} free)"
     if ipct is not None and ipct < INODES_WARN_PCT:
         return Status.WARN, f"only {ipct:.1f}% of inodes free"
@@ -51,8 +52,8 @@ def _volume_problem(vol: dict):
     tags=("storage", "disk"), requires=("disks.volumes",),
     what="""Measures free space and free inodes on the root filesystem, the home volume, /tmp, /var/tmp,
     the volumes holding the model/package caches and the data mounts. Less than 5 GiB free (or under 1% of
-    inodes) fails; less than 20 GiB free, 95% used or under 5% of inodes warns (for /tmp and /var/tmp:
-    under 1 GiB fails, under 5 GiB warns).""",
+    inodes) fails; less than 20 GiB free, 95% used with under 100 GiB free, or under 5% of inodes warns (for /tmp
+    and /var/tmp: under 1 GiB fails, under 5 GiB warns).""",
     why="""Installing a CUDA build of a framework unpacks several GiB into site-packages and the pip
     cache, nvcc and Triton write large temporary files, and checkpoints are written next to the
     code. A full root volume makes installs fail halfway and kills runs at their first
@@ -64,7 +65,7 @@ def _volume_problem(vol: dict):
 def disk_space_low(facts: Facts) -> Result:
     volumes = facts.get("disks.volumes") or []
     if not volumes:
-        return warn("no volume could be measured", {"disks.errors": facts.get("disks.errors")})
+        return skip("no volume could be measured", {"disks.errors": facts.get("disks.errors")})
     problems = [(found[0], vol, found[1]) for vol in volumes for found in [_volume_problem(vol)] if found]
     def name(v: dict) -> str:
         roles = [r for r in v.get("roles") or [] if r != "mount"]
@@ -83,7 +84,8 @@ def disk_space_low(facts: Facts) -> Result:
         summary += " (measured on the filesystem holding the sysroot tree)"
     if not problems:
         return passed(summary, **evidence)
-    text = "; ".join(f"{', '.join(v['paths'])} ({v.get('mountpoint') or '?'}): {t}" for _, v, t in problems)
+    text = "; ".join(f"{', '.join(v['paths'])}" + (f" ({v['mountpoint']})" if v.get("mountpoint") else "") + f": {t}"
+                     for _, v, t in problems)
     cmds: List[str] = []
     for _, vol, _ in problems:
         path = vol["paths"][0]

@@ -107,6 +107,8 @@ EBS_FACTS = obj(
         size_gib=number("its size in GiB"),
         partitions=array(string(), "its partitions (nvme1n1p1...)"),
         mounted=boolean("it or one of its partitions is mounted"),
+        holders=array(string(), "what is built on it or its partitions (/sys/block/DEV/holders: md127, dm-0 for a "
+                      "RAID or LVM volume)", since="0.2.0"),
         window=obj(
             "I/O over the sample window (/proc/diskstats; null: not sampled)",
             iops=number("operations per second"),
@@ -154,6 +156,9 @@ def ebs_probe(ctx: ProbeContext) -> Dict[str, Any]:
                         "volume_id": volume_id(serial) if kind == "ebs" else None,
                         "size_gib": round(int(sectors) * 512 / 2 ** 30, 1) if isnum(sectors) else None,
                         "partitions": [p for p in host.listdir(f"/sys/block/{dev}") if p.startswith(dev + "p")]})
+        v = volumes[-1]
+        v["holders"] = sorted({h for part in [""] + [f"/{p}" for p in v["partitions"]]
+                               for h in host.listdir(f"/sys/block/{dev}{part}/holders")})
     stats_text = host.try_read("/proc/diskstats")
     window: Dict[str, Any] = {}
     denied = False

@@ -190,10 +190,13 @@ def docker_facts(host) -> Dict[str, Any]:
                 if "--tlsverify" in line or "--tls " in line or line.rstrip().endswith("--tls"):
                     tls = True
     group = None
+    admins: List[str] = []
     for line in (host.try_read("/etc/group", MAX_CONFIG) or "").splitlines():
         parts = line.split(":")
         if len(parts) >= 4 and parts[0] == "docker":
             group = [u for u in parts[3].split(",") if u][:200]
+        elif len(parts) >= 4 and parts[0] in ("sudo", "wheel", "admin"):
+            admins += [u for u in parts[3].split(",") if u and u not in admins][:200]
     privileged = []
     for cfg in sorted(host.glob("/var/lib/docker/containers/*/hostconfig.json"))[:64]:
         try:
@@ -207,7 +210,8 @@ def docker_facts(host) -> Dict[str, Any]:
             privileged.append({"container": cfg.split("/")[-2][:12], "privileged": bool(doc.get("Privileged")),
                                "host_root_mounted": bool(binds)})
     installed = any(host.exists(p) for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd"))
-    return {"installed": installed, "hosts": hosts, "tls": tls, "docker_group": group, "containers": privileged}
+    return {"installed": installed, "hosts": hosts, "tls": tls, "docker_group": group, "administrators": admins[:200],
+            "containers": privileged}
 
 
 # -- sockets and processes (live) ----------------------------------------------------------------------------------
@@ -379,6 +383,8 @@ SECURITY_FACTS = obj(
         ), "the daemon's -H/--host settings and daemon.json hosts"),
         tls=boolean("TLS is on (tlsverify in daemon.json or --tlsverify)"),
         docker_group=array(string(), "members of the docker group (null: no such group)"),
+        administrators=array(string(), "members of the sudo, wheel and admin groups (/etc/group): users who are "
+                             "root already", since="0.2.0"),
         containers=array(obj(
             "",
             container=string("the container id (12 characters)"),

@@ -122,7 +122,12 @@ def test_junit_validates_against_the_junit_schema_and_agrees_with_the_findings(r
     import xmlschema
     from xml.etree import ElementTree as ET
 
-    xml, doc, result = _junit(run_cli, tmp_path, UPGRADED)
+    # the upgraded p4d, with a launch script's NCCL_P2P_DISABLE=1 for a warning beside its failures
+    snap = json.loads(UPGRADED.read_text())
+    snap["facts"]["network"]["env"] = {"NCCL_P2P_DISABLE": "1"}
+    facts = tmp_path / "upgraded-p2p-off.json"
+    facts.write_text(json.dumps(snap))
+    xml, doc, result = _junit(run_cli, tmp_path, facts)
     xmlschema.XMLSchema(str(FIXTURES / "formats" / "junit.xsd")).validate(str(xml))
     root = ET.parse(xml).getroot()
     suite = root.find("testsuite")
@@ -140,7 +145,7 @@ def test_junit_validates_against_the_junit_schema_and_agrees_with_the_findings(r
     # warnings pass with --fail-on fail (the exit code agrees) and fail with --fail-on warn
     warn_ids = {f["id"] for f in doc["findings"] if f["status"] == "warn"}
     assert warn_ids and not warn_ids & set(failures)
-    xml2, _, strict = _junit(run_cli, tmp_path, UPGRADED, "--fail-on", "warn")
+    xml2, _, strict = _junit(run_cli, tmp_path, facts, "--fail-on", "warn")
     root2 = ET.parse(xml2).getroot()
     failures2 = {c.get("name").split()[0] for c in root2.iter("testcase") if c.find("failure") is not None}
     assert failures2 == set(failures) | warn_ids

@@ -82,8 +82,9 @@ def test_identification_on_a_tree(run_cli, tree):
     assert vols["nvme0n1"]["size_gib"] == 200.0 and vols["nvme0n1"]["mounted"]
     assert vols["nvme1n1"]["kind"] == "instance-store" and not vols["nvme1n1"]["mounted"]
     f = {x["id"]: x for x in report["findings"]}
-    assert f["DLD-DISK-003"]["status"] == "warn"
-    assert "2 instance-store NVMe volume(s), 7152.6 GiB, are not mounted" in f["DLD-DISK-003"]["message"]
+    # idle local NVMe is capacity available, not a problem: a pass with a note and the way to use it
+    assert f["DLD-DISK-003"]["status"] == "pass"
+    assert "7152.6 GiB of instance-store NVMe is available, not mounted" in f["DLD-DISK-003"]["message"]
     assert any("mdadm --create /dev/md0 --level=0 --raid-devices=2" in c for c in f["DLD-DISK-003"]["fix"]["commands"])
     # a sysroot has no live I/O to sample: identification and limits only
     assert f["DLD-EBS-001"]["status"] == "pass"
@@ -91,3 +92,23 @@ def test_identification_on_a_tree(run_cli, tree):
                                                                      "throughput_mibps": 125, "burst_iops": None}
     bad = run_cli("run", "--ebs-volume-type", "gp3")
     assert bad.returncode == 2 and "VOL=TYPE" in bad.stderr
+
+
+def test_instance_store_under_raid_or_lvm_is_in_use(run_cli, tree):
+    """A DLAMI builds an LVM volume over the instance stores (/opt/dlami/nvme): the devices themselves are not in
+    /proc/mounts, their holders (/sys/block/DEV/holders) say they are in use."""
+    spec = {"proc/mounts": "/dev/nvme0n1p1 / xfs rw 0 0\n/dev/mapper/vg.01-lv_ephemeral /opt/dlami/nvme ext4 rw 0 0\n",
+            "etc/os-release": "ID=rhel\n", "sys/block/nvme0n1/nvme0n1p1/partition": "1\n",
+            "sys/block/nvme1n1/holders/dm-0": "", "sys/block/nvme2n1/nvme2n1p1/holders/md127": ""}
+    nvme_tree(spec, "nvme0n1", "Amazon Elastic Block Store", "vol0123456789abcdef0", 419430400)
+    nvme_tree(spec, "nvme1n1", "Amazon EC2 NVMe Instance Storage", "AWS1234", 7500000000)
+    nvme_tree(spec, "nvme2n1", "Amazon EC2 NVMe Instance Storage", "AWS5678", 7500000000)
+    nvme_tree(spec, "nvme3n1", "Amazon EC2 NVMe Instance Storage", "AWS9012", 7500000000)
+    r = run_cli("run", "--sysroot", str(tree(spec)), "--json", "-", "--only", "DLD-DISK-003")
+    report = json.loads(r.stdout)
+    vols = {v["device"]: v for v in report["facts"]["ebs"]["volumes"]}
+    assert vols["nvme1n1"]["holders"] == ["dm-0"] and vols["nvme2n1"]["holders"] == ["md127"]
+    assert vols["nvme3n1"]["holders"] == []
+    f = {x["id"]: x for x in report["findings"]}
+    assert f["DLD-DISK-003"]["status"] == "pass"
+    assert "3576.3 GiB of instance-store NVMe is available, not mounted (/dev/nvme3n1)" in f["DLD-DISK-003"]["message"]
