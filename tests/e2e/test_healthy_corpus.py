@@ -1,0 +1,95 @@
+"""The healthy corpus as a gate (issue 25 item 5): every healthy machine of tests/healthy.py passes
+`dl-doctor --fail-on warn`, but for the warnings its fixture (tests/fixtures/healthy/NAME.json) lists.
+
+A fixture's ``allowed`` holds warnings a careful engineer would act on there, each with the reason; ``pending`` holds
+false positives not fixed yet, each with its diagnosis. The run's warn/fail/error findings must be exactly those
+(an unlisted one fails the gate, a listed one that no longer fires is stale and fails too). A tree whose healthy
+state lives in NVML or device nodes (MIG, a pod's share of the GPUs, an NVSwitch node) is collected from its tree
+and paired with its recorded NVML and device listing, then judged with `dl-doctor check` (NVML is live only).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+import healthy
+from conftest import FIXTURES, build_tree
+
+CORPUS = FIXTURES / "healthy"
+BAD = ("warn", "fail", "error")
+
+
+def _fixture(name: str) -> Dict[str, Any]:
+    return json.loads((CORPUS / f"{name}.json").read_text())
+
+
+def paired_snapshot(root: Path, name: str) -> Dict[str, Any]:
+    """The tree's facts as `dl-doctor collect` would have written them on the machine: the probes on the tree, plus
+    what only the live machine has (its recorded NVML and /dev listing, real disks), as tests/machines.py does."""
+    from dl_doctor.engine import collect
+    from dl_doctor.host import Host
+    from dl_doctor.probes.nvml import collect_nvml
+    from dl_doctor.registry import load_registry
+    from fake_nvml import FakeNVML
+    from machines import FIXED_DISKS
+
+    machine = healthy.HEALTHY[name]
+    registry = load_registry()
+    snap = collect([p for p in registry.probes if p.name != "nvml"], Host(sysroot=str(root)), {}, timeout=30)
+    snap["facts"]["nvml"] = collect_nvml(FakeNVML.from_file(FIXTURES / "nvml" / f"{machine['nvml']}.json"))
+    snap["facts"]["nvidia_driver"]["device_nodes"] = machine["device_nodes"]
+    snap["facts"]["disks"] = FIXED_DISKS
+    snap.update(mode="live", sysroot=None, collected_at="2026-11-29T12:00:00Z", duration_s=0.5, commands=[],
+                probes={}, timeout_s=5.0)
+    snap["privilege"] = {"euid": 0, "is_root": True, "limited": []}
+    return snap
+
+
+def gate(run_cli, tmp_path: Path, name: str):
+    root = build_tree(tmp_path / name, healthy.spec_of(name))
+    if healthy.HEALTHY[name].get("nvml"):
+        facts = tmp_path / f"{name}-facts.json"
+        facts.write_text(json.dumps(paired_snapshot(root, name)))
+        result = run_cli("check", str(facts), "--json", "-", "--fail-on", "warn", "-q", timeout=300)
+    else:
+        result = run_cli("run", "--sysroot", str(root), "--json", "-", "--fail-on", "warn", "-q", timeout=300)
+    assert result.returncode in (0, 1), result.stderr
+    return result, json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("name", healthy.names())
+def test_a_healthy_machine_is_green(run_cli, tmp_path, name):
+    fixture = _fixture(name)
+    listed = {**fixture.get("allowed", {}), **fixture.get("pending", {})}
+    result, report = gate(run_cli, tmp_path, name)
+    bad = {f["id"]: f"[{f['status']}] {f['message']}" for f in report["findings"] if f["status"] in BAD}
+    unlisted = {i: m for i, m in bad.items() if i not in listed}
+    assert unlisted == {}, f"{name}: warnings a healthy machine should not have (or list them in its fixture)"
+    stale = sorted(set(listed) - set(bad))
+    assert stale == [], f"{name}: listed in tests/fixtures/healthy/{name}.json but no longer fires"
+    assert result.returncode == (1 if bad else 0), result.stderr
+    assert report["probe_errors"] == [] or all(e["probe"] in ("nvml", "ebs") for e in report["probe_errors"]), \
+        report["probe_errors"]
+
+
+def test_every_machine_has_a_fixture_with_reasons():
+    assert sorted(p.stem for p in CORPUS.glob("*.json")) == healthy.names()
+    assert len(healthy.names()) >= 15
+    for name in healthy.names():
+        fixture = _fixture(name)
+        assert set(fixture) <= {"description", "allowed", "pending"} and fixture["description"], name
+        for kind in ("allowed", "pending"):
+            for check_id, reason in fixture.get(kind, {}).items():
+                assert check_id.startswith("DLD-") and len(reason) > 30, (name, check_id)
+                if kind == "pending":
+                    assert reason.startswith("FALSE POSITIVE on 995d55c: "), (name, check_id)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 25 fixes land")
+def test_no_false_positive_is_pending():
+    pending = {name: sorted(_fixture(name).get("pending", {})) for name in healthy.names()}
+    assert {n: p for n, p in pending.items() if p} == {}
