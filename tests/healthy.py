@@ -683,6 +683,31 @@ def dnf_rpm_log(packages: Sequence[str]) -> str:
     return "".join(f"2024-11-29T09:41:{i % 60:02d}+0000 SUBDEBUG Installed: {p}\n" for i, p in enumerate(packages))
 
 
+def rpmdb_sqlite(packages: Sequence[str]) -> bytes:
+    """An rpm >= 4.16 database (EL9, AL2023): /var/lib/rpm/rpmdb.sqlite with rpm's Packages and Name tables (the
+    header blobs stand in for rpm's binary headers)."""
+    import os
+    import sqlite3
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".sqlite")
+    os.close(fd)
+    try:
+        db = sqlite3.connect(path)
+        db.executescript("CREATE TABLE Packages (hnum INTEGER PRIMARY KEY AUTOINCREMENT, blob BLOB NOT NULL);"
+                         "CREATE TABLE Name (key TEXT NOT NULL, hnum INTEGER NOT NULL, idx INTEGER NOT NULL, "
+                         "FOREIGN KEY (hnum) REFERENCES Packages(hnum));")
+        for i, nvr in enumerate(packages, 1):
+            db.execute("INSERT INTO Packages (hnum, blob) VALUES (?, ?)", (i, b"\x8e\xad\xe8\x01" + nvr.encode()))
+            db.execute("INSERT INTO Name VALUES (?, ?, 0)", (nvr.rsplit("-", 2)[0] if nvr.count("-") > 1 else nvr, i))
+        db.commit()
+        db.close()
+        with open(path, "rb") as fh:
+            return fh.read()
+    finally:
+        os.unlink(path)
+
+
 # -- the machines ----------------------------------------------------------------------------------------------------
 
 P4D_BUSES = ("0000:10:1c.0", "0000:10:1d.0", "0000:20:1c.0", "0000:20:1d.0", "0000:90:1c.0", "0000:90:1d.0",
@@ -788,7 +813,8 @@ def dlami_al2023_p5() -> Spec:
     spec["var/log/dnf.rpm.log"] = dnf_rpm_log([
         f"kmod-nvidia-open-dkms-{driver}-1.amzn2023.x86_64", f"nvidia-driver-{driver}-1.amzn2023.x86_64",
         f"nvidia-fabric-manager-{driver}-1.x86_64", "cuda-toolkit-12-4-12.4.1-1.x86_64"])
-    spec["var/lib/rpm/rpmdb.sqlite"] = b"SQLite format 3\0" + b"\0" * 84
+    spec["var/lib/rpm/rpmdb.sqlite"] = rpmdb_sqlite([f"kmod-nvidia-open-dkms-{driver}", f"nvidia-driver-{driver}",
+                                                     f"nvidia-fabric-manager-{driver}", "cuda-toolkit-12-4-12.4.1"])
     root = cuda_toolkit(spec, "12.4.1", libs=CUDA_124_LIBS)
     cupti(spec, root)
     efa(spec, 32, "1.34.0", "amzn2023", plugin="1.11.0")
@@ -1109,7 +1135,7 @@ def podman_cdi() -> Spec:
                               'VERSION_ID="9.4"\nPLATFORM_ID="platform:el9"\nPRETTY_NAME="Red Hat Enterprise Linux 9.4 (Plow)"\n')
     spec["etc/redhat-release"] = "Red Hat Enterprise Linux release 9.4 (Plow)\n"
     glibc(spec, "usr/lib64", glibcxx="GLIBCXX_3.4.29")
-    spec["var/lib/rpm/rpmdb.sqlite"] = b"SQLite format 3\0" + b"\0" * 84
+    spec["var/lib/rpm/rpmdb.sqlite"] = rpmdb_sqlite(["glibc-2.34-100.el9_4.4", "python3.11-3.11.9-2.el9_4.1"])
     injected, info, mounts = runtime_injected(driver, "usr/lib64", devices=(0,), source_libdir="/usr/lib64")
     spec.update(injected)
     spec["proc/self/mountinfo"] = mountinfo([(p, f, s, r.replace("/var/lib/docker/containers/3f2a",

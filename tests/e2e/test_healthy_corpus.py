@@ -93,3 +93,16 @@ def test_every_machine_has_a_fixture_with_reasons():
 def test_no_false_positive_is_pending():
     pending = {name: sorted(_fixture(name).get("pending", {})) for name in healthy.names()}
     assert {n: p for n, p in pending.items() if p} == {}
+
+
+def test_the_gate_sees_a_real_problem(run_cli, tmp_path):
+    """Not a vacuous gate: the p5 without its fabric manager unit (an NVSwitch system whose GPUs cannot talk over
+    NVLink) fails it."""
+    spec = healthy.spec_of("dlami_al2023_p5")
+    for key in [k for k in spec if "fabricmanager" in k]:
+        del spec[key]
+    root = build_tree(tmp_path / "sick", spec)
+    result = run_cli("run", "--sysroot", str(root), "--json", "-", "--fail-on", "warn", "-q", timeout=300)
+    bad = {f["id"] for f in json.loads(result.stdout)["findings"] if f["status"] in BAD}
+    listed = set(_fixture("dlami_al2023_p5")["pending"])
+    assert result.returncode == 1 and "DLD-GPU-004" in bad - listed, bad
