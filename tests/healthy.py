@@ -130,7 +130,7 @@ def kernel_host(spec: Spec, distro: str, driver: str, flavor: str = "proprietary
     spec[f"lib/modules/{k}/modules.dep"] = ""
     blob = machines.module_blob(driver, k)
     if distro.startswith("ubuntu"):
-        pkg = "nvidia-" + driver.split(".")[0] + ("-open" if flavor == "open" else "") + "-server"
+        pkg = "nvidia-" + driver.split(".")[0] + "srv" + ("-open" if flavor == "open" else "")
         spec[f"lib/modules/{k}/kernel/{pkg}/nvidia.ko"] = blob
         spec[f"lib/modules/{k}/kernel/{pkg}/nvidia-uvm.ko"] = blob
         spec[f"boot/vmlinuz-{k}"] = ""
@@ -703,6 +703,43 @@ def dnf_rpm_log(packages: Sequence[str]) -> str:
     return "".join(f"2024-11-29T09:41:{i % 60:02d}+0000 SUBDEBUG Installed: {p}\n" for i, p in enumerate(packages))
 
 
+def tunables(spec: Spec, numa_nodes: int, thp: str, numa_balancing: int = 1, governor: Optional[str] = None,
+             scaling_driver: Optional[str] = None, cpus: int = 96) -> None:
+    """What /sys and /proc say of the kernel's defaults: THP, NUMA balancing and nodes, the cpufreq governor (EC2
+    virtual machines have no cpufreq driver at all)."""
+    modes = ("always", "madvise", "never")
+    spec["sys/kernel/mm/transparent_hugepage/enabled"] = " ".join(f"[{m}]" if m == thp else m for m in modes) + "\n"
+    spec["proc/sys/kernel/numa_balancing"] = f"{numa_balancing}\n"
+    per = cpus // numa_nodes
+    for n in range(numa_nodes):
+        spec[f"sys/devices/system/node/node{n}/cpulist"] = f"{n * per}-{(n + 1) * per - 1}\n"
+    spec["sys/devices/system/node/possible"] = f"0-{numa_nodes - 1}\n" if numa_nodes > 1 else "0\n"
+    if governor:
+        spec["sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"] = governor + "\n"
+        spec["sys/devices/system/cpu/cpu0/cpufreq/scaling_driver"] = (scaling_driver or "acpi-cpufreq") + "\n"
+        spec["sys/devices/system/cpu/cpu0/cpufreq/scaling_available_governors"] = (
+            "performance powersave\n" if scaling_driver == "intel_pstate" else "conservative ondemand userspace powersave performance schedutil\n")
+    if scaling_driver == "intel_pstate":
+        spec["sys/devices/system/cpu/intel_pstate/status"] = "active\n"
+        spec["sys/devices/system/cpu/intel_pstate/hwp_dynamic_boost"] = "0\n"
+
+
+def ebs_root(spec: Spec, volume: str = "vol0123456789abcdef0", sectors: int = 1048576000) -> None:
+    spec["sys/block/nvme0n1/device/model"] = "Amazon Elastic Block Store\n"
+    spec["sys/block/nvme0n1/device/serial"] = volume + "\n"
+    spec["sys/block/nvme0n1/size"] = f"{sectors}\n"
+    spec["sys/block/nvme0n1/nvme0n1p1/partition"] = "1\n"
+
+
+def zstd_raw(data: bytes) -> bytes:
+    """A valid zstd frame holding ``data`` in one raw (stored) block, as a .ko.zst without a zstd library."""
+    import struct
+
+    header = struct.pack("<IB", 0xFD2FB528, 0xA0) + struct.pack("<I", len(data))  # single segment, 4-byte size
+    block = (len(data) << 3) | 1  # last block, type 0 (raw)
+    return header + struct.pack("<I", block)[:3] + data
+
+
 def rpmdb_sqlite(packages: Sequence[str]) -> bytes:
     """An rpm >= 4.16 database (EL9, AL2023): /var/lib/rpm/rpmdb.sqlite with rpm's Packages and Name tables (the
     header blobs stand in for rpm's binary headers)."""
@@ -800,10 +837,15 @@ def dlami_rhel8_p4d() -> Spec:
         "Nov 29 11:12:13 ip-10-0-1-23 kernel: NVRM: Xid (PCI:0000:10:1c): 43, pid=48211, name=python, Ch 00000008",
         "Nov 29 11:30:00 ip-10-0-1-23 systemd[1]: Started Session 12 of user ec2-user."])
     # the 8 instance-store NVMe SSDs of a p4d, not mounted (the DLAMI leaves them to the user)
-    spec["sys/block/nvme0n1/device/model"] = "Amazon Elastic Block Store\n"
-    spec["sys/block/nvme0n1/device/serial"] = "vol0123456789abcdef0\n"
-    spec["sys/block/nvme0n1/size"] = "1048576000\n"
-    spec["sys/block/nvme0n1/nvme0n1p1/partition"] = "1\n"
+    ebs_root(spec)
+    tunables(spec, numa_nodes=2, thp="always")
+    # the kernel the AMI was baked with, kept by dnf (installonly_limit=3), with the DKMS module built for it too
+    old = "4.18.0-553.22.1.el8_10.x86_64"
+    spec[f"boot/vmlinuz-{old}"] = ""
+    spec[f"boot/loader/entries/ec2abcdef-{old}.conf"] = f"title ({old})\nversion {old}\nlinux /vmlinuz-{old}\n"
+    spec[f"lib/modules/{old}/modules.dep"] = ""
+    spec[f"lib/modules/{old}/extra/nvidia.ko.xz"] = lzma.compress(machines.module_blob(driver, old))
+    spec[f"var/lib/dkms/nvidia/{driver}/{old}/x86_64/module/nvidia.ko.xz"] = ""
     for i in range(1, 9):
         spec[f"sys/block/nvme{i}n1/device/model"] = "Amazon EC2 NVMe Instance Storage\n"
         spec[f"sys/block/nvme{i}n1/device/serial"] = f"AWS{i:02d}A1B2C3D4E5F6\n"
@@ -847,6 +889,8 @@ def dlami_al2023_p5() -> Spec:
         "FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1", "NCCL_BUFFSIZE": "8388608", "NCCL_P2P_NET_CHUNKSIZE": "524288",
         "NCCL_TUNER_PLUGIN": "/opt/amazon/ofi-nccl/lib/libnccl-ofi-tuner.so"}))
     kernel_log(spec, "var/log/messages", "ip-10-1-2-3", k, driver, flavor="open")
+    ebs_root(spec, "vol0fedcba9876543210")
+    tunables(spec, numa_nodes=2, thp="madvise", cpus=192)
     return spec
 
 
@@ -900,6 +944,20 @@ def _ubuntu_dlami(distro: str, instance: str, device: str, buses: Sequence[str],
         "LESSOPEN": "| /usr/bin/lesspipe %s"}, user="ubuntu", efa_paths=False))
     kernel_log(spec, "var/log/kern.log", host, k, driver)
     spec["var/log/syslog"] = f"Nov 29 10:00:30 {host} systemd[1]: Started nvidia-persistenced.service - NVIDIA Persistence Daemon.\n"
+    ebs_root(spec)
+    tunables(spec, numa_nodes=1, thp="madvise", cpus=48)
+    # the image's default user: cloud-init's passwordless sudo, and the docker group the DLAMI adds it to
+    spec["etc/group"] = ("root:x:0:\nadm:x:4:syslog,ubuntu\nsudo:x:27:ubuntu\nvideo:x:44:ubuntu\n"
+                         "docker:x:999:ubuntu\nubuntu:x:1000:\n")
+    spec["etc/sudoers.d/90-cloud-init-users"] = "# Created by cloud-init v. 24.1.3\nubuntu ALL=(ALL) NOPASSWD:ALL\n"
+    # a user's `pip install --user` of tools the env does not have (not shadowing anything), and JupyterLab bound to
+    # localhost with a token (reached through an SSH tunnel)
+    user_site = "home/ubuntu/.local/lib/python3.11/site-packages"
+    for name, ver in (("nvitop", "1.3.2"), ("gpustat", "1.1.1")):
+        pure(spec, user_site, name, ver)
+    spec["home/ubuntu/.jupyter/jupyter_server_config.py"] = ("c = get_config()  # noqa\nc.ServerApp.ip = 'localhost'\n"
+                                                            "c.ServerApp.port = 8888\nc.ServerApp.open_browser = False\n"
+                                                            "c.IdentityProvider.token = 'b1946ac92492d2347c6235b4d2611184'\n")
     return spec
 
 
@@ -1280,8 +1338,12 @@ def grace_hopper() -> Spec:
     spec["proc/modules"] = PROC_MODULES_NVIDIA + "nvidia_peermem 16384 0 - Live 0x0\n"
     spec["sys/module/nvidia/version"] = driver + "\n"
     spec[f"lib/modules/{k}/modules.dep"] = ""
-    spec[f"lib/modules/{k}/updates/dkms/nvidia.ko.zst"] = b"(\xb5/\xfd"  # zstd, as DKMS compresses on 24.04 kernels
-    spec[f"lib/modules/{k}/kernel/nvidia-560-open/nvidia.ko"] = machines.module_blob(driver, k)
+    # nvidia-dkms-560-open built it; DKMS compresses as the kernel's config says (zstd on these 6.8 kernels)
+    spec[f"lib/modules/{k}/updates/dkms/nvidia.ko.zst"] = zstd_raw(machines.module_blob(driver, k))
+    spec[f"lib/modules/{k}/updates/dkms/nvidia-uvm.ko.zst"] = zstd_raw(machines.module_blob(driver, k))
+    spec[f"var/lib/dkms/nvidia/{driver}/{k}/aarch64/module/nvidia.ko.zst"] = ""
+    tunables(spec, numa_nodes=2, thp="madvise", numa_balancing=0, governor="schedutil", scaling_driver="cppc_cpufreq",
+             cpus=72)
     spec[f"boot/vmlinuz-{k}"] = ""
     spec["boot/vmlinuz"] = {"symlink": f"vmlinuz-{k}"}
     for fw in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
@@ -1437,6 +1499,9 @@ def geforce_workstation() -> Spec:
         "CONDA_PREFIX_1": f"/{home}/miniforge3", "CONDA_EXE": f"/{home}/miniforge3/bin/conda",
         "HOME": f"/{home}", "USER": "alice", "LANG": "en_US.UTF-8", "DISPLAY": ":0", "XDG_SESSION_TYPE": "wayland",
         "XDG_CURRENT_DESKTOP": "ubuntu:GNOME", "DESKTOP_SESSION": "ubuntu", "__GL_SHADER_DISK_CACHE": "1"})
+    # intel_pstate in active mode: 'powersave' is its default, dynamic (HWP) policy, not the legacy lowest-clock one
+    tunables(spec, numa_nodes=1, thp="madvise", governor="powersave", scaling_driver="intel_pstate", cpus=32)
+    spec["etc/group"] = "root:x:0:\nsudo:x:27:alice\nvideo:x:44:alice\nrender:x:109:alice\nalice:x:1000:\n"
     spec["var/log/kern.log"] = (
         f"Nov 29 08:00:00 rig kernel: Linux version {k} (buildd@lcy02-amd64-040) #49-Ubuntu SMP\n"
         "Nov 29 08:00:01 rig kernel: secureboot: Secure boot enabled\n"
@@ -1476,6 +1541,8 @@ def cpu_only() -> Spec:
     spec["proc/self/environ"] = environ({"PATH": f"/{prefix}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": "/home/ubuntu",
                                          "USER": "ubuntu", "VIRTUAL_ENV": f"/{prefix}", "LANG": "C.UTF-8"})
     spec["var/log/kern.log"] = f"Nov 29 09:00:00 ip-172-31-9-9 kernel: Linux version {k} (buildd@lcy02)\n"
+    ebs_root(spec, "vol0c0ffee0c0ffee000", 209715200)
+    tunables(spec, numa_nodes=1, thp="madvise", cpus=16)
     return spec
 
 
@@ -1543,6 +1610,10 @@ def nvswitch_hgx_h100() -> Spec:
         "NCCL_IB_HCA": "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7", "NCCL_SOCKET_IFNAME": "bond0",
         "CONDA_PREFIX": "/opt/conda", "CONDA_DEFAULT_ENV": "base"})
     kernel_log(spec, "var/log/kern.log", "hgx-a07", k, driver)
+    tunables(spec, numa_nodes=2, thp="madvise", numa_balancing=0, governor="performance", scaling_driver="intel_pstate",
+             cpus=224)
+    spec["etc/sysctl.d/90-gpu.conf"] = "kernel.numa_balancing = 0\n"
+    spec["etc/security/limits.d/90-nofile.conf"] = "* - nofile 1048576\n* - memlock unlimited\n"
     return spec
 
 
@@ -1593,6 +1664,8 @@ def efa_p5_aws_ofi_nccl() -> Spec:
         "NCCL_TUNER_PLUGIN": "ofi", "NCCL_DEBUG": "WARN"})
     spec["usr/lib/systemd/system/nvidia-fabricmanager.service"] = "[Service]\nExecStart=/usr/bin/nv-fabricmanager\n"
     kernel_log(spec, "var/log/kern.log", "ip-10-2-3-4", k, driver, flavor="open")
+    ebs_root(spec, "vol0aaaabbbbccccdddd0")
+    tunables(spec, numa_nodes=2, thp="madvise", cpus=192)
     return spec
 
 
