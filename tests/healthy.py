@@ -649,6 +649,9 @@ def rpm_host(spec: Spec, distro: str, hostname: str) -> None:
         spec["etc/system-release"] = "Amazon Linux release 2023.6.20241121 (Amazon Linux)\n"
     spec["etc/hostname"] = hostname + "\n"
     spec["proc/sys/kernel/hostname"] = hostname + "\n"
+    spec["etc/ld.so.conf"] = "include ld.so.conf.d/*.conf\n"
+    spec["etc/ld.so.conf.d/dyninst-x86_64.conf" if distro == "rhel8" else "etc/ld.so.conf.d/bind-export-x86_64.conf"] = (
+        "/usr/lib64/dyninst\n" if distro == "rhel8" else "/usr/lib64/bind9-export/\n")
     spec["etc/passwd"] = ("root:x:0:0:root:/root:/bin/bash\nec2-user:x:1000:1000:EC2 Default User:/home/ec2-user:/bin/bash\n"
                           "nvidia-persistenced:x:994:991:NVIDIA Persistence Daemon:/:/sbin/nologin\n")
     spec["etc/group"] = "root:x:0:\nwheel:x:10:ec2-user\ndocker:x:992:\nec2-user:x:1000:\n"
@@ -681,6 +684,10 @@ def deb_host(spec: Spec, distro: str, hostname: str, user: str = "ubuntu") -> No
     spec["etc/debian_version"] = "bookworm/sid\n" if distro == "ubuntu2204" else "trixie/sid\n"
     spec["etc/hostname"] = hostname + "\n"
     spec["proc/sys/kernel/hostname"] = hostname + "\n"
+    spec["etc/ld.so.conf"] = "include /etc/ld.so.conf.d/*.conf\n\n"
+    spec["etc/ld.so.conf.d/libc.conf"] = "# libc default configuration\n/usr/local/lib\n"
+    spec["etc/ld.so.conf.d/x86_64-linux-gnu.conf"] = ("# Multiarch support\n/usr/local/lib/x86_64-linux-gnu\n"
+                                                      "/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n")
     spec["etc/passwd"] = (f"root:x:0:0:root:/root:/bin/bash\n{user}:x:1000:1000:Ubuntu:/home/{user}:/bin/bash\n"
                           "nvidia-persistenced:x:114:121:NVIDIA Persistence Daemon,,,:/nonexistent:/usr/sbin/nologin\n")
     spec["etc/group"] = f"root:x:0:\nsudo:x:27:{user}\ndocker:x:999:\n{user}:x:1000:\n"
@@ -1333,6 +1340,9 @@ def grace_hopper() -> Spec:
     k = "6.8.0-1017-nvidia-64k"
     spec: Spec = {}
     deb_host(spec, "ubuntu2204", "gh200-node-01", user="ubuntu")
+    del spec["etc/ld.so.conf.d/x86_64-linux-gnu.conf"]
+    spec["etc/ld.so.conf.d/aarch64-linux-gnu.conf"] = ("# Multiarch support\n/usr/local/lib/aarch64-linux-gnu\n"
+                                                       "/lib/aarch64-linux-gnu\n/usr/lib/aarch64-linux-gnu\n")
     spec["proc/sys/kernel/osrelease"] = k + "\n"
     spec["proc/driver/nvidia/version"] = nvrm(driver, "open", "aarch64")
     spec["proc/modules"] = PROC_MODULES_NVIDIA + "nvidia_peermem 16384 0 - Live 0x0\n"
@@ -1702,6 +1712,101 @@ def frameworks_side_by_side() -> Spec:
     return spec
 
 
+def conda_forge_lab_server() -> Spec:
+    """A lab server (4x RTX A6000, Ubuntu 22.04, the 560 driver from NVIDIA's CUDA repository built by DKMS) whose
+    users run conda-forge's pytorch: the CUDA libraries are conda packages in the env's lib/ (cuda-cudart,
+    libcublas, cudnn, nccl, cuda-nvtx with its libnvToolsExt.so.1.0.0), found through torch's RUNPATH, no wheels."""
+    driver = "560.35.03"
+    k = "5.15.0-126-generic"
+    spec: Spec = {}
+    deb_host(spec, "ubuntu2204", "gpu-lab-03", user="lab")
+    spec["proc/sys/kernel/osrelease"] = k + "\n"
+    spec["proc/driver/nvidia/version"] = nvrm(driver, "proprietary").replace(
+        "gcc version 8.5.0 20210514 (Red Hat 8.5.0-22) (GCC)", "gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)")
+    spec["proc/modules"] = PROC_MODULES_NVIDIA + "ext4 1 1 - Live 0x0\n"
+    spec["sys/module/nvidia/version"] = driver + "\n"
+    spec[f"lib/modules/{k}/modules.dep"] = ""
+    for m in ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm"):
+        spec[f"lib/modules/{k}/updates/dkms/{m}.ko"] = machines.module_blob(driver, k)
+    spec[f"var/lib/dkms/nvidia/{driver}/{k}/x86_64/module/nvidia.ko"] = ""
+    spec[f"boot/vmlinuz-{k}"] = ""
+    spec["boot/vmlinuz"] = {"symlink": f"vmlinuz-{k}"}
+    spec["etc/modprobe.d/blacklist-nouveau.conf"] = "blacklist nouveau\noptions nouveau modeset=0\n"
+    spec["proc/mounts"] = ("/dev/sda2 / ext4 rw,relatime 0 0\n/dev/sdb1 /home ext4 rw,relatime 0 0\n"
+                           "nfs01:/datasets /datasets nfs4 ro,relatime,vers=4.2,rsize=1048576 0 0\n"
+                           "tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0\nproc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n")
+    spec["proc/meminfo"] = MEMINFO["480G"]
+    spec["proc/cmdline"] = f"BOOT_IMAGE=/boot/vmlinuz-{k} root=UUID=77aa ro quiet splash\n"
+    spec["sys/class/dmi/id/sys_vendor"] = "Supermicro\n"
+    spec["sys/class/dmi/id/product_name"] = "AS -4124GS-TNR\n"
+    gpus(spec, "2230", ("0000:01:00.0", "0000:25:00.0", "0000:41:00.0", "0000:61:00.0"))
+    libdir = LIBDIR["x86_64"]
+    driver_userspace(spec, libdir, driver)
+    glibc(spec, libdir)
+    persistenced(spec)
+    tunables(spec, numa_nodes=2, thp="madvise", numa_balancing=0, governor="performance", scaling_driver="acpi-cpufreq",
+             cpus=128)
+    spec["var/lib/dpkg/status"] = dpkg_status([
+        ("cuda-drivers-560", f"{driver}-1"), ("nvidia-driver-560", f"{driver}-0ubuntu1"),
+        ("nvidia-dkms-560", f"{driver}-0ubuntu1"), ("nvidia-kernel-common-560", f"{driver}-0ubuntu1"),
+        ("libnvidia-compute-560", f"{driver}-0ubuntu1"), ("dkms", "2.8.7-2ubuntu2.2"), ("libc6", "2.35-0ubuntu3.8")])
+    spec["etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list"] = (
+        "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] "
+        "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/ /\n")
+    root = "opt/miniforge3"
+    conda_env(spec, root, python="3.12.7", build="hc5c86c4_0_cpython")
+    conda_pkg(spec, root, "conda", "24.9.2", "py312h7900ff3_0", files=["bin/conda"])
+    prefix = f"{root}/envs/pt"
+    site = conda_env(spec, prefix)
+    # conda-forge's CUDA 12.6 packages: (package, version, build, real file, soname)
+    cf = [("cuda-cudart", "12.6.77", "h5888daf_0", "libcudart.so.12.6.77", "libcudart.so.12"),
+          ("libcublas", "12.6.4.1", "h5888daf_0", "libcublas.so.12.6.4.1", "libcublas.so.12"),
+          ("libcublas", "12.6.4.1", "h5888daf_0", "libcublasLt.so.12.6.4.1", "libcublasLt.so.12"),
+          ("libcufft", "11.3.0.4", "hbd13f7d_0", "libcufft.so.11.3.0.4", "libcufft.so.11"),
+          ("libcurand", "10.3.7.77", "hbd13f7d_0", "libcurand.so.10.3.7.77", "libcurand.so.10"),
+          ("libcusolver", "11.7.1.2", "hbd13f7d_0", "libcusolver.so.11.7.1.2", "libcusolver.so.11"),
+          ("libcusparse", "12.5.4.2", "hbd13f7d_0", "libcusparse.so.12.5.4.2", "libcusparse.so.12"),
+          ("libnvjitlink", "12.6.85", "hbd13f7d_0", "libnvJitLink.so.12.6.85", "libnvJitLink.so.12"),
+          ("cuda-nvtx", "12.6.77", "hbd13f7d_0", "libnvToolsExt.so.1.0.0", "libnvToolsExt.so.1"),
+          ("cudnn", "9.3.0.75", "h93bb076_0", "libcudnn.so.9.3.0", "libcudnn.so.9"),
+          ("nccl", "2.23.4.1", "h52f6c39_3", "libnccl.so.2.23.4", "libnccl.so.2")]
+    for pkg, version, build, real, soname in cf:
+        so(spec, f"{prefix}/lib", real, soname, needed=NEEDS.get(soname, []) + ["libc.so.6"],
+           runpath=["$ORIGIN"])  # conda-build's rpath for $PREFIX/lib
+        conda_pkg(spec, prefix, pkg, version, build, files=[f"lib/{real}", f"lib/{soname}"])
+    conda_pkg(spec, prefix, "cuda-version", "12.6", "h7480c83_3")
+    conda_pkg(spec, prefix, "pytorch", "2.5.1", "cuda126_py311hc5b8c95_305",
+              files=["lib/python3.11/site-packages/torch/lib/libtorch_cuda.so"])
+    runpath = ["$ORIGIN/../../../.."]  # conda-forge's torch finds $PREFIX/lib
+    files = {
+        "torch/lib/libtorch_cuda.so": elf("libtorch_cuda.so", runpath=runpath + ["$ORIGIN"],
+                                          needed=["libc10_cuda.so", "libcudart.so.12", "libcublas.so.12",
+                                                  "libcublasLt.so.12", "libcudnn.so.9", "libnccl.so.2",
+                                                  "libcusparse.so.12", "libcufft.so.11", "libcurand.so.10",
+                                                  "libcusolver.so.11", "libnvToolsExt.so.1", "libc10.so",
+                                                  "libstdc++.so.6", "libc.so.6"],
+                                          verneed={"libstdc++.so.6": ["GLIBCXX_3.4.32", "CXXABI_1.3.15"]}),
+        "torch/lib/libc10_cuda.so": elf("libc10_cuda.so", runpath=runpath + ["$ORIGIN"],
+                                        needed=["libcudart.so.12", "libc10.so", "libc.so.6"]),
+        "torch/lib/libc10.so": elf("libc10.so", runpath=runpath, needed=["libstdc++.so.6", "libc.so.6"]),
+        "torch/_C.cpython-311-x86_64-linux-gnu.so": elf(None, runpath=["$ORIGIN/lib"] + runpath,
+                                                         needed=["libtorch_cuda.so", "libc.so.6"]),
+        "torch/__init__.py": "import ctypes\nimport os\nimport platform\nimport sys\n",
+        "torch/version.py": ("__version__ = '2.5.1'\ndebug = False\ncuda = '12.6'\n"
+                             "git_version = 'a8d6afb511a69687bbb2b7e88a3cf67917e1697e'\nhip = None\n")}
+    dist(spec, site, "torch", "2.5.1", files, installer="conda", tag="cp311-cp311-linux_x86_64")
+    numpy(spec, site, "2.1.3")
+    spec["proc/self/environ"] = environ({
+        "PATH": f"/{prefix}/bin:/{root}/condabin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "CONDA_PREFIX": f"/{prefix}", "CONDA_DEFAULT_ENV": "pt", "CONDA_SHLVL": "2", "CONDA_PREFIX_1": f"/{root}",
+        "CONDA_EXE": f"/{root}/bin/conda", "HOME": "/home/lab", "USER": "lab", "LANG": "en_US.UTF-8",
+        "CUDA_VISIBLE_DEVICES": "2,3"})
+    spec["var/log/kern.log"] = (
+        f"Nov 29 07:00:00 gpu-lab-03 kernel: Linux version {k} (buildd@lcy02-amd64-026) #136-Ubuntu SMP\n"
+        f"Nov 29 07:00:04 gpu-lab-03 kernel: NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {driver}  Wed Aug 21\n")
+    return spec
+
+
 HEALTHY: Dict[str, Dict[str, Any]] = {
     "dlami_rhel8_p4d": {"tree": dlami_rhel8_p4d},
     "dlami_al2023_p5": {"tree": dlami_al2023_p5},
@@ -1726,6 +1831,7 @@ HEALTHY: Dict[str, Dict[str, Any]] = {
                           + [f"nvidia{i}" for i in range(8)] + ["nvidiactl"]},
     "efa_p5_aws_ofi_nccl": {"tree": efa_p5_aws_ofi_nccl},
     "frameworks_side_by_side": {"tree": frameworks_side_by_side},
+    "conda_forge_lab_server": {"tree": conda_forge_lab_server},
 }
 
 
