@@ -842,7 +842,10 @@ def dlami_rhel8_p4d() -> Spec:
     kernel_log(spec, "var/log/messages", "ip-10-0-1-23", k, driver, extra=[
         # an application-level Xid: a user's job was killed with Ctrl-C while it ran on GPU 0 (RC_ERR / 43)
         "Nov 29 11:12:13 ip-10-0-1-23 kernel: NVRM: Xid (PCI:0000:10:1c): 43, pid=48211, name=python, Ch 00000008",
-        "Nov 29 11:30:00 ip-10-0-1-23 systemd[1]: Started Session 12 of user ec2-user."])
+        "Nov 29 11:30:00 ip-10-0-1-23 systemd[1]: Started Session 12 of user ec2-user.",
+        # what `nvidia-smi -pm 1` in the AMI's user data prints to the kernel log
+        "Nov 29 10:00:40 ip-10-0-1-23 kernel: NVRM: Persistence mode is deprecated and will be removed in a future "
+        "release. Please use nvidia-persistenced instead."])
     # the 8 instance-store NVMe SSDs of a p4d, not mounted (the DLAMI leaves them to the user)
     ebs_root(spec)
     tunables(spec, numa_nodes=2, thp="always")
@@ -1619,7 +1622,13 @@ def nvswitch_hgx_h100() -> Spec:
         "HOME": "/home/ops", "USER": "ops", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64",
         "NCCL_IB_HCA": "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7", "NCCL_SOCKET_IFNAME": "bond0",
         "CONDA_PREFIX": "/opt/conda", "CONDA_DEFAULT_ENV": "base"})
-    kernel_log(spec, "var/log/kern.log", "hgx-a07", k, driver)
+    kernel_log(spec, "var/log/kern.log", "hgx-a07", k, driver, extra=[
+        # one corrected Physical Layer error on a NIC's root port at link training: corrected by the hardware
+        "Nov 29 10:00:02 hgx-a07 kernel: pcieport 0000:c0:01.1: AER: Corrected error received: 0000:c1:00.0",
+        "Nov 29 10:00:02 hgx-a07 kernel: mlx5_core 0000:c1:00.0: PCIe Bus Error: severity=Corrected, "
+        "type=Physical Layer, (Receiver ID)",
+        "Nov 29 10:00:07 hgx-a07 kernel: nvidia-peermem nv_peer_mem: loaded",
+        "Nov 29 10:00:09 hgx-a07 kernel: NVRM: GPU at PCI:0000:18:00: GPU-00000000-5a5a-4b4b-8c8c-0123456789ab"])
     tunables(spec, numa_nodes=2, thp="madvise", numa_balancing=0, governor="performance", scaling_driver="intel_pstate",
              cpus=224)
     spec["etc/sysctl.d/90-gpu.conf"] = "kernel.numa_balancing = 0\n"
