@@ -731,6 +731,12 @@ def tunables(spec: Spec, numa_nodes: int, thp: str, numa_balancing: int = 1, gov
         spec["sys/devices/system/cpu/intel_pstate/hwp_dynamic_boost"] = "0\n"
 
 
+def netdevs(spec: Spec, *names: str) -> None:
+    for i, name in enumerate(("lo",) + names):
+        spec[f"sys/class/net/{name}/address"] = "00:00:00:00:00:00\n" if name == "lo" else f"02:42:ac:11:00:{i:02x}\n"
+        spec[f"sys/class/net/{name}/operstate"] = "unknown\n" if name == "lo" else "up\n"
+
+
 def ebs_root(spec: Spec, volume: str = "vol0123456789abcdef0", sectors: int = 1048576000) -> None:
     spec["sys/block/nvme0n1/device/model"] = "Amazon Elastic Block Store\n"
     spec["sys/block/nvme0n1/device/serial"] = volume + "\n"
@@ -849,6 +855,7 @@ def dlami_rhel8_p4d() -> Spec:
     # the 8 instance-store NVMe SSDs of a p4d, not mounted (the DLAMI leaves them to the user)
     ebs_root(spec)
     tunables(spec, numa_nodes=2, thp="always")
+    netdevs(spec, "docker0")
     # the kernel the AMI was baked with, kept by dnf (installonly_limit=3), with the DKMS module built for it too
     old = "4.18.0-553.22.1.el8_10.x86_64"
     spec[f"boot/vmlinuz-{old}"] = ""
@@ -956,6 +963,7 @@ def _ubuntu_dlami(distro: str, instance: str, device: str, buses: Sequence[str],
     spec["var/log/syslog"] = f"Nov 29 10:00:30 {host} systemd[1]: Started nvidia-persistenced.service - NVIDIA Persistence Daemon.\n"
     ebs_root(spec)
     tunables(spec, numa_nodes=1, thp="madvise", cpus=48)
+    netdevs(spec, "ens5", "docker0")
     # the image's default user: cloud-init's passwordless sudo, and the docker group the DLAMI adds it to
     spec["etc/group"] = ("root:x:0:\nadm:x:4:syslog,ubuntu\nsudo:x:27:ubuntu\nvideo:x:44:ubuntu\n"
                          "docker:x:999:ubuntu\nubuntu:x:1000:\n")
@@ -1114,6 +1122,7 @@ def docker_pytorch_nvidia_runtime() -> Spec:
     gpus(spec, "20b0", P4D_BUSES)
     nvswitches(spec, "1af1", 6)  # /sys is the host's: its NVSwitches too (the fabric manager runs on the host)
     dmi(spec, "p4d.24xlarge")
+    netdevs(spec, "eth0")
     spec["proc/self/environ"] = environ({**PYTORCH_IMAGE_ENV, "NVIDIA_REQUIRE_CUDA": REQUIRE_CUDA_124,
                                          "CUDA_VERSION": "12.4.1"})
     return spec
@@ -1154,6 +1163,7 @@ def k8s_pod_two_gpus() -> Spec:
            "KUBERNETES_PORT": "tcp://172.20.0.1:443", "MASTER_ADDR": "train-job-0-master-0", "MASTER_PORT": "23456",
            "WORLD_SIZE": "2", "RANK": "1", "PET_NPROC_PER_NODE": "2"}
     spec["proc/self/environ"] = environ(env)
+    netdevs(spec, "eth0")
     return spec
 
 
@@ -1451,7 +1461,7 @@ def wsl2() -> Spec:
 
 
 def geforce_workstation() -> Spec:
-    """An RTX 4090 workstation on Ubuntu 24.04 with the distro's nvidia-driver-550 (signed by Canonical, from
+    """A 2x RTX 4090 workstation on Ubuntu 24.04 with the distro's nvidia-driver-550 (signed by Canonical, from
     linux-modules-nvidia-550), desktop session, a miniforge install in the user's home with a torch env."""
     driver = "550.120"
     k = "6.8.0-49-generic"
@@ -1478,8 +1488,10 @@ def geforce_workstation() -> Spec:
     spec["sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"] = b"\x06\x00\x00\x00\x01"
     spec["sys/class/dmi/id/sys_vendor"] = "ASUS\n"
     spec["sys/class/dmi/id/product_name"] = "System Product Name\n"
-    machines.pci(spec, "0000:01:00.0", "2684", cls="0x030000")
-    machines.pci(spec, "0000:01:00.1", "22ba", cls="0x040300", driver="snd_hda_intel")
+    for bus in ("01", "02"):  # two RTX 4090s (GeForce 40-series: no PCIe peer-to-peer)
+        machines.pci(spec, f"0000:{bus}:00.0", "2684", cls="0x030000")
+        machines.pci(spec, f"0000:{bus}:00.1", "22ba", cls="0x040300", driver="snd_hda_intel")
+    netdevs(spec, "enp5s0", "wlp6s0")
     libdir = LIBDIR["x86_64"]
     driver_userspace(spec, libdir, driver)
     glibc(spec, libdir, glibcxx="GLIBCXX_3.4.33")
@@ -1511,7 +1523,9 @@ def geforce_workstation() -> Spec:
         "CONDA_PREFIX": f"/{home}/miniforge3/envs/torch", "CONDA_DEFAULT_ENV": "torch", "CONDA_SHLVL": "2",
         "CONDA_PREFIX_1": f"/{home}/miniforge3", "CONDA_EXE": f"/{home}/miniforge3/bin/conda",
         "HOME": f"/{home}", "USER": "alice", "LANG": "en_US.UTF-8", "DISPLAY": ":0", "XDG_SESSION_TYPE": "wayland",
-        "XDG_CURRENT_DESKTOP": "ubuntu:GNOME", "DESKTOP_SESSION": "ubuntu", "__GL_SHADER_DISK_CACHE": "1"})
+        "XDG_CURRENT_DESKTOP": "ubuntu:GNOME", "DESKTOP_SESSION": "ubuntu", "__GL_SHADER_DISK_CACHE": "1",
+        # what every 2x 4090 DDP guide sets: the 40-series has no P2P, and NCCL's probe of it hung on some drivers
+        "NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1"})
     # intel_pstate in active mode: 'powersave' is its default, dynamic (HWP) policy, not the legacy lowest-clock one
     tunables(spec, numa_nodes=1, thp="madvise", governor="powersave", scaling_driver="intel_pstate", cpus=32)
     spec["etc/group"] = "root:x:0:\nsudo:x:27:alice\nvideo:x:44:alice\nrender:x:109:alice\nalice:x:1000:\n"
@@ -1632,6 +1646,7 @@ def nvswitch_hgx_h100() -> Spec:
     tunables(spec, numa_nodes=2, thp="madvise", numa_balancing=0, governor="performance", scaling_driver="intel_pstate",
              cpus=224)
     spec["etc/sysctl.d/90-gpu.conf"] = "kernel.numa_balancing = 0\n"
+    netdevs(spec, "eno1np0", "eno2np1", "bond0", *[f"ibp{b}s0" for b in ("24", "3c", "4d", "5e", "9c", "bc", "cc", "dc")])
     spec["etc/security/limits.d/90-nofile.conf"] = "* - nofile 1048576\n* - memlock unlimited\n"
     return spec
 
