@@ -786,7 +786,7 @@ P5_BUSES = ("0000:53:00.0", "0000:64:00.0", "0000:75:00.0", "0000:86:00.0", "000
             "0000:b9:00.0", "0000:ca:00.0")
 
 
-def _dlami_pytorch_env(spec: Spec, prefix: str, torch_version: str, pins: Dict[str, str]) -> str:
+def _dlami_pytorch_env(spec: Spec, prefix: str, torch_version: str, pins: Dict[str, str], extensions: bool = True) -> str:
     site = conda_env(spec, prefix)
     cu12_wheels(spec, site, pins)
     torch(spec, site, torch_version, "12.4", pins)
@@ -794,7 +794,33 @@ def _dlami_pytorch_env(spec: Spec, prefix: str, torch_version: str, pins: Dict[s
     for name, ver in (("transformers", "4.46.3"), ("accelerate", "1.1.1"), ("deepspeed", "0.15.4"),
                       ("tensorboard", "2.18.0"), ("sagemaker", "2.235.2"), ("boto3", "1.35.71")):
         pure(spec, site, name, ver)
+    if extensions:
+        torch_extensions(spec, site, torch_version)
     return site
+
+
+def torch_extensions(spec: Spec, site: str, torch_version: str) -> None:
+    """Compiled torch extensions built for the installed torch: flash-attn (pip's build fetched the prebuilt wheel
+    for this torch; no RUNPATH, torch's libraries are loaded by 'import torch' first), xformers (pinned to it),
+    bitsandbytes (any torch 2)."""
+    base = torch_version.split("+")[0]
+    torch_libs = ["libc10.so", "libtorch.so", "libtorch_cpu.so", "libtorch_python.so", "libc10_cuda.so",
+                  "libtorch_cuda.so", "libcudart.so.12", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"]
+    so_name = "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so"
+    dist(spec, site, "flash-attn", "2.7.0.post2", {
+        "flash_attn/__init__.py": "__version__ = '2.7.0.post2'\n",
+        so_name: elf(None, needed=torch_libs, verneed={"libstdc++.so.6": ["GLIBCXX_3.4.19", "CXXABI_1.3.9"]})},
+        requires=["torch", "einops"], tag="cp311-cp311-linux_x86_64")
+    xformers = {"2.4.1": "0.0.28.post1", "2.5.1": "0.0.28.post3"}[base]
+    dist(spec, site, "xformers", xformers, {
+        "xformers/__init__.py": "", "xformers/_C.so": elf(None, needed=torch_libs, runpath=["$ORIGIN"])},
+        requires=["numpy", f"torch=={base}"], tag="cp311-cp311-manylinux_2_28_x86_64")
+    dist(spec, site, "bitsandbytes", "0.45.0", {
+        "bitsandbytes/__init__.py": "",
+        "bitsandbytes/libbitsandbytes_cuda124.so": elf(None, needed=["libcudart.so.12", "libcublas.so.12",
+                                                                      "libcublasLt.so.12", "libcusparse.so.12",
+                                                                      "libc.so.6"])},
+        requires=["torch<3,>=2.0", "numpy"], tag="py3-none-manylinux_2_24_x86_64")
 
 
 def dlami_rhel8_p4d() -> Spec:
@@ -912,7 +938,7 @@ def dlami_al2023_p5() -> Spec:
 
 
 def _ubuntu_dlami(distro: str, instance: str, device: str, buses: Sequence[str], driver: str, torch_version: str,
-                  pins: Dict[str, str], mem: str, second_env: bool) -> Spec:
+                  pins: Dict[str, str], mem: str, second_env: bool, extensions: bool = True) -> Spec:
     spec: Spec = {}
     host = "ip-172-31-5-6"
     deb_host(spec, distro, host)
@@ -943,7 +969,7 @@ def _ubuntu_dlami(distro: str, instance: str, device: str, buses: Sequence[str],
         spec[f"usr/bin/{b}"] = elf(None)
     spec["etc/docker/daemon.json"] = json.dumps({"runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}})
     conda_root(spec)
-    _dlami_pytorch_env(spec, "/opt/conda/envs/pytorch", torch_version, pins)
+    _dlami_pytorch_env(spec, "/opt/conda/envs/pytorch", torch_version, pins, extensions)
     if second_env:  # the AMI's second environment: the same torch for a jupyter kernel, pinned older numpy
         site = conda_env(spec, "/opt/conda/envs/pytorch_p311_jupyter")
         cu12_wheels(spec, site, pins)
@@ -1515,6 +1541,7 @@ def geforce_workstation() -> Spec:
     cu12_wheels(spec, site, TORCH_251_CU124)
     torch(spec, site, "2.5.1+cu124", "12.4", TORCH_251_CU124)
     torch_companions(spec, site, "2.5.1+cu124")
+    torch_extensions(spec, site, "2.5.1+cu124")
     spec[f"{home}/.condarc"] = "channels:\n  - conda-forge\n"
     spec[f"{home}/.bashrc"] = "# >>> conda initialize >>>\n__conda_setup=\"$('/home/alice/miniforge3/bin/conda' 'shell.bash' 'hook')\"\n"
     spec["proc/self/environ"] = environ({
@@ -1708,7 +1735,7 @@ def frameworks_side_by_side() -> Spec:
     torch under /opt/conda/envs, each with the CUDA 12 wheels its release pins (each env its own cu12 family)."""
     spec = _ubuntu_dlami("ubuntu2204", "g6e.12xlarge", "26b9", ("0000:38:00.0", "0000:3a:00.0", "0000:3c:00.0",
                                                                  "0000:3e:00.0"),
-                         "550.127.05", "2.5.1+cu124", TORCH_251_CU124, "480G", second_env=False)
+                         "550.127.05", "2.5.1+cu124", TORCH_251_CU124, "480G", second_env=False, extensions=False)
     # not a DLAMI login: nothing is on LD_LIBRARY_PATH, and the runfile toolkit in /usr/local/cuda-12.4 is not in
     # ld.so.conf (each framework finds its own wheels)
     env = dict(kv.split("=", 1) for kv in spec["proc/self/environ"].decode().split("\0") if kv)
