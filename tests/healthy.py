@@ -799,22 +799,22 @@ def _dlami_pytorch_env(spec: Spec, prefix: str, torch_version: str, pins: Dict[s
     return site
 
 
-def torch_extensions(spec: Spec, site: str, torch_version: str) -> None:
+def torch_extensions(spec: Spec, site: str, torch_version: str, py: str = "311") -> None:
     """Compiled torch extensions built for the installed torch: flash-attn (pip's build fetched the prebuilt wheel
     for this torch; no RUNPATH, torch's libraries are loaded by 'import torch' first), xformers (pinned to it),
     bitsandbytes (any torch 2)."""
     base = torch_version.split("+")[0]
     torch_libs = ["libc10.so", "libtorch.so", "libtorch_cpu.so", "libtorch_python.so", "libc10_cuda.so",
                   "libtorch_cuda.so", "libcudart.so.12", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"]
-    so_name = "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so"
+    so_name = f"flash_attn_2_cuda.cpython-{py}-x86_64-linux-gnu.so"
     dist(spec, site, "flash-attn", "2.7.0.post2", {
         "flash_attn/__init__.py": "__version__ = '2.7.0.post2'\n",
         so_name: elf(None, needed=torch_libs, verneed={"libstdc++.so.6": ["GLIBCXX_3.4.19", "CXXABI_1.3.9"]})},
-        requires=["torch", "einops"], tag="cp311-cp311-linux_x86_64")
+        requires=["torch", "einops"], tag=f"cp{py}-cp{py}-linux_x86_64")
     xformers = {"2.4.1": "0.0.28.post1", "2.5.1": "0.0.28.post3"}[base]
     dist(spec, site, "xformers", xformers, {
         "xformers/__init__.py": "", "xformers/_C.so": elf(None, needed=torch_libs, runpath=["$ORIGIN"])},
-        requires=["numpy", f"torch=={base}"], tag="cp311-cp311-manylinux_2_28_x86_64")
+        requires=["numpy", f"torch=={base}"], tag=f"cp{py}-cp{py}-manylinux_2_28_x86_64")
     dist(spec, site, "bitsandbytes", "0.45.0", {
         "bitsandbytes/__init__.py": "",
         "bitsandbytes/libbitsandbytes_cuda124.so": elf(None, needed=["libcudart.so.12", "libcublas.so.12",
@@ -1527,13 +1527,18 @@ def geforce_workstation() -> Spec:
         ("nvidia-driver-550", "550.120-0ubuntu0.24.04.1"), ("libnvidia-compute-550", "550.120-0ubuntu0.24.04.1"),
         (f"linux-modules-nvidia-550-{k}", "6.8.0-49.49+1"), ("linux-modules-nvidia-550-generic", "6.8.0-49.49+1"),
         ("nvidia-kernel-common-550", "550.120-0ubuntu0.24.04.1"), ("nvidia-prime", "0.8.17.2"),
-        ("libc6", "2.39-0ubuntu8.3"), ("ubuntu-desktop", "1.539.1")])
+        ("libc6", "2.39-0ubuntu8.3"), ("ubuntu-desktop", "1.539.1"), ("cuda-toolkit-12-4", "12.4.1-1"),
+        ("cuda-toolkit-config-common", "12.6.77-1")])
     spec["usr/bin/nvidia-smi"] = elf(None)
     spec["usr/lib/systemd/system/nvidia-suspend.service"] = "[Unit]\nDescription=NVIDIA system suspend actions\n"
     spec["etc/systemd/system/systemd-suspend.service.wants/nvidia-suspend.service"] = {
         "symlink": "/usr/lib/systemd/system/nvidia-suspend.service"}
     spec["usr/lib/systemd/system/nvidia-persistenced.service"] = "[Service]\nExecStart=/usr/bin/nvidia-persistenced\n"
     spec["usr/bin/nvidia-persistenced"] = elf(None)
+    # CUDA 12.4 from NVIDIA's repository, for building extensions; its deb puts the toolkit in ld.so.conf
+    cuda_toolkit(spec, "12.4.1", libs=CUDA_124_LIBS)
+    spec["etc/ld.so.conf.d/988_cuda-12.conf"] = "/usr/local/cuda-12/targets/x86_64-linux/lib\n"
+    spec["usr/local/cuda-12"] = {"symlink": "/usr/local/cuda-12.4"}
     home = "home/alice"
     conda_pkg(spec, f"{home}/miniforge3", "conda", "24.9.2", "py312h7900ff3_0", files=["bin/conda"])
     conda_env(spec, f"{home}/miniforge3", python="3.12.7", build="hc5c86c4_0_cpython")
@@ -1717,6 +1722,7 @@ def efa_p5_aws_ofi_nccl() -> Spec:
     site = f"{prefix}/lib/python3.10/site-packages"
     cu12_wheels(spec, site, TORCH_251_CU124)
     torch(spec, site, "2.5.1+cu124", "12.4", TORCH_251_CU124, python_tag="310")
+    torch_extensions(spec, site, "2.5.1+cu124", py="310")
     spec["proc/self/environ"] = environ({
         "PATH": f"/{prefix}/bin:/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:/usr/local/bin:/usr/bin:/bin",
         "VIRTUAL_ENV": f"/{prefix}", "HOME": "/home/ubuntu", "USER": "ubuntu",
