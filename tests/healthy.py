@@ -49,14 +49,15 @@ HOST_MOUNTS = ("/dev/nvme0n1p1 / {fs} rw,noatime,attr2,inode64,logbufs=8,logbsiz
                "sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0\n"
                "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate,memory_recursiveprot 0 0\n"
                "tmpfs /run tmpfs rw,nosuid,nodev,size=1024k,mode=755 0 0\n")
-MEMINFO = {
-    "1152G": "MemTotal:       1176957128 kB\nMemFree:        1150000000 kB\nMemAvailable:   1160000000 kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n",
-    "2048G": "MemTotal:       2097152000 kB\nMemFree:        2050000000 kB\nMemAvailable:   2070000000 kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n",
-    "96G": "MemTotal:       98273216 kB\nMemFree:        92000000 kB\nMemAvailable:   95000000 kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n",
-    "128G": "MemTotal:       131072000 kB\nMemFree:        120000000 kB\nMemAvailable:   125000000 kB\nSwapTotal:       2097148 kB\nSwapFree:        2097148 kB\n",
-    "480G": "MemTotal:       503316480 kB\nMemFree:        490000000 kB\nMemAvailable:   495000000 kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n",
-    "64G": "MemTotal:       65011712 kB\nMemFree:        60000000 kB\nMemAvailable:   62000000 kB\nSwapTotal:       8388604 kB\nSwapFree:        8388604 kB\n",
-}
+
+
+def _meminfo(total_kb: int, swap_kb: int = 0) -> str:
+    return (f"MemTotal:       {total_kb} kB\nMemFree:        {total_kb * 97 // 100} kB\n"
+            f"MemAvailable:   {total_kb * 98 // 100} kB\nSwapTotal:       {swap_kb} kB\nSwapFree:        {swap_kb} kB\n")
+
+
+MEMINFO = {"1152G": _meminfo(1176957128), "2048G": _meminfo(2097152000), "96G": _meminfo(98273216),
+           "128G": _meminfo(131072000, 2097148), "480G": _meminfo(503316480), "64G": _meminfo(65011712, 8388604)}
 LIBDIR = {"x86_64": "usr/lib/x86_64-linux-gnu", "aarch64": "usr/lib/aarch64-linux-gnu"}
 
 
