@@ -1296,11 +1296,10 @@ def podman_cdi() -> Spec:
     return spec
 
 
-def ngc_cuda_compat() -> Spec:
+def ngc_cuda_compat(host_driver: str = "535.216.01", geforce: bool = False) -> Spec:
     """nvcr.io/nvidia/pytorch:24.10-py3 (CUDA 12.6.2, cuda-compat-12-6 in /usr/local/cuda/compat) on an A100 host
-    with driver 535: forward compatibility is legitimate on a datacenter GPU; the NGC entrypoint puts compat on
-    LD_LIBRARY_PATH."""
-    host_driver = "535.216.01"
+    with driver 535: forward compatibility is legitimate on a datacenter GPU; the NGC entrypoint (/etc/shinit_v2)
+    links compat/lib to lib.real, which LD_LIBRARY_PATH names."""
     spec: Spec = {".dockerenv": ""}
     spec["etc/os-release"] = OS_RELEASE["ubuntu2204"]
     glibc(spec, LIBDIR["x86_64"])
@@ -1322,7 +1321,8 @@ def ngc_cuda_compat() -> Spec:
     so(spec, compat, "libcuda.so.560.35.03", "libcuda.so.1", links=["libcuda.so"])
     so(spec, compat, "libnvidia-ptxjitcompiler.so.560.35.03", "libnvidia-ptxjitcompiler.so.1")
     spec[f"{compat}/libnvidia-nvvm.so.560.35.03"] = elf("libnvidia-nvvm.so.4")
-    spec[f"{root.strip('/')}/compat/lib"] = {"symlink": "lib.real"}
+    if not geforce:  # the entrypoint's check: compat only where the driver is older and the GPU supports it
+        spec[f"{root.strip('/')}/compat/lib"] = {"symlink": "lib.real"}
     spec["etc/ld.so.conf"] = "include /etc/ld.so.conf.d/*.conf\n"
     spec["etc/ld.so.conf.d/000_cuda.conf"] = "/usr/local/cuda/lib64\n"
     spec["etc/ld.so.conf.d/988_cuda-12.conf"] = "/usr/local/cuda-12/targets/x86_64-linux/lib\n"
@@ -1339,9 +1339,15 @@ def ngc_cuda_compat() -> Spec:
     spec["proc/meminfo"] = MEMINFO["1152G"]
     spec["proc/sys/kernel/hostname"] = "a1b2c3d4e5f6\n"
     _container_kernel(spec, host_driver)
-    gpus(spec, "20b0", P4D_BUSES)
-    nvswitches(spec, "1af1", 6)
-    dmi(spec, "p4d.24xlarge")
+    if geforce:
+        machines.pci(spec, "0000:01:00.0", "2684", cls="0x030000")
+        for key in [k for k in spec if k.startswith("proc/driver/nvidia/gpus/")]:
+            del spec[key]
+        spec["proc/meminfo"] = MEMINFO["128G"]
+    else:
+        gpus(spec, "20b0", P4D_BUSES)
+        nvswitches(spec, "1af1", 6)
+        dmi(spec, "p4d.24xlarge")
     site = "usr/local/lib/python3.10/dist-packages"
     spec["usr/bin/python3.10"] = elf(None)
     spec["usr/bin/python3"] = {"symlink": "python3.10"}
@@ -1361,7 +1367,7 @@ def ngc_cuda_compat() -> Spec:
         "PATH": "/usr/local/lib/python3.10/dist-packages/torch_tensorrt/bin:/usr/local/mpi/bin:/usr/local/nvidia/bin:"
                 "/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/ucx/bin:"
                 "/opt/tensorrt/bin",
-        "LD_LIBRARY_PATH": "/usr/local/cuda/compat/lib.real:/usr/local/lib/python3.10/dist-packages/torch/lib:"
+        "LD_LIBRARY_PATH": "/usr/local/lib/python3.10/dist-packages/torch/lib:"
                            "/usr/local/lib/python3.10/dist-packages/torch_tensorrt/lib:/usr/local/cuda/compat/lib:"
                            "/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
         "NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility,video",
@@ -1865,6 +1871,15 @@ def conda_forge_lab_server() -> Spec:
     return spec
 
 
+def ngc_on_geforce() -> Spec:
+    """The same NGC image on a GeForce RTX 4090 desktop whose driver (565.57.01, CUDA 12.7) is newer than the image's
+    CUDA: the compat libraries are in the image but the entrypoint leaves them off (no compat/lib link), as it must
+    on a GPU without forward compatibility."""
+    spec = ngc_cuda_compat("565.57.01", geforce=True)
+    spec["proc/sys/kernel/hostname"] = "b2c3d4e5f6a7\n"
+    return spec
+
+
 HEALTHY: Dict[str, Dict[str, Any]] = {
     "dlami_rhel8_p4d": {"tree": dlami_rhel8_p4d},
     "dlami_al2023_p5": {"tree": dlami_al2023_p5},
@@ -1876,6 +1891,7 @@ HEALTHY: Dict[str, Dict[str, Any]] = {
                                           "nvidiactl"]},
     "podman_cdi": {"tree": podman_cdi},
     "ngc_cuda_compat": {"tree": ngc_cuda_compat},
+    "ngc_on_geforce": {"tree": ngc_on_geforce},
     "grace_hopper": {"tree": grace_hopper},
     "wsl2": {"tree": wsl2},
     "geforce_workstation": {"tree": geforce_workstation},
