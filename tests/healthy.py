@@ -1895,7 +1895,7 @@ HEALTHY: Dict[str, Dict[str, Any]] = {
     "grace_hopper": {"tree": grace_hopper},
     "wsl2": {"tree": wsl2},
     "geforce_workstation": {"tree": geforce_workstation},
-    "cpu_only": {"tree": cpu_only},
+    "cpu_only": {"tree": cpu_only, "nvml": "no_library", "device_nodes": []},
     "mig_a100": {"tree": mig_a100, "nvml": "mig_a100_80gb",
                  "device_nodes": ["nvidia-caps", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"]
                  + [f"nvidia{i}" for i in range(8)] + ["nvidiactl"]},

@@ -32,6 +32,7 @@ def paired_snapshot(root: Path, name: str) -> Dict[str, Any]:
     what only the live machine has (its recorded NVML and /dev listing, real disks), as tests/machines.py does."""
     from dl_doctor.engine import collect
     from dl_doctor.host import Host
+    from dl_doctor.probes import Unavailable
     from dl_doctor.probes.nvml import collect_nvml
     from dl_doctor.registry import load_registry
     from fake_nvml import FakeNVML
@@ -40,11 +41,16 @@ def paired_snapshot(root: Path, name: str) -> Dict[str, Any]:
     machine = healthy.HEALTHY[name]
     registry = load_registry()
     snap = collect([p for p in registry.probes if p.name != "nvml"], Host(sysroot=str(root)), {}, timeout=30)
-    snap["facts"]["nvml"] = collect_nvml(FakeNVML.from_file(FIXTURES / "nvml" / f"{machine['nvml']}.json"))
+    snap["unavailable"].pop("nvml", None)
+    try:
+        snap["facts"]["nvml"] = collect_nvml(FakeNVML.from_file(FIXTURES / "nvml" / f"{machine['nvml']}.json"))
+        snap["probes"]["nvml"] = {"status": "ok", "duration_s": 0.1}
+    except Unavailable as exc:  # no libnvidia-ml.so.1 (a CPU-only host): as the live probe reports it
+        snap["unavailable"]["nvml"] = str(exc)
     snap["facts"]["nvidia_driver"]["device_nodes"] = machine["device_nodes"]
     snap["facts"]["disks"] = FIXED_DISKS
     snap.update(mode="live", sysroot=None, collected_at="2026-11-29T12:00:00Z", duration_s=0.5, commands=[],
-                probes={}, timeout_s=5.0)
+                timeout_s=5.0)
     snap["privilege"] = {"euid": 0, "is_root": True, "limited": []}
     return snap
 
