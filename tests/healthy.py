@@ -1574,7 +1574,11 @@ def geforce_workstation() -> Spec:
         f"Nov 29 08:00:03 rig kernel: NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {driver}  Wed Oct 30 2024\n"
         "Nov 29 08:00:03 rig kernel: nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms\n"
         "Nov 29 08:00:04 rig kernel: [drm] Initialized nvidia-drm 0.0.0 20160202 for 0000:01:00.0 on minor 1\n"
-        "Nov 29 08:00:05 rig kernel: nvidia 0000:01:00.0: vgaarb: VGA decodes changed\n")
+        "Nov 29 08:00:05 rig kernel: nvidia 0000:01:00.0: vgaarb: VGA decodes changed\n"
+        # what consumer boards log now and then on the chipset's root port (an x1 slot with the Wi-Fi card)
+        "Nov 29 09:12:44 rig kernel: pcieport 0000:00:1c.0: AER: Corrected error received: 0000:00:1c.0\n"
+        "Nov 29 09:12:44 rig kernel: pcieport 0000:00:1c.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, "
+        "(Receiver ID)\n")
     return spec
 
 
