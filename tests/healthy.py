@@ -745,6 +745,30 @@ def ebs_root(spec: Spec, volume: str = "vol0123456789abcdef0", sectors: int = 10
     spec["sys/block/nvme0n1/nvme0n1p1/partition"] = "1\n"
 
 
+def instance_store(spec: Spec, n: int, sectors: int, use: Optional[str] = "lvm", serial: str = "AWS") -> None:
+    """The instance's NVMe instance-store SSDs. ``use``: "lvm" (the DLAMI's: one striped LV over all of them mounted
+    at /opt/dlami/nvme), "md" (a RAID 0 at /scratch), or None (left unused)."""
+    holder = {"lvm": "dm-0", "md": "md0"}.get(use or "")
+    for i in range(1, n + 1):
+        spec[f"sys/block/nvme{i}n1/device/model"] = "Amazon EC2 NVMe Instance Storage\n"
+        spec[f"sys/block/nvme{i}n1/device/serial"] = f"{serial}{i:02d}A1B2C3D4E5F6\n"
+        spec[f"sys/block/nvme{i}n1/size"] = f"{sectors}\n"
+        if holder:
+            spec[f"sys/block/nvme{i}n1/holders/{holder}"] = {"symlink": f"../../../../virtual/block/{holder}"}
+    if use == "lvm":
+        spec["sys/block/dm-0/dm/name"] = "vg.01-lv_ephemeral\n"
+        spec["sys/block/dm-0/size"] = f"{sectors * n}\n"
+        spec["proc/mounts"] = spec.get("proc/mounts", "") + \
+            "/dev/mapper/vg.01-lv_ephemeral /opt/dlami/nvme ext4 rw,relatime,stripe=256 0 0\n"
+    elif use == "md":
+        spec["sys/block/md0/md/level"] = "raid0\n"
+        spec["sys/block/md0/size"] = f"{sectors * n}\n"
+        spec["proc/mounts"] = spec.get("proc/mounts", "") + "/dev/md0 /scratch xfs rw,noatime,sunit=1024,swidth=8192 0 0\n"
+        spec["proc/mdstat"] = ("Personalities : [raid0]\nmd0 : active raid0 " +
+                               " ".join(f"nvme{i}n1[{i - 1}]" for i in range(n, 0, -1)) +
+                               f"\n      {sectors * n // 2} blocks super 1.2 512k chunks\n\nunused devices: <none>\n")
+
+
 def zstd_raw(data: bytes) -> bytes:
     """A valid zstd frame holding ``data`` in one raw (stored) block, as a .ko.zst without a zstd library."""
     import struct
@@ -879,8 +903,9 @@ def dlami_rhel8_p4d() -> Spec:
         # what `nvidia-smi -pm 1` in the AMI's user data prints to the kernel log
         "Nov 29 10:00:40 ip-10-0-1-23 kernel: NVRM: Persistence mode is deprecated and will be removed in a future "
         "release. Please use nvidia-persistenced instead."])
-    # the 8 instance-store NVMe SSDs of a p4d, not mounted (the DLAMI leaves them to the user)
+    # the 8 instance-store NVMe SSDs of a p4d: the DLAMI stripes them into one LV at /opt/dlami/nvme
     ebs_root(spec)
+    instance_store(spec, 8, 1953125000)
     tunables(spec, numa_nodes=2, thp="always")
     netdevs(spec, "docker0")
     # the kernel the AMI was baked with, kept by dnf (installonly_limit=3), with the DKMS module built for it too
@@ -890,10 +915,6 @@ def dlami_rhel8_p4d() -> Spec:
     spec[f"lib/modules/{old}/modules.dep"] = ""
     spec[f"lib/modules/{old}/extra/nvidia.ko.xz"] = lzma.compress(machines.module_blob(driver, old))
     spec[f"var/lib/dkms/nvidia/{driver}/{old}/x86_64/module/nvidia.ko.xz"] = ""
-    for i in range(1, 9):
-        spec[f"sys/block/nvme{i}n1/device/model"] = "Amazon EC2 NVMe Instance Storage\n"
-        spec[f"sys/block/nvme{i}n1/device/serial"] = f"AWS{i:02d}A1B2C3D4E5F6\n"
-        spec[f"sys/block/nvme{i}n1/size"] = "1953125000\n"
     return spec
 
 
@@ -934,6 +955,7 @@ def dlami_al2023_p5() -> Spec:
         "NCCL_TUNER_PLUGIN": "/opt/amazon/ofi-nccl/lib/libnccl-ofi-tuner.so"}))
     kernel_log(spec, "var/log/messages", "ip-10-1-2-3", k, driver, flavor="open")
     ebs_root(spec, "vol0fedcba9876543210")
+    instance_store(spec, 8, 7500000000)
     tunables(spec, numa_nodes=2, thp="madvise", cpus=192)
     return spec
 
@@ -989,6 +1011,10 @@ def _ubuntu_dlami(distro: str, instance: str, device: str, buses: Sequence[str],
     kernel_log(spec, "var/log/kern.log", host, k, driver)
     spec["var/log/syslog"] = f"Nov 29 10:00:30 {host} systemd[1]: Started nvidia-persistenced.service - NVIDIA Persistence Daemon.\n"
     ebs_root(spec)
+    stores = {"g5.12xlarge": (1, 7325000000), "g6.xlarge": (1, 488281250), "p4de.24xlarge": (8, 1953125000),
+              "g6e.12xlarge": (2, 3710937500)}
+    if instance in stores:
+        instance_store(spec, *stores[instance])
     tunables(spec, numa_nodes=1, thp="madvise", cpus=48)
     netdevs(spec, "ens5", "docker0")
     # the image's default user: cloud-init's passwordless sudo, and the docker group the DLAMI adds it to
@@ -1702,7 +1728,7 @@ def efa_p5_aws_ofi_nccl() -> Spec:
     deb_host(spec, "ubuntu2204", "ip-10-2-3-4")
     k = kernel_host(spec, "ubuntu2204", driver, flavor="open",
                     extra_modules="efa 159744 0 - Live 0x0\nnvidia_peermem 16384 0 - Live 0x0\n")
-    spec["proc/mounts"] = HOST_MOUNTS.format(fs="ext4") + "/dev/md0 /scratch xfs rw,noatime 0 0\n"
+    spec["proc/mounts"] = HOST_MOUNTS.format(fs="ext4")
     spec["proc/meminfo"] = MEMINFO["2048G"]
     spec["proc/cmdline"] = f"BOOT_IMAGE=/boot/vmlinuz-{k} root=PARTUUID=1 ro console=ttyS0 nvme_core.io_timeout=4294967295\n"
     dmi(spec, "p5.48xlarge")
@@ -1718,12 +1744,7 @@ def efa_p5_aws_ofi_nccl() -> Spec:
         ("libc6", "2.35-0ubuntu3.8")])
     efa(spec, 32, "1.36.0", "ubuntu22.04", plugin="1.12.1", libfabric="1.22.0")
     # instance store: 8x 3.84 TB NVMe in a RAID 0 mounted at /scratch
-    for i in range(1, 9):
-        spec[f"sys/block/nvme{i}n1/device/model"] = "Amazon EC2 NVMe Instance Storage\n"
-        spec[f"sys/block/nvme{i}n1/device/serial"] = f"AWS{i:02d}F00DCAFE\n"
-        spec[f"sys/block/nvme{i}n1/size"] = "7500000000\n"
-        spec[f"sys/block/nvme{i}n1/holders/md0"] = {"symlink": "../../md0"}
-    spec["sys/block/md0/size"] = "60000000000\n"
+    instance_store(spec, 8, 7500000000, use="md")
     prefix = "home/ubuntu/venv"
     spec[f"{prefix}/pyvenv.cfg"] = "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.10.12\n"
     spec[f"{prefix}/bin/python3"] = {"symlink": "/usr/bin/python3.10"}
@@ -1762,6 +1783,12 @@ def frameworks_side_by_side() -> Spec:
     spec["proc/self/environ"] = environ(env)
     spec["etc/ld.so.conf"] = "include /etc/ld.so.conf.d/*.conf\n"
     spec["etc/ld.so.conf.d/x86_64-linux-gnu.conf"] = "/usr/local/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n"
+    # the team keeps its data on FSx for Lustre and leaves the two instance-store SSDs unused
+    for key in [k for k in spec if "holders/dm-0" in k or k.startswith("sys/block/dm-0")]:
+        del spec[key]
+    spec["proc/mounts"] = spec["proc/mounts"].replace(
+        "/dev/mapper/vg.01-lv_ephemeral /opt/dlami/nvme ext4 rw,relatime,stripe=256 0 0\n",
+        "10.0.12.34@tcp:/fsx /fsx lustre rw,relatime,flock,lazystatfs 0 0\n")
     site = conda_env(spec, "/opt/conda/envs/tensorflow")
     cu12_wheels(spec, site, TF_218_PINS)
     tensorflow(spec, site)
