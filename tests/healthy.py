@@ -273,7 +273,7 @@ def conda_env(spec: Spec, prefix: str, python: str = "3.11.10", machine: str = "
     return site_of(prefix, mm)
 
 
-def conda_root(spec: Spec, root: str = "/opt/conda", envs: Sequence[str] = ()) -> None:
+def conda_root(spec: Spec, root: str = "/opt/conda") -> None:
     """The conda installation's base environment (its own python 3.12, conda, mamba), which the envs live beside."""
     r = root.strip("/")
     site = conda_env(spec, root, python="3.12.7", build="hc5c86c4_0_cpython")
@@ -1142,18 +1142,23 @@ def _pytorch_image(spec: Spec, machine: str = "x86_64") -> None:
 
 
 def _container_kernel(spec: Spec, driver: str, kernel: str = "5.15.0-1071-aws", devices: Sequence[int] = range(8),
-                      flavor: str = "proprietary") -> None:
-    """What a container sees of the host's kernel: /proc and /sys are the host's (no /lib/modules in the image)."""
+                      flavor: str = "proprietary", buses: Sequence[str] = P4D_BUSES,
+                      model: str = "NVIDIA A100-SXM4-40GB", uuids: Optional[Sequence[str]] = None) -> None:
+    """What a container sees of the host's kernel: /proc and /sys are the host's (no /lib/modules in the image);
+    /proc/driver/nvidia/gpus holds the GPUs the runtime gave the container."""
     spec["proc/sys/kernel/osrelease"] = kernel + "\n"
     spec["proc/version"] = f"Linux version {kernel} (buildd@lcy02-amd64-080) #81~20.04.1-Ubuntu SMP\n"
-    spec["proc/driver/nvidia/version"] = nvrm(driver, flavor).replace("gcc version 8.5.0 20210514 (Red Hat 8.5.0-22) (GCC)", "gcc version 9.4.0 (Ubuntu 9.4.0-1ubuntu1~20.04.2)")
+    spec["proc/driver/nvidia/version"] = nvrm(driver, flavor).replace(
+        "gcc version 8.5.0 20210514 (Red Hat 8.5.0-22) (GCC)", "gcc version 9.4.0 (Ubuntu 9.4.0-1ubuntu1~20.04.2)")
     spec["proc/modules"] = PROC_MODULES_NVIDIA + "ena 143360 0 - Live 0x0\n"
     spec["sys/module/nvidia/version"] = driver + "\n"
-    for n in devices:
-        spec[f"proc/driver/nvidia/gpus/0000:{0x10 + n:02x}:1c.0/information"] = (
-            "Model: \t\t NVIDIA A100-SXM4-40GB\nIRQ:   \t\t 42\nGPU UUID: \t GPU-%08x-1111-2222-3333-444455556666\n"
+    for k, n in enumerate(devices):
+        bus = buses[n]
+        uuid = uuids[k] if uuids else f"GPU-{n:08x}-1111-2222-3333-444455556666"
+        spec[f"proc/driver/nvidia/gpus/{bus}/information"] = (
+            f"Model: \t\t {model}\nIRQ:   \t\t {42 + n}\nGPU UUID: \t {uuid}\n"
             "Video BIOS: \t 92.00.45.00.03\nBus Type: \t PCIe\nDMA Size: \t 47 bits\nDMA Mask: \t 0x7fffffffffff\n"
-            "Bus Location: \t 0000:%02x:1c.0\nDevice Minor: \t %d\nGPU Excluded:\t No\n" % (n, 0x10 + n, n))
+            f"Bus Location: \t {bus}\nDevice Minor: \t {n}\nGPU Excluded:\t No\n")
 
 
 def docker_pytorch_nvidia_runtime() -> Spec:
@@ -1181,6 +1186,10 @@ def docker_pytorch_nvidia_runtime() -> Spec:
     return spec
 
 
+# the two GPUs the device plugin allocated (tests/fixtures/nvml/k8s_pod_two_h100.json has the same UUIDs)
+POD_GPUS = ("GPU-8a5b3e4f-1c2d-4e6f-9a0b-1c2d3e4f5a6b", "GPU-2f3e4d5c-6b7a-4980-a1b2-c3d4e5f6a7b8")
+
+
 def k8s_pod_two_gpus() -> Spec:
     """The same image as a Kubernetes pod (containerd, NVIDIA device plugin) given 2 of the node's 8 H100s:
     NVIDIA_VISIBLE_DEVICES holds the two GPU UUIDs, only /dev/nvidia2 and /dev/nvidia5 are mounted."""
@@ -1205,12 +1214,13 @@ def k8s_pod_two_gpus() -> Spec:
     spec["proc/meminfo"] = MEMINFO["2048G"]
     spec["proc/sys/kernel/hostname"] = "train-job-0-worker-0\n"
     spec["etc/hostname"] = "train-job-0-worker-0\n"
-    _container_kernel(spec, driver, kernel="6.1.115-126.197.amzn2023.x86_64", devices=(2, 5), flavor="open")
+    _container_kernel(spec, driver, kernel="6.1.115-126.197.amzn2023.x86_64", devices=(2, 5), flavor="open",
+                      buses=P5_BUSES, model="NVIDIA H100 80GB HBM3", uuids=POD_GPUS)
     gpus(spec, "2330", P5_BUSES)
     nvswitches(spec, "22a3", 4, base=0x05)
     dmi(spec, "p5.48xlarge")
     env = {**PYTORCH_IMAGE_ENV, "HOSTNAME": "train-job-0-worker-0",
-           "NVIDIA_VISIBLE_DEVICES": "GPU-8a5b3e4f-1c2d-4e6f-9a0b-1c2d3e4f5a6b,GPU-2f3e4d5c-6b7a-4980-a1b2-c3d4e5f6a7b8",
+           "NVIDIA_VISIBLE_DEVICES": ",".join(POD_GPUS),
            "NVIDIA_REQUIRE_CUDA": REQUIRE_CUDA_124, "CUDA_VERSION": "12.4.1",
            "KUBERNETES_SERVICE_HOST": "172.20.0.1", "KUBERNETES_SERVICE_PORT": "443",
            "KUBERNETES_PORT": "tcp://172.20.0.1:443", "MASTER_ADDR": "train-job-0-master-0", "MASTER_PORT": "23456",

@@ -6,6 +6,10 @@ false positives not fixed yet, each with its diagnosis. The run's warn/fail/erro
 (an unlisted one fails the gate, a listed one that no longer fires is stale and fails too). A tree whose healthy
 state lives in NVML or device nodes (MIG, a pod's share of the GPUs, an NVSwitch node) is collected from its tree
 and paired with its recorded NVML and device listing, then judged with `dl-doctor check` (NVML is live only).
+
+When a fix for a pending false positive lands, the trees it fixed fail here with the entry named as stale: delete it
+from their fixtures; test_no_false_positive_is_pending then passes once every pending list is empty (drop its xfail).
+To add a machine: a builder in tests/healthy.py, an entry in healthy.HEALTHY, and its fixture.
 """
 
 from __future__ import annotations
