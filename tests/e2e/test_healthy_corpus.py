@@ -5,7 +5,8 @@ A fixture's ``allowed`` holds warnings a careful engineer would act on there, ea
 false positives not fixed yet, each with its diagnosis. The run's warn/fail/error findings must be exactly those
 (an unlisted one fails the gate, a listed one that no longer fires is stale and fails too). A tree whose healthy
 state lives in NVML or device nodes (MIG, a pod's share of the GPUs, an NVSwitch node) is collected from its tree
-and paired with its recorded NVML and device listing, then judged with `dl-doctor check` (NVML is live only).
+and paired with its recorded NVML and device listing, then judged with `dl-doctor check` (NVML is live only); its
+tree is also held to the plain `run --sysroot` gate, with the fixture's "sysroot" lists (what a tree alone shows).
 
 When a fix for a pending false positive lands, the trees it fixed fail here with the entry named as stale: delete it
 from their fixtures; test_no_false_positive_is_pending then passes once every pending list is empty (drop its xfail).
@@ -59,9 +60,9 @@ def paired_snapshot(root: Path, name: str) -> Dict[str, Any]:
     return snap
 
 
-def gate(run_cli, tmp_path: Path, name: str):
+def gate(run_cli, tmp_path: Path, name: str, mode: str):
     root = build_tree(tmp_path / name, healthy.spec_of(name))
-    if healthy.HEALTHY[name].get("nvml"):
+    if mode == "paired":
         facts = tmp_path / f"{name}-facts.json"
         facts.write_text(json.dumps(paired_snapshot(root, name)))
         result = run_cli("check", str(facts), "--json", "-", "--fail-on", "warn", "-q", timeout=300)
@@ -71,11 +72,23 @@ def gate(run_cli, tmp_path: Path, name: str):
     return result, json.loads(result.stdout)
 
 
-@pytest.mark.parametrize("name", healthy.names())
-def test_a_healthy_machine_is_green(run_cli, tmp_path, name):
+def _runs():
+    """Every machine's tree run (`run --sysroot`); a machine paired with NVML is also judged paired."""
+    return [(n, m) for n in healthy.names() for m in (("paired", "sysroot") if healthy.HEALTHY[n].get("nvml")
+                                                       else ("sysroot",))]
+
+
+def _expected(name: str, mode: str) -> Dict[str, Any]:
+    """A fixture's allowed and pending; a paired machine's tree run has its own, under "sysroot"."""
     fixture = _fixture(name)
+    return fixture.get("sysroot", {}) if mode == "sysroot" and healthy.HEALTHY[name].get("nvml") else fixture
+
+
+@pytest.mark.parametrize("name,mode", _runs())
+def test_a_healthy_machine_is_green(run_cli, tmp_path, name, mode):
+    fixture = _expected(name, mode)
     listed = {**fixture.get("allowed", {}), **fixture.get("pending", {})}
-    result, report = gate(run_cli, tmp_path, name)
+    result, report = gate(run_cli, tmp_path, name, mode)
     bad = {f["id"]: f"[{f['status']}] {f['message']}" for f in report["findings"] if f["status"] in BAD}
     unlisted = {i: m for i, m in bad.items() if i not in listed}
     assert unlisted == {}, f"{name}: warnings a healthy machine should not have (or list them in its fixture)"
@@ -89,9 +102,10 @@ def test_a_healthy_machine_is_green(run_cli, tmp_path, name):
 def test_every_machine_has_a_fixture_with_reasons():
     assert sorted(p.stem for p in CORPUS.glob("*.json")) == healthy.names()
     assert len(healthy.names()) >= 15
-    for name in healthy.names():
-        fixture = _fixture(name)
-        assert set(fixture) <= {"description", "allowed", "pending"} and fixture["description"], name
+    for name, mode in _runs():
+        assert set(_fixture(name)) <= {"description", "allowed", "pending", "sysroot"} and \
+            _fixture(name)["description"], name
+        fixture = _expected(name, mode)
         for kind in ("allowed", "pending"):
             for check_id, reason in fixture.get(kind, {}).items():
                 assert check_id.startswith("DLD-") and len(reason) > 30, (name, check_id)
@@ -101,7 +115,7 @@ def test_every_machine_has_a_fixture_with_reasons():
 
 @pytest.mark.xfail(strict=True, reason="issue 25 fixes land")
 def test_no_false_positive_is_pending():
-    pending = {name: sorted(_fixture(name).get("pending", {})) for name in healthy.names()}
+    pending = {f"{name} ({mode})": sorted(_expected(name, mode).get("pending", {})) for name, mode in _runs()}
     assert {n: p for n, p in pending.items() if p} == {}
 
 
