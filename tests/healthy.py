@@ -698,6 +698,15 @@ def deb_host(spec: Spec, distro: str, hostname: str, user: str = "ubuntu") -> No
     spec["etc/ssh/sshd_config.d/60-cloudimg-settings.conf"] = "PasswordAuthentication no\n"
     spec["usr/sbin/sshd"] = elf(None)
     spec[f"home/{user}/.bashrc"] = "# ~/.bashrc\n"
+    # the distro's python3 with apt's packages in dist-packages (egg-info/dist-info written by dpkg, INSTALLER-less)
+    py = "3.10" if distro == "ubuntu2204" else "3.12"
+    spec[f"usr/bin/python{py}"] = elf(None, needed=("libm.so.6", "libc.so.6"))
+    spec["usr/bin/python3"] = {"symlink": f"python{py}"}
+    spec[f"usr/lib/python{py}/os.py"] = "# the standard library\n"
+    for name, version in (("six", "1.16.0"), ("distro", "1.7.0"), ("PyYAML", "6.0.1"), ("requests", "2.25.1"),
+                          ("cloud_init", "24.1.3")):
+        d = f"usr/lib/python3/dist-packages/{name}-{version}.egg-info"
+        spec[f"{d}/PKG-INFO"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
 
 
 def dpkg_status(packages: Sequence[Tuple[str, str]], arch: str = "amd64") -> str:
