@@ -459,7 +459,7 @@ VISION_VERSION = ("__version__ = '{}'\ngit_version = '3ac97aa9120137381ed1060f37
 def torch_companions(spec: Spec, site: str, torch_version: str, machine: str = "x86_64") -> None:
     """torchvision/torchaudio of the same release, numpy, and the pure-Python packages a DLAMI env carries."""
     local = torch_version.split("+", 1)[1] if "+" in torch_version else ""
-    tv = {"2.4.1": "0.19.1", "2.5.1": "0.20.1"}[torch_version.split("+")[0]]
+    tv = {"2.4.1": "0.19.1", "2.5.1": "0.20.1", "2.7.0": "0.22.0"}[torch_version.split("+")[0]]
     ta = torch_version.split("+")[0]
     plat = "aarch64" if machine == "aarch64" else "x86_64"
     for name, ver, mod in (("torchvision", tv, "torchvision"), ("torchaudio", ta, "torchaudio")):
@@ -823,7 +823,8 @@ P5_BUSES = ("0000:53:00.0", "0000:64:00.0", "0000:75:00.0", "0000:86:00.0", "000
 def _dlami_pytorch_env(spec: Spec, prefix: str, torch_version: str, pins: Dict[str, str], extensions: bool = True) -> str:
     site = conda_env(spec, prefix)
     cu12_wheels(spec, site, pins)
-    torch(spec, site, torch_version, "12.4", pins)
+    tag = torch_version.split("+cu")[1]  # cu124 -> 12.4, cu128 -> 12.8
+    torch(spec, site, torch_version, f"{tag[:2]}.{tag[2:]}", pins)
     torch_companions(spec, site, torch_version)
     for name, ver in (("transformers", "4.46.3"), ("accelerate", "1.1.1"), ("deepspeed", "0.15.4"),
                       ("tensorboard", "2.18.0"), ("sagemaker", "2.235.2"), ("boto3", "1.35.71")):
@@ -841,11 +842,12 @@ def torch_extensions(spec: Spec, site: str, torch_version: str, py: str = "311")
     torch_libs = ["libc10.so", "libtorch.so", "libtorch_cpu.so", "libtorch_python.so", "libc10_cuda.so",
                   "libtorch_cuda.so", "libcudart.so.12", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"]
     so_name = f"flash_attn_2_cuda.cpython-{py}-x86_64-linux-gnu.so"
-    dist(spec, site, "flash-attn", "2.7.0.post2", {
-        "flash_attn/__init__.py": "__version__ = '2.7.0.post2'\n",
+    fa = "2.7.4.post1" if base == "2.7.0" else "2.7.0.post2"
+    dist(spec, site, "flash-attn", fa, {
+        "flash_attn/__init__.py": f"__version__ = '{fa}'\n",
         so_name: elf(None, needed=torch_libs, verneed={"libstdc++.so.6": ["GLIBCXX_3.4.19", "CXXABI_1.3.9"]})},
         requires=["torch", "einops"], tag=f"cp{py}-cp{py}-linux_x86_64")
-    xformers = {"2.4.1": "0.0.28.post1", "2.5.1": "0.0.28.post3"}[base]
+    xformers = {"2.4.1": "0.0.28.post1", "2.5.1": "0.0.28.post3", "2.7.0": "0.0.30"}[base]
     dist(spec, site, "xformers", xformers, {
         "xformers/__init__.py": "", "xformers/_C.so": elf(None, needed=torch_libs, runpath=["$ORIGIN"])},
         requires=["numpy", f"torch=={base}"], tag=f"cp{py}-cp{py}-manylinux_2_28_x86_64")
@@ -927,38 +929,45 @@ def dlami_rhel8_p4d() -> Spec:
     return spec
 
 
-def dlami_al2023_p5() -> Spec:
+def dlami_al2023_p5(instance: str = "p5.48xlarge", driver: str = "550.127.05", device: str = "2330",
+                    switch: Tuple[str, int] = ("22a3", 4), cuda: Tuple[str, Sequence[Tuple[str, str]]] = ("12.4.1", ()),
+                    torch_pins: Tuple[str, Dict[str, str]] = ("2.5.1+cu124", {}),
+                    efa_stack: Tuple[int, str, str, str] = (32, "1.34.0", "1.11.0", "1.22.0"),
+                    cupti_file: str = "libcupti.so.2024.1.1") -> Spec:
     """Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.5 (Amazon Linux 2023) on a p5.48xlarge: 8x H100 80GB with the
     open kernel modules, 4 NVSwitches, fabric manager, 32 EFA with aws-ofi-nccl, CUDA 12.4."""
     spec: Spec = {}
     host = "ip-10-1-2-3.ec2.internal"
-    driver = "550.127.05"
+    cuda_version, cuda_libs = cuda[0], list(cuda[1]) or CUDA_124_LIBS
+    torch_version, pins = torch_pins[0], torch_pins[1] or TORCH_251_CU124
+    mm = ".".join(cuda_version.split(".")[:2])
     rpm_host(spec, "al2023", host)
     k = kernel_host(spec, "al2023", driver, flavor="open",
                     extra_modules="efa 159744 0 - Live 0x0\nnvidia_peermem 16384 0 - Live 0x0\nena 143360 0 - Live 0x0\n")
     spec["proc/mounts"] = HOST_MOUNTS.format(fs="xfs")
     spec["proc/meminfo"] = MEMINFO["2048G"]
     spec["proc/cmdline"] = f"BOOT_IMAGE=(hd0,gpt1)/boot/vmlinuz-{k} root=UUID=1c2d ro console=tty0 console=ttyS0,115200n8 nvme_core.io_timeout=4294967295 rd.emergency=poweroff rd.shell=0 selinux=1 security=selinux quiet\n"
-    dmi(spec, "p5.48xlarge")
-    gpus(spec, "2330", P5_BUSES)
-    nvswitches(spec, "22a3", 4, base=0x05)
+    dmi(spec, instance)
+    gpus(spec, device, P5_BUSES)
+    nvswitches(spec, switch[0], switch[1], base=0x05)
     driver_userspace(spec, "usr/lib64", driver)
     glibc(spec, "usr/lib64", glibcxx="GLIBCXX_3.4.29")
     persistenced(spec)
     fabric_manager(spec, driver)
     spec["var/log/dnf.rpm.log"] = dnf_rpm_log([
         f"kmod-nvidia-open-dkms-{driver}-1.amzn2023.x86_64", f"nvidia-driver-{driver}-1.amzn2023.x86_64",
-        f"nvidia-fabric-manager-{driver}-1.x86_64", "cuda-toolkit-12-4-12.4.1-1.x86_64"])
+        f"nvidia-fabric-manager-{driver}-1.x86_64", f"cuda-toolkit-{mm.replace('.', '-')}-{cuda_version}-1.x86_64"])
     spec["var/lib/rpm/rpmdb.sqlite"] = rpmdb_sqlite([f"kmod-nvidia-open-dkms-{driver}", f"nvidia-driver-{driver}",
-                                                     f"nvidia-fabric-manager-{driver}", "cuda-toolkit-12-4-12.4.1"])
-    root = cuda_toolkit(spec, "12.4.1", libs=CUDA_124_LIBS)
-    cupti(spec, root)
-    efa(spec, 32, "1.34.0", "amzn2023", plugin="1.11.0")
+                                                     f"nvidia-fabric-manager-{driver}",
+                                                     f"cuda-toolkit-{mm.replace('.', '-')}-{cuda_version}"])
+    root = cuda_toolkit(spec, cuda_version, libs=cuda_libs)
+    cupti(spec, root, real=cupti_file)
+    efa(spec, efa_stack[0], efa_stack[1], "amzn2023", plugin=efa_stack[2], libfabric=efa_stack[3])
     conda_root(spec)
-    _dlami_pytorch_env(spec, "/opt/conda/envs/pytorch", "2.5.1+cu124", TORCH_251_CU124)
-    spec["proc/self/environ"] = environ(dlami_env("12.4", {
+    _dlami_pytorch_env(spec, "/opt/conda/envs/pytorch", torch_version, pins)
+    spec["proc/self/environ"] = environ(dlami_env(mm, {
         "CONDA_PREFIX": "/opt/conda/envs/pytorch", "CONDA_DEFAULT_ENV": "pytorch",
-        "PATH": "/opt/conda/envs/pytorch/bin:/opt/conda/condabin:/usr/local/cuda-12.4/bin:/opt/amazon/openmpi/bin:"
+        "PATH": f"/opt/conda/envs/pytorch/bin:/opt/conda/condabin:/usr/local/cuda-{mm}/bin:/opt/amazon/openmpi/bin:"
                 "/opt/amazon/efa/bin:/usr/local/bin:/usr/bin",
         "FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1", "NCCL_BUFFSIZE": "8388608", "NCCL_P2P_NET_CHUNKSIZE": "524288",
         "NCCL_TUNER_PLUGIN": "/opt/amazon/ofi-nccl/lib/libnccl-ofi-tuner.so"}))
@@ -967,6 +976,29 @@ def dlami_al2023_p5() -> Spec:
     instance_store(spec, 8, 7500000000)
     tunables(spec, numa_nodes=2, thp="madvise", cpus=192)
     return spec
+
+
+# CUDA 12.8.1's toolkit, and the nvidia-*-cu12 wheels torch 2.7.0+cu128 pins
+CUDA_128_LIBS = [("libcudart.so.12.8.90", "libcudart.so.12"), ("libcublas.so.12.8.4.1", "libcublas.so.12"),
+                 ("libcublasLt.so.12.8.4.1", "libcublasLt.so.12"), ("libcufft.so.11.3.3.83", "libcufft.so.11"),
+                 ("libcurand.so.10.3.9.90", "libcurand.so.10"), ("libcusolver.so.11.7.3.90", "libcusolver.so.11"),
+                 ("libcusparse.so.12.5.8.93", "libcusparse.so.12"), ("libnvJitLink.so.12.8.93", "libnvJitLink.so.12"),
+                 ("libnvrtc.so.12.8.93", "libnvrtc.so.12"), ("libnvToolsExt.so.1.0.0", "libnvToolsExt.so.1")]
+TORCH_270_CU128 = {"nvidia-cuda-runtime-cu12": "12.8.57", "nvidia-cuda-nvrtc-cu12": "12.8.61",
+                   "nvidia-cuda-cupti-cu12": "12.8.57", "nvidia-cublas-cu12": "12.8.3.14",
+                   "nvidia-cudnn-cu12": "9.7.1.26", "nvidia-cufft-cu12": "11.3.3.41", "nvidia-curand-cu12": "10.3.9.55",
+                   "nvidia-cusolver-cu12": "11.7.2.55", "nvidia-cusparse-cu12": "12.5.7.53",
+                   "nvidia-nccl-cu12": "2.26.2", "nvidia-nvjitlink-cu12": "12.8.61", "nvidia-nvtx-cu12": "12.8.55",
+                   "nvidia-cusparselt-cu12": "0.6.3"}
+
+
+def dlami_al2023_p6_b200() -> Spec:
+    """Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.7 (Amazon Linux 2023) on a p6-b200.48xlarge: 8x B200
+    (Blackwell, the open modules required) on NVSwitch with fabric manager 570, CUDA 12.8, torch 2.7.0+cu128, 8 EFA
+    with aws-ofi-nccl 1.15 (the first with P6-B200 support)."""
+    return dlami_al2023_p5("p6-b200.48xlarge", "570.133.20", "2901", ("2901", 0), ("12.8.1", CUDA_128_LIBS),
+                           ("2.7.0+cu128", TORCH_270_CU128), (8, "1.41.0", "1.15.0", "2.1.0"),
+                           cupti_file="libcupti.so.2025.1.1")
 
 
 def _ubuntu_dlami(distro: str, instance: str, device: str, buses: Sequence[str], driver: str, torch_version: str,
@@ -1933,6 +1965,7 @@ def ngc_on_geforce() -> Spec:
 HEALTHY: Dict[str, Dict[str, Any]] = {
     "dlami_rhel8_p4d": {"tree": dlami_rhel8_p4d},
     "dlami_al2023_p5": {"tree": dlami_al2023_p5},
+    "dlami_al2023_p6_b200": {"tree": dlami_al2023_p6_b200},
     "dlami_ubuntu2204_g5": {"tree": dlami_ubuntu2204_g5},
     "dlami_ubuntu2404_g6": {"tree": dlami_ubuntu2404_g6},
     "docker_pytorch_nvidia_runtime": {"tree": docker_pytorch_nvidia_runtime},
