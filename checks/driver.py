@@ -328,6 +328,9 @@ def gsp_firmware(facts: Facts) -> Result:
     evidence = {"flavor": flavor, "version": version, "gsp_firmware": firmware}
     if firmware is None:
         return skip("these facts predate the GSP firmware facts (dl-doctor 0.2.0)", **evidence)
+    if facts.get("system.container.kind"):
+        return skip(f"inside a container ({facts.get('system.container.kind')}): the kernel module, and the GSP "
+                    f"firmware it loads, are the host's", **evidence)
     if not version:
         return skip("the driver version is not known here", **evidence)
     files = firmware.get(version) or []

@@ -194,6 +194,7 @@ def framework_libraries(facts: Facts, matrix) -> Result:
 )
 def framework_cuda_major(facts: Facts, matrix) -> Result:
     problems, mixed = [], []
+    loads: List[Dict[str, Any]] = []
     heads: List[str] = []
     commands: List[str] = []
     by_env: Dict[str, List[Dict[str, Any]]] = {}
@@ -205,6 +206,9 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
                 continue
             problems.append(f"{c['distribution']} in {_label(env)} (CUDA {major}) loads {lib['soname']} of "
                             f"CUDA {lib.get('cuda_major')} from {lib['path']} (found via {lib.get('via')})")
+            loads.append({"environment": env.get("prefix"), "distribution": c["distribution"],
+                          "soname": lib["soname"], "loads": lib["path"], "via": lib.get("via"),
+                          "search_order": lib.get("searched")})
             heads.append(f"{c['distribution']} in {env.get('name') or _label(env)} (a CUDA {major} build) "
                          f"loads CUDA {lib.get('cuda_major')}'s {lib['soname']}")
             commands += install_command(matrix, env, c, [lib["soname"]], framework_fix=False)
@@ -214,7 +218,7 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
                          if isinstance(c.get("cuda_major"), int)})
         if len({m for m, _ in majors}) > 1:
             mixed.append(f"{_label(env)}: " + ", ".join(f"{d} (CUDA {m})" for m, d in majors))
-    evidence: Dict[str, Any] = {"problems": problems, "mixed_majors": mixed}
+    evidence: Dict[str, Any] = {"problems": problems, "loads": loads, "mixed_majors": mixed}
     fix = Fix("Let each framework load the CUDA libraries of its own build.",
               tuple(dict.fromkeys(commands + ["echo $LD_LIBRARY_PATH   # drop CUDA directories that shadow the "
                                               "environment's own libraries"])))

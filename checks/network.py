@@ -167,13 +167,22 @@ def memlock(facts: Facts) -> Result:
     fix="""Unset the variables unless a current, understood problem needs them; name existing interfaces (or an
     exclusion like ^lo,docker).""",
 )
-def nccl_env(facts: Facts) -> Result:
+def nccl_env(facts: Facts, matrix) -> Result:
     env = facts.get("network.env") or {}
     interfaces = set(facts.get("network.interfaces") or [])
     efa = facts.get("network.efa_devices") or []
-    problems, warnings = [], []
-    for var in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE"):
-        if env.get(var) == "1" and var != "NCCL_NVLS_ENABLE":
+    problems, warnings, notes = [], [], []
+    # GeForce GPUs have no PCIe peer-to-peer (the driver reports none): NCCL_P2P_DISABLE=1 costs nothing on them, and
+    # is the usual guard against NCCL's P2P probe hanging on RTX 40-series pairs
+    classes = {str((matrix.gpu_by_pci(g.get("device_id") or "") or {}).get("class"))
+               for g in facts.get("gpu_pci.devices") or [] if g.get("kind") == "gpu"} if matrix is not None else set()
+    no_p2p = classes == {"geforce"}
+    for var in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"):
+        if env.get(var) != "1":
+            continue
+        if var == "NCCL_P2P_DISABLE" and no_p2p:
+            notes.append("NCCL_P2P_DISABLE=1 costs nothing here: GeForce GPUs have no peer-to-peer over PCIe")
+        else:
             warnings.append(f"{var}=1 disables a transport for every job (costs bandwidth)")
     if efa and env.get("NCCL_IB_DISABLE") == "1" and env.get("NCCL_NET") == "Socket":
         warnings.append("NCCL_NET=Socket on an EFA host")
@@ -195,7 +204,8 @@ def nccl_env(facts: Facts) -> Result:
         return fail("; ".join(problems + warnings), evidence, fix)
     if warnings:
         return warn("; ".join(warnings), evidence, fix)
-    return passed("no harmful NCCL/FI settings" + (f" ({', '.join(sorted(env))} set)" if env else ""), **evidence)
+    return passed("no harmful NCCL/FI settings" + (f" ({', '.join(sorted(env))} set)" if env else "")
+                  + (f"; note: {'; '.join(notes)}" if notes else ""), **evidence)
 
 
 # RDMA import of dma-buf memory (ib_umem_dmabuf) is in mainline Linux since 5.12; NVIDIA recommends DMA-BUF over

@@ -246,6 +246,8 @@ def arch_missing(facts: Facts, matrix) -> Result:
 def library_shadowed(facts: Facts, matrix) -> Result:
     failing, older, notes, mixed = [], [], [], []
     heads: List[str] = []
+    older_heads: List[str] = []
+    searched: List[Dict[str, Any]] = []
     checked: List[str] = []
     stray: List[Tuple[Dict[str, Any], str]] = []
     for env, c in consumers_with_loading(facts, matrix):
@@ -260,14 +262,18 @@ def library_shadowed(facts: Facts, matrix) -> Result:
             name = env.get("name") or _label(env)
             have = lib.get("version") or "of an unknown version"
             mine = own.get("version") or own.get("wheel_version") or "copy"
+            if verdict in ("fails", "older"):
+                searched.append({"environment": env.get("prefix"), "distribution": c["distribution"],
+                                 "soname": lib["soname"], "loads": lib["path"], "via": lib.get("via"),
+                                 "own": own.get("path"), "rule": lib.get("rule"), "search_order": lib.get("searched")})
             if verdict == "fails":
                 failing.append(text)
                 heads.append(f"{c['distribution']} in {name} loads {lib['soname']} {have} via {lib.get('via')}, "
                              f"not its own {mine}")
             elif verdict == "older":
                 older.append(text)
-                heads.append(f"{c['distribution']} in {name} loads an older {lib['soname']} ({have} via "
-                             f"{lib.get('via')}) than its own {mine}")
+                older_heads.append(f"{c['distribution']} in {name} loads an older {lib['soname']} ({have} via "
+                                   f"{lib.get('via')}) than its own {mine}")
             else:
                 notes.append(text)
     for env, t in _torch_envs(facts):
@@ -279,7 +285,9 @@ def library_shadowed(facts: Facts, matrix) -> Result:
                 mixed.append(f"{_label(env)}: {', '.join(flavours)}")
                 stray += [(env, k) for k in flavours if major and not k.endswith(f"-cu{major}")]
     evidence: Dict[str, Any]
-    evidence = {"problems": failing + older, "other_copies_that_serve": notes, "mixed_wheels": mixed,
+    heads += older_heads  # the worst first: a copy a rule refuses before an older one
+    evidence = {"problems": failing + older, "loads": searched, "other_copies_that_serve": notes,
+                "mixed_wheels": mixed,
                 "LD_LIBRARY_PATH": (facts.get("environment.variables") or {}).get("LD_LIBRARY_PATH")}
     # only wheels that are installed, of another CUDA major than the environment's torch, are named for removal
     uninstall = [f"{env.get('python') or 'python'} -m pip uninstall -y {' '.join(n for e, n in stray if e is env)}"

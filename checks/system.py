@@ -86,7 +86,9 @@ def kernel_settings(facts: Facts) -> Result:
                         "peer-to-peer traffic can hang NCCL")
         cmds.append(kernel_arg("iommu=pt", os_family(facts)))
     gov = facts.get("limits.cpu_governor")
-    if gov == "powersave":
+    cpufreq = facts.get("limits.cpufreq_driver")
+    dynamic = cpufreq in ("intel_pstate", "amd-pstate-epp")  # their "powersave" is a dynamic policy, not a floor
+    if gov == "powersave" and not dynamic:
         problems.append("the CPU frequency governor is powersave")
         cmds.append("sudo cpupower frequency-set -g performance")
     nofile = ((facts.get("limits.rlimits") or {}).get("nofile") or {}).get("soft")
@@ -95,6 +97,9 @@ def kernel_settings(facts: Facts) -> Result:
         cmds.append(write_file("/etc/security/limits.d/90-nofile.conf", "* - nofile 1048576\n",
                                note="then log in again"))
     notes = []
+    if gov == "powersave" and dynamic:
+        notes.append(f"the CPU governor is {cpufreq}'s powersave, a dynamic policy that raises the clock under load "
+                     f"(not the legacy lowest-frequency governor); performance gains little for training")
     if facts.get("limits.numa_balancing") == 1 and (facts.get("limits.numa_nodes") or 1) > 1 and \
             (facts.get("gpu_pci.gpu_count") or 0) > 0:
         # the kernel's default on every multi-socket host, and jobs run fine with it: a tuning note, not a problem

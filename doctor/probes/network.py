@@ -147,6 +147,8 @@ LIMITS_FACTS = obj(
     numa_balancing=integer("kernel.numa_balancing (0 off, 1 on)"),
     numa_nodes=count("NUMA nodes (/sys/devices/system/node)"),
     cpu_governor=string("cpu0's cpufreq scaling governor (null: no cpufreq)"),
+    cpufreq_driver=string("cpu0's cpufreq scaling driver (intel_pstate, amd-pstate-epp, acpi-cpufreq...; null: none)",
+                          since="0.2.0"),
 )
 
 
@@ -176,6 +178,7 @@ def limits_probe(ctx: ProbeContext) -> Dict[str, Any]:
     thp_mode = thp_match.group(1) if thp_match else None
     numa = host.try_read("/proc/sys/kernel/numa_balancing", 64)
     governor = host.try_read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", 64)
+    cpufreq_driver = host.try_read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_driver", 64)
     nodes = [n for n in host.listdir("/sys/devices/system/node") if re.match(r"^node\d+$", n)]
     return {
         "rlimits": rlimits, "limits_conf": conf,
@@ -185,4 +188,5 @@ def limits_probe(ctx: ProbeContext) -> Dict[str, Any]:
         "numa_balancing": ascii_int(numa),
         "numa_nodes": len(nodes) or None,
         "cpu_governor": governor.strip() if governor else None,
+        "cpufreq_driver": cpufreq_driver.strip()[:64] if cpufreq_driver else None,
     }
