@@ -153,7 +153,7 @@ def build(report: Dict[str, Any]) -> Dict[str, Any]:
     facts = report.get("facts") or {}
     problems = _problems(report)
     named = _named(report)
-    loading = report.get("loading") if isinstance(report.get("loading"), dict) else {}
+    loading: Dict[str, Any] = report["loading"] if isinstance(report.get("loading"), dict) else {}
     environments: List[Dict[str, Any]] = []
     for env in ((facts.get("python_envs") or {}).get("environments") or [])[:MAX_ENVIRONMENTS]:
         if not isinstance(env, dict):

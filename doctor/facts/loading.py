@@ -352,7 +352,7 @@ class Process:
     def torch_sequence(self, torch: Mapping[str, Any], bases: Sequence[str]) -> None:
         """torch's own __init__: libtorch_global_deps by path, its wheel preloads (always, or after a failure that
         names one of them), then torch._C — as read from this torch's __init__.py (the probe's ``preload``)."""
-        preload = torch.get("preload") if isinstance(torch.get("preload"), Mapping) else {}
+        preload: Mapping[str, Any] = torch["preload"] if isinstance(torch.get("preload"), Mapping) else {}
         mode = preload.get("mode") or "none"
         table = [tuple(i) for i in preload.get("libraries") or [] if isinstance(i, list) and len(i) == 2]
         major = str(torch.get("cuda") or "").split(".")[0]
@@ -405,7 +405,8 @@ class Process:
             if how == "unrecorded":
                 return
         looked: List[str] = []
-        for c in (list(callers) or [None]):
+        requesters: List[Optional[str]] = list(callers) or [None]
+        for c in requesters:
             looked += self.loader.search_order(c)
         self.missing.append({"soname": soname, "needed_by": callers[0] if callers else None,
                              "optional": optional, "how": "dlopen", "looked_in": list(dict.fromkeys(looked))})
@@ -604,8 +605,8 @@ def serves(lib: Mapping[str, Any], consumer: Mapping[str, Any], matrix: Any,
         have = _schemes(lib)
         loaded_v = have.get("file") or have.get("header") or have.get("wheel") or have.get("recorded")
         if loaded_v:
-            a, b = versions.release(loaded_v), versions.release(build)
-            if a and b and (a[0] != b[0] or a[1:2] < b[1:2]):
+            ra, rb = versions.release(loaded_v), versions.release(build)
+            if ra and rb and (ra[0] != rb[0] or ra[1:2] < rb[1:2]):
                 return {"verdict": "fails", "rule": "cudnn-minor", "source": source,
                         "reason": f"cuDNN {loaded_v} loads for a build made with cuDNN {build}: the framework wants "
                                   f"the same major and a minor not below the build's"}
@@ -656,7 +657,7 @@ def _build_version(family: Optional[Mapping[str, Any]], consumer: Mapping[str, A
     environment's own wheel (pip installed the one the framework pins: torch's Requires-Dist nvidia-cudnn-cu12==)."""
     if not family or family.get("rule") != "cudnn-minor":
         return None
-    build = consumer.get("build") if isinstance(consumer.get("build"), Mapping) else {}
+    build: Mapping[str, Any] = consumer["build"] if isinstance(consumer.get("build"), Mapping) else {}
     if build.get("cudnn"):
         return str(build["cudnn"])
     if consumer.get("distribution") == "torch" and matrix is not None and hasattr(matrix, "torch_variant"):
@@ -791,7 +792,7 @@ def _legacy_torch(env: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     res = env.get("resolution")
     if not isinstance(res, Mapping) or not isinstance(res.get("libraries"), Mapping):
         return None
-    own_copies = env.get("cuda_libraries") if isinstance(env.get("cuda_libraries"), Mapping) else {}
+    own_copies: Mapping[str, Any] = env["cuda_libraries"] if isinstance(env.get("cuda_libraries"), Mapping) else {}
     torch = ((env.get("frameworks") or {}).get("torch") or {}) if isinstance(env.get("frameworks"), Mapping) else {}
     major = str(torch.get("cuda") or "").split(".")[0]
     libraries = []

@@ -241,12 +241,12 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
                               "torch": torch_inputs, "objects": objects}
     for c in out:  # the same search the judging side will replay, run here to record what it looks at
         simulate(view, record, c, objects[c["distribution"]], matrix)
-    for d in dirs:  # the environment's own copies of what loads, for comparison
-        for c in out:
-            for soname in c["needs"]:
-                if view.is_file(f"{d}/{soname}"):
-                    view.version(f"{d}/{soname}")
-                    view.owner(f"{d}/{soname}")
+    for wdir in dirs:  # the environment's own copies of what loads, for comparison
+        for described in out:
+            for soname in described["needs"]:
+                if view.is_file(f"{wdir}/{soname}"):
+                    view.version(f"{wdir}/{soname}")
+                    view.owner(f"{wdir}/{soname}")
     for path in list(view.files):
         view.owner(path)
     record.update(view.record())

@@ -9,6 +9,7 @@ Everything reads through the Host, so it works under --sysroot.
 
 from __future__ import annotations
 
+import posixpath
 import struct
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
