@@ -519,10 +519,20 @@ def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], 
 
 # -- does the copy that loads serve the build? ------------------------------------------------------------------------
 
+_FAMILIES: Dict[Tuple[int, str], Tuple[Any, Optional[Mapping[str, Any]]]] = {}
+
+
 def _family(matrix: Any, soname: str) -> Optional[Mapping[str, Any]]:
+    """The library family of a soname (the matrix's fnmatch over every family), remembered per matrix object."""
     if matrix is None or not hasattr(matrix, "library_family"):
         return None
-    return matrix.library_family(soname)
+    key = (id(matrix), soname)
+    hit = _FAMILIES.get(key)
+    if hit is None or hit[0] is not matrix:  # (an id reused by another matrix is not a hit)
+        if len(_FAMILIES) > 4096:
+            _FAMILIES.clear()
+        hit = _FAMILIES[key] = (matrix, matrix.library_family(soname))
+    return hit[1]
 
 
 def _schemes(copy: Mapping[str, Any]) -> Dict[str, str]:

@@ -173,8 +173,21 @@ class HostView:
         return True
 
     def record(self) -> Dict[str, Any]:
-        """The raw loader inputs this view was asked about (facts: ``loader``)."""
-        return {"files": dict(sorted(self.files.items())), "links": dict(sorted(self.links.items())),
+        """The raw loader inputs this view was asked about (facts: ``loader``). A file's DT_VERDEF is kept only for
+        the versions some recorded file needs from it (all the loader's check asks; libstdc++ defines ~60)."""
+        needed: Dict[str, set] = {}
+        for dyn in self.files.values():
+            for file, names in (dyn.get("verneed") or {}).items():
+                needed.setdefault(file, set()).update(names)
+        files = {}
+        for path, dyn in sorted(self.files.items()):
+            if dyn.get("verdef"):
+                wanted = needed.get(dyn.get("soname") or "", set()) | needed.get(path.rsplit("/", 1)[-1], set())
+                # an empty list would read as 'defines no versions' (which satisfies any need): keep one
+                kept = [v for v in dyn["verdef"] if v in wanted] or dyn["verdef"][:1]
+                dyn = dict(dyn, verdef=kept)
+            files[path] = dyn
+        return {"files": files, "links": dict(sorted(self.links.items())),
                 "cache": dict(sorted(self.cache_hits.items())), "globs": dict(sorted(self.globs.items())),
                 "versions": dict(sorted(self.versions.items())), "owners": dict(sorted(self.owners.items())),
                 "searched": list(self.searched)}
