@@ -15,7 +15,7 @@ MAX_LIBRARIES = 64
 
 # a link's state -> the checks whose finding explains it (the first one that found a problem is linked)
 EXPLAINED_BY = {"missing": ("DLD-PY-011",), "optional": ("DLD-PY-011",), "wrong": ("DLD-PY-004", "DLD-PY-012"),
-                "older": ("DLD-PY-004",), "other": ("DLD-PY-004",), "unmet": ("DLD-PY-013",),
+                "older": ("DLD-PY-004",), "unmet": ("DLD-PY-013",),
                 "foreign": ("DLD-PY-011",)}
 # the model's verdict on a copy that loads (dl_doctor.facts.loading.serves) -> how the stack marks it
 STATE_OF_VERDICT = {"own": "ok", "serves": "other", "unknown": "other", "older": "older", "fails": "wrong"}
@@ -141,8 +141,8 @@ def _libraries(consumer: Dict[str, Any], problems: Dict[str, str], named: List[T
         rows.append({"soname": u.get("file") or "(unnamed)", "path": u.get("provider"), "version": None, "via": None,
                      "state": "unmet", "note": f"{u.get('object')} needs {u.get('version')}, which this copy does "
                                                f"not define", "finding": None})
-    for row in rows:
-        if row["state"] not in ("ok",) and not row.get("finding"):
+    for row in rows:  # (a copy that serves links no finding: the one that names it, if any, is linked above)
+        if row["state"] not in ("ok", "other") and not row.get("finding"):
             row["finding"] = _finding(row["state"], problems)
     order = {"missing": 0, "unmet": 1, "wrong": 2, "older": 3, "optional": 4, "other": 5, "ok": 6}
     return sorted(rows, key=lambda r: (order.get(r["state"], 6), str(r["soname"])))
