@@ -224,7 +224,9 @@ def render_html(model: Dict[str, Any]) -> str:
         out.append(f'    <summary>{e(env["name"])} <span class="sub">{path(env["prefix"])}{python} · {count}{state}'
                    f"</span></summary>")
         for fw in env["frameworks"]:
-            problem_col = bool(fw["bad"] or fw["odd"])
+            # a problem column where a link is broken or odd; else a note column where another copy serves
+            problem_col = bool(fw["bad"] or fw["odd"] or any(lib.get("note") for lib in fw["libraries"]))
+            column = "Problem" if fw["bad"] or fw["odd"] else "Note"
             built = f"built for CUDA {e(fw['cuda'])}" if fw.get("cuda") else "CUDA build unknown"
             out.append(f'    <div class="fw"><h4>{e(fw["name"])} {e(fw.get("version") or "")} '
                        f'<span class="sub">{built}</span></h4>')
@@ -232,7 +234,7 @@ def render_html(model: Dict[str, Any]) -> str:
                 out.append('      <p class="legend">It needs no CUDA library by name (or none was read).</p></div>')
                 continue
             out.append('      <table class="libs"><thead><tr><th></th><th>Needs</th><th>Loads</th>'
-                       + ("<th>Problem</th>" if problem_col else "") + "</tr></thead><tbody>")
+                       + (f"<th>{column}</th>" if problem_col else "") + "</tr></thead><tbody>")
             for lib in fw["libraries"]:
                 st = lib["state"]
                 mark = "✓" if st in ("ok", "other") else "!" if st in ODD else "✗"
