@@ -91,6 +91,8 @@ class RecordedView:
         searched = record.get("searched")
         self.searched = set(searched) if isinstance(searched, list) else None
         self.unrecorded: List[str] = []
+        # a file's machine is recorded only where it differs from the host's (the interpreter's)
+        self.machine = record.get("machine") if isinstance(record.get("machine"), str) else "EM_X86_64"
 
     def real(self, path: str) -> str:
         target = self.links.get(path)
@@ -102,7 +104,7 @@ class RecordedView:
             return None
         return {"soname": dyn.get("soname"), "needed": list(dyn.get("needed") or []),
                 "rpath": list(dyn.get("rpath") or []), "runpath": list(dyn.get("runpath") or []),
-                "machine": dyn.get("machine"), "verneed": dict(dyn.get("verneed") or {}),
+                "machine": dyn.get("machine") or self.machine, "verneed": dict(dyn.get("verneed") or {}),
                 "verdef": list(dyn.get("verdef") or [])}
 
     def is_file(self, path: str) -> bool:

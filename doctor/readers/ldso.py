@@ -186,7 +186,10 @@ class HostView:
                 # an empty list would read as 'defines no versions' (which satisfies any need): keep one
                 kept = [v for v in dyn["verdef"] if v in wanted] or dyn["verdef"][:1]
                 dyn = dict(dyn, verdef=kept)
-            files[path] = dyn
+            # compact: what is empty, or the host's machine, is left out (dl_doctor.facts.loading.RecordedView
+            # reads a missing key as empty; ``needed`` marks an ELF object and is always kept)
+            files[path] = {k: v for k, v in dyn.items() if k == "needed" or (v and not (k == "machine" and
+                                                                                      v == self.machine))}
         return {"files": files, "links": dict(sorted(self.links.items())),
                 "cache": dict(sorted(self.cache_hits.items())), "globs": dict(sorted(self.globs.items())),
                 "versions": dict(sorted(self.versions.items())), "owners": dict(sorted(self.owners.items())),

@@ -153,14 +153,15 @@ _CONSUMER = obj(
 )
 
 _DYNAMIC = obj(
-    "a file the search looked at that exists: its ELF dynamic section ({}: not an ELF object)",
+    "a file the search looked at that exists: its ELF dynamic section ({}: not an ELF object); empty entries, and a "
+    "machine that is the interpreter's, are left out",
     soname=string("DT_SONAME"),
     needed=array(string(), "DT_NEEDED, in order"),
     rpath=array(string(), "DT_RPATH entries, unexpanded"),
     runpath=array(string(), "DT_RUNPATH entries, unexpanded"),
-    machine=string("the ELF machine (EM_X86_64, EM_AARCH64)"),
+    machine=string("the ELF machine (EM_X86_64, EM_AARCH64) where it is not the interpreter's"),
     verneed=map_of(array(string()), "DT_VERNEED: file -> the symbol versions needed from it"),
-    verdef=array(string(), "DT_VERDEF: the symbol versions it defines"),
+    verdef=array(string(), "DT_VERDEF: the symbol versions it defines that some recorded file needs"),
 )
 
 _LOADER = obj(
