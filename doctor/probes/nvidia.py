@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.facts.contract import array, boolean, count, map_of, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
+from dl_doctor.probes.storage import mount_for  # the mount that holds a path: one helper for both probes
 
 NVIDIA_VENDOR = "10de"
 
@@ -145,17 +146,6 @@ def mount_table(host) -> Tuple[Optional[str], List[Dict[str, Any]]]:
     return host.cached(("nvidia", "mount_table"), compute)
 
 
-def mount_at(path: str, mounts: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """The mount that holds ``path``: the longest mount point above it, the last one where mounts are stacked."""
-    best = None
-    for m in mounts:
-        mp = m["mountpoint"]
-        if path == mp or path.startswith(mp.rstrip("/") + "/"):
-            if best is None or len(mp) >= len(best["mountpoint"]):
-                best = m
-    return best
-
-
 def _is_wsl(host, mounts: List[Dict[str, Any]]) -> bool:
     release = (host.try_read("/proc/sys/kernel/osrelease", 256) or "").lower()
     if "microsoft" in release and "wsl" in release:
@@ -236,7 +226,7 @@ def provided_by(host, path: str, runtime: Dict[str, Any]) -> str:
     if not _in_container(host):
         return "host"
     _, mounts = mount_table(host)
-    m = mount_at(real, mounts)
+    m = mount_for(real, mounts)
     if m is None or m["mountpoint"] == "/":
         return "image"
     if m["mountpoint"] in (real, path) or _DRIVER_MOUNT.search(m["mountpoint"]):

@@ -8,7 +8,8 @@ from dl_doctor.probes.cuda import cuda_h_version
 from dl_doctor.probes.kernel_log import current_boot, parse_kernel_log
 from dl_doctor.probes.kmod import (classify_module_path, kernel_sort_key, newest_kernel, parse_bls_entry, parse_dnf_module,
                                 parse_dpkg_status, parse_grubenv, parse_modinfo)
-from dl_doctor.probes.nvidia import library_version, mount_at, parse_mount_lines, parse_mountinfo
+from dl_doctor.probes.nvidia import library_version, parse_mount_lines, parse_mountinfo
+from dl_doctor.probes.storage import mount_for as mount_at
 from dl_doctor.probes.nvml import normalize_bus_id, throttle_names
 
 # Verbatim kernel log lines from public bug reports and write-ups.
