@@ -17,6 +17,7 @@ from typing import Dict, List
 
 import pytest
 
+from agreement import disagreements
 from elfkit import SITE, dist_info, write_elf
 from elfkit import conda_env as _conda_env, dlami as _dlami, torch_wheel as _torch, tree as _tree, wheels as _wheels
 
@@ -35,7 +36,9 @@ JAX_RPATH = [f"$ORIGIN/../nvidia/{d}/lib" for d in ("cuda_cupti", "nvjitlink", "
 def _run(run_cli, root: Path, *extra: str) -> Dict[str, dict]:
     r = run_cli("run", "--sysroot", str(root), "--json", "-", "--fail-on", "never", *extra, timeout=300)
     assert r.returncode == 0, r.stderr
-    return {f["id"]: f for f in json.loads(r.stdout)["findings"]}
+    report = json.loads(r.stdout)
+    assert disagreements(report) == []  # the checks of loading, the one model and the stack agree
+    return {f["id"]: f for f in report["findings"]}
 
 
 def test_dlami_newer_same_major_cuda_on_ld_library_path_has_no_failing_finding(run_cli, tmp_path):

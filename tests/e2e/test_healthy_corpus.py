@@ -23,6 +23,7 @@ from typing import Any, Dict
 import pytest
 
 import healthy
+from agreement import disagreements
 from conftest import FIXTURES, build_tree
 
 CORPUS = FIXTURES / "healthy"
@@ -96,6 +97,7 @@ def test_a_healthy_machine_is_green(run_cli, tmp_path, name, mode):
     stale = sorted(set(listed) - set(bad))
     assert stale == [], f"{name}: listed in tests/fixtures/healthy/{name}.json but no longer fires"
     assert result.returncode == (1 if bad else 0), result.stderr
+    assert disagreements(report) == []  # the checks of loading, the one model and the stack agree
     assert report["probe_errors"] == [] or all(e["probe"] in ("nvml", "ebs") for e in report["probe_errors"]), \
         report["probe_errors"]
 

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
+from agreement import disagreements
 from elfkit import dist_info, dlami, write_elf
 from dl_doctor.reports import stack
 
@@ -99,34 +100,6 @@ def _torch_loads(report: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
 
 def _findings(report: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     return {f["id"]: f for f in report["findings"]}
-
-def disagreements(report: Dict[str, Any]) -> List[str]:
-    """Where a check of loading and the model, or the stack view and a finding, disagree about a library file."""
-    out: List[str] = []
-    loaded = {lib["path"]: lib for e in report["loading"]["environments"] for c in e["consumers"]
-              for lib in c["libraries"]}
-    model = stack.build(report)
-    rows = {row["path"]: row for e in model["environments"] for fw in e["frameworks"] for row in fw["libraries"]
-            if row.get("path")}
-    for f in report["findings"]:
-        if not f["id"].startswith(("DLD-PY-004", "DLD-PY-011", "DLD-PY-012", "DLD-PY-013")):
-            continue
-        # what the finding says is wrong: its message, or its evidence's problems (not the notes it passes on)
-        ev = f.get("evidence") or {}
-        text = f["message"] if "problems" not in ev else json.dumps(ev["problems"])
-        for path, lib in loaded.items():
-            named = path in text
-            if f["status"] in ("fail", "warn") and named and rows.get(path, {}).get("state") in ("ok", "other"):
-                out.append(f"the stack marks {path} as fine under {f['id']} {f['status']}")
-            if f["status"] == "fail" and named and lib.get("verdict") in ("own", "serves") and \
-                    f["id"].startswith(("DLD-PY-004", "DLD-PY-012")):
-                out.append(f"{f['id']} fails {path}, which the model says serves")
-        if f["id"] in ("DLD-PY-004", "DLD-PY-012") and f["status"] == "pass":
-            bad = [p for p, lib in loaded.items() if lib.get("verdict") == "fails"
-                   and (lib.get("rule") == "cuda-major") == (f["id"] == "DLD-PY-012")]
-            if bad:
-                out.append(f"{f['id']} passes while the model says {bad} do not serve the build")
-    return out
 
 def test_a_dlami_with_nvtx_numbering_and_torch_preloading_its_own_nvjitlink_is_green(run_cli, tmp_path):
     """The issue's false failures on 995d55c: DLD-PY-012 compared libnvToolsExt.so.1.0.0 (NVTX's numbering) with the
