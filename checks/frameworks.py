@@ -19,8 +19,6 @@ def _envs(facts: Facts) -> List[Dict[str, Any]]:
 _consumers = consumers_with_loading
 
 
-DRIVER = loading.DRIVER_LIBRARIES
-
 
 def needs_consumers(facts: Facts) -> Optional[str]:
     if not facts.has("python_envs"):

@@ -133,6 +133,9 @@ class RecordedView:
         o = self.owners.get(path)
         return (str(o[0]), str(o[1])) if isinstance(o, list) and len(o) == 2 else None
 
+    def note_search(self, name: str) -> None:
+        """(the recording view notes each name; a replay has them already)"""
+
     def was_searched(self, name: str) -> bool:
         return self.searched is None or name in self.searched
 
@@ -231,9 +234,8 @@ class Loader:
         replaying facts that never searched for this name."""
         if "/" in name:
             return (name if self._usable(name) else None), "path"
-        if hasattr(self.view, "note_search"):
-            self.view.note_search(name)
-        elif not self.view.was_searched(name):
+        self.view.note_search(name)
+        if not self.view.was_searched(name):
             self.unrecorded.append(name)
             return None, "unrecorded"
         dyn = self.view.dynamic(requester) if requester else None
@@ -496,9 +498,8 @@ def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], 
             lib["env_copy"] = {"path": own, "version": own_version, "version_source": own_how,
                                "wheel": own_owner[0] if own_owner else None,
                                "wheel_version": own_owner[1] if own_owner else None}
-        if obj.via.startswith(("LD_LIBRARY_PATH", "ld.so.cache", "default")) or obj.via.startswith("RPATH") \
-                or obj.via.startswith("RUNPATH") or obj.via.startswith("dlopen ("):
-            lib["searched"] = proc.loader.search_order(obj.requested_by)[:24]
+        if not obj.via.startswith(("preloaded by", "loaded with", "dlopen (libtorch", "import torch")):
+            lib["searched"] = proc.loader.search_order(obj.requested_by)[:24]  # it was found by the search
         libraries.append(lib)
     missing = []
     seen = set()

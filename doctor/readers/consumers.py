@@ -2,10 +2,10 @@
 
 A *consumer* is an installed distribution whose ELF objects need CUDA libraries (DT_NEEDED), or that opens them by
 name at run time (dlopen, known from the matrix's ``consumer`` table). For each one this module finds its objects
-(from the distribution's ``RECORD``), reads their dynamic sections once per run, and simulates the loader from each
-object as glibc would (its RPATH/RUNPATH, LD_LIBRARY_PATH, ld.so.cache, defaults), after the preloading the
-framework itself does (torch, jax and CuPy load nvidia-* wheel libraries by absolute path; onnxruntime only when
-``preload_dlls()`` is called). What it was built for comes from its own files (``build_info`` in the matrix), its
+(from the distribution's ``RECORD``) and reads their dynamic sections once per run; the search for their libraries
+(glibc's order, after the framework's own preloading) is dl_doctor.facts.loading's, run here over the live files
+through a recording view so that the facts carry every input it read (``loader``) and the judging side replays it.
+What it was built for comes from its own files (``build_info`` in the matrix), its
 name (``-cu12``, ``-cuda12x``, ``cuda12-plugin``), its local version (``+cu121``) or the sonames it needs.
 
 Nothing here imports or runs anything: it reads files through the Host, so it works under --sysroot. --deep
