@@ -295,11 +295,14 @@ def library_shadowed(facts: Facts, matrix) -> Result:
     fix = Fix("Let the environment's own CUDA libraries load: keep other CUDA directories off LD_LIBRARY_PATH.",
               ("echo $LD_LIBRARY_PATH", "unset LD_LIBRARY_PATH   # or drop the /usr/local/cuda*/lib64 entries from it",
                *uninstall))
+    side_by_side = ("; CUDA library wheels of two CUDA majors side by side: " + "; ".join(mixed)) if mixed else ""
     if failing:
-        return fail("; ".join(failing + older), evidence, fix, headline=first_heading(heads, len(failing + older)))
+        return fail("; ".join(failing + older) + side_by_side, evidence, fix,
+                    headline=first_heading(heads, len(failing + older)))
     if older:
         return warn("an older copy than the environment's own loads (it may lack symbols the build uses; --deep "
-                    "loads it for real): " + "; ".join(older), evidence, fix, headline=first_heading(heads))
+                    "loads it for real): " + "; ".join(older) + side_by_side, evidence, fix,
+                    headline=first_heading(heads))
     if not checked:
         return skip("no CUDA library of a consumer here was resolved", **evidence)
     message = f"every CUDA library that loads serves its framework's build ({len(set(checked))} checked)"

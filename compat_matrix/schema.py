@@ -111,7 +111,8 @@ TABLES: Dict[str, Table] = {
         "name": "str", "sonames": ("list", "str"), "numbering": ("list", ("enum", ("wheel", "file", "header"))),
         "rule": ("enum", ("not-older", "soname", "cudnn-minor")), "needed_minor_by": ("list", "str")},
         ("name", "sonames", "numbering", "rule")),
-    "cause": Table(("id",), {"id": "str", "summary": "str", "checks": ("list", "str"), "fix": "str"},
+    "cause": Table(("id",), {"id": "str", "summary": "str", "checks": ("list", "str"), "fix": "str",
+                             "confirmed_when": ("map", ("list", "signature_pattern"))},
                    ("id", "summary", "fix")),
     "signature": Table(("id",), {
         "id": "str", "where": ("list", ("enum", ("kernel-log", "journal", "app", "nccl"))),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 GAP = 400
 MAX_FIRST_HITS = 2000  # occurrences of a pattern's first literal tried per text
@@ -46,6 +46,21 @@ class Pattern:
             at = hay.find(first, at + 1)
             tries += 1
         return None
+
+    def finditer(self, hay: str, limit: int = MAX_FIRST_HITS) -> Iterator[Tuple[int, int]]:
+        """Every non-overlapping match in ``hay`` (lower-cased), in order; at most ``limit`` occurrences of the first
+        literal are tried, so a text of near-misses costs what :meth:`search` costs."""
+        first = self.items[0][1]
+        at = hay.find(first)
+        tries = 0
+        while at >= 0 and tries < limit:
+            end = self._rest(hay, at + len(first))
+            tries += 1
+            if end is not None:
+                yield at, end
+                at = hay.find(first, max(end, at + 1))
+            else:
+                at = hay.find(first, at + 1)
 
     def _rest(self, hay: str, pos: int) -> Optional[int]:
         gap = False
@@ -146,13 +161,49 @@ def match(text: str, signatures: Iterable[Dict[str, Any]]) -> List[Match]:
     return out
 
 
+def _finding_text(f: Dict[str, Any]) -> str:
+    fix = f.get("fix") if isinstance(f.get("fix"), dict) else {}
+    return " ".join(str(x) for x in (f.get("message"), f.get("headline"), (fix or {}).get("summary")) if x)[:4000]
+
+
+def _condition_holds(cause: Dict[str, Any], finding: Dict[str, Any]) -> Optional[bool]:
+    """A cause's ``confirmed_when`` for this finding's check: True (a pattern is in the finding's message, headline
+    or fix), False (the cause names patterns and none is there: the check failed for another reason), None (the
+    cause names no condition for this check: any failure of it counts)."""
+    when = cause.get("confirmed_when") or {}
+    patterns = when.get(finding.get("id")) if isinstance(when, dict) else None
+    if not patterns:
+        return None
+    hay = _finding_text(finding).lower()
+    return any(compile_pattern(p).search(hay) is not None for p in patterns)
+
+
+def _fix_of(finding: Dict[str, Any]) -> Optional[Tuple[str, List[str]]]:
+    fix = finding.get("fix")
+    if isinstance(fix, dict) and isinstance(fix.get("summary"), str) and fix["summary"].strip():
+        commands = [c for c in fix.get("commands") or [] if isinstance(c, str)][:12]
+        return fix["summary"], commands
+    return None
+
+
+WEIGHT = {"confirmed": 0, "likely": 1, "possible": 2, "unlikely": 3}
+
+
 def rank(matches: Sequence[Match], causes: Dict[str, Dict[str, Any]],
          findings: Optional[Dict[str, Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
-    """The candidate causes of ``matches``, most likely first.
+    """The candidate causes of ``matches``, most likely first (docs/why.md, "Verdicts").
 
-    From the text alone: the most specific matching signature first, then each signature's own order. With
-    ``findings`` (check id -> finding): a cause one of whose deciding checks fails or warns is *confirmed* and comes
-    first (more confirming checks first); one whose deciding checks ran and all passed is *ruled out* (by what they found) and comes last."""
+    From the text alone every cause is *possible*: the most specific matching signature first, then each signature's
+    own order. With ``findings`` (check id -> finding):
+
+    - a cause one of whose deciding checks fails (and, where the cause names a ``confirmed_when`` condition for that
+      check, the finding says so) is a candidate for *confirmed*; one whose checks only warn is *likely*;
+    - two causes are never both confirmed on the same evidence: where the same failures decide several candidates,
+      the one whose condition the finding meets, or that more failing checks (and fewer passing ones) point at,
+      is confirmed; candidates the evidence cannot tell apart are all *likely*, each naming the others;
+    - a cause is *unlikely* only when a deciding check ran and passed and none failed or warned;
+    - where a finding decides a cause, its fix (rendered for the machine inspected) replaces the cause's template.
+    """
     scored: Dict[str, Dict[str, Any]] = {}
     for mi, m in enumerate(matches):
         for ci, cid in enumerate(m.signature.get("causes") or []):
@@ -163,17 +214,62 @@ def rank(matches: Sequence[Match], causes: Dict[str, Dict[str, Any]],
                            "checks": list(cause.get("checks") or []), "signature": m.signature["id"],
                            "order": (mi, ci), "evidence": [], "verdict": "possible"}
     if findings is not None:
-        for c in scored.values():
+        support: Dict[str, Tuple[frozenset, frozenset, bool]] = {}
+        for cid, c in scored.items():
+            cause = causes[cid]
             ran = [findings[k] for k in c["checks"] if k in findings]
-            bad = [f for f in ran if f.get("status") in ("fail", "warn", "error")]
+            failing, conditioned, other_reason = set(), False, []
+            for f in ran:
+                if f.get("status") not in ("fail", "warn", "error"):
+                    continue
+                holds = _condition_holds(cause, f)
+                if holds is False:
+                    other_reason.append(f)
+                    continue
+                conditioned = conditioned or holds is True
+                failing.add(f["id"])
+            passing = frozenset(f["id"] for f in ran if f.get("status") == "pass")
+            bad = [findings[k] for k in sorted(failing)]
             if bad:
-                c["verdict"] = "confirmed" if any(f.get("status") == "fail" for f in bad) else "likely"
-                c["evidence"] = [f"{f['id']} {f['status']}: {f.get('message', '')[:300]}" for f in bad]
-            elif ran and all(f.get("status") == "pass" for f in ran):
+                hard = any(f.get("status") == "fail" for f in bad)
+                c["verdict"] = "confirmed" if hard else "likely"
+                c["evidence"] = [f"{f['id']} {f['status']}: {str(f.get('message', ''))[:300]}" for f in bad]
+                fix = next((x for x in (_fix_of(f) for f in bad if f.get("status") == "fail") if x), None) \
+                    or next((x for x in (_fix_of(f) for f in bad) if x), None)
+                if fix:
+                    c["fix"], c["commands"] = fix[0], fix[1]
+                    c["fix_from"] = next(f["id"] for f in bad if _fix_of(f) == fix)
+                if hard:
+                    support[cid] = (frozenset(k for k in failing if findings[k].get("status") == "fail"), passing,
+                                    conditioned)
+            elif other_reason:
+                c["evidence"] = [f"{f['id']} {f['status']} for another reason: {str(f.get('message', ''))[:200]}"
+                                 for f in other_reason]
+            elif ran and passing and all(f.get("status") in ("pass", "skip", "info") for f in ran):
                 c["verdict"] = "unlikely"
-                c["evidence"] = [f"{f['id']} pass: {f.get('message', '')[:200]}" for f in ran]
-    weight = {"confirmed": 0, "likely": 1, "possible": 2, "unlikely": 3}
+                c["evidence"] = [f"{f['id']} pass: {str(f.get('message', ''))[:200]}" for f in ran
+                                 if f.get("status") == "pass"]
+        # the same failing evidence confirms one cause at most
+        for cid, (fails, passes, cond) in support.items():
+            rivals = [o for o, (f2, p2, c2) in support.items() if o != cid and f2 & fails]
+            beaten_by = [o for o in rivals if _beats(support[o], (fails, passes, cond))]
+            tied = [o for o in rivals if not _beats((fails, passes, cond), support[o])
+                    and not _beats(support[o], (fails, passes, cond))]
+            if beaten_by or tied:
+                scored[cid]["verdict"] = "likely"
+                if tied:
+                    scored[cid]["ambiguous_with"] = sorted(tied)
     # among causes the evidence confirms, the one more of whose deciding checks found it comes first (a version
     # mismatch that both the fabric manager check and the unit's journal show, before 'not running' alone)
-    return sorted(scored.values(), key=lambda c: (weight[c["verdict"]], -len(c["evidence"])
+    return sorted(scored.values(), key=lambda c: (WEIGHT[c["verdict"]], -len(c["evidence"])
                                                   if c["verdict"] in ("confirmed", "likely") else 0, c["order"]))
+
+
+def _beats(a: Tuple[frozenset, frozenset, bool], b: Tuple[frozenset, frozenset, bool]) -> bool:
+    """Evidence ``a`` points at its cause more than ``b`` at its own: a condition the finding meets against none;
+    else more failing checks (a strict superset). A passing check does not tell two causes apart (a cause that lists
+    more checks would lose for being careful)."""
+    (fa, _pa, ca), (fb, _pb, cb) = a, b
+    if ca != cb:
+        return ca
+    return fa > fb

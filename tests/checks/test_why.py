@@ -164,9 +164,21 @@ def test_why_on_a_kernel_update_tree_puts_the_missing_module_first(run_cli, tree
     del spec["sys/module/nvidia/version"]
     spec[f"boot/vmlinuz-{new_k}"] = ""
     spec[f"lib/modules/{new_k}/modules.dep"] = ""
-    causes = _why_tree(run_cli, tree(spec), "modprobe: FATAL: Module nvidia not found in directory /lib/modules/"
-                       + new_k)
-    assert causes[0]["id"] == "module-missing-for-kernel" and causes[0]["verdict"] == "confirmed"
+    text = "modprobe: FATAL: Module nvidia not found in directory /lib/modules/" + new_k
+    # the DKMS-installed p4d: DKMS did not build the module for the new kernel, and the finding says so; the general
+    # 'no module for the running kernel' is the same failure, so it is not confirmed a second time
+    causes = _why_tree(run_cli, tree(spec), text)
+    assert causes[0]["id"] == "dkms-build-failed" and causes[0]["verdict"] == "confirmed", causes[:2]
+    assert [c["id"] for c in causes if c["verdict"] == "confirmed"] == ["dkms-build-failed"]
+    assert {c["id"]: c["verdict"] for c in causes}["module-missing-for-kernel"] == "likely"
+    # the reference case itself (fc_kernel_update_module_missing): a .run install without DKMS
+    for key in [k for k in spec if "dkms" in k or "nvidia-driver.module" in k]:
+        del spec[key]
+    spec["usr/bin/nvidia-uninstall"] = "#!/bin/sh\n"
+    causes = _why_tree(run_cli, tree(spec, "runfile"), text)
+    assert causes[0]["id"] == "module-missing-for-kernel" and causes[0]["verdict"] == "confirmed", causes[:2]
+    assert [c["id"] for c in causes if c["verdict"] == "confirmed"] == ["module-missing-for-kernel"]
+    assert "--dkms" in " ".join(causes[0]["commands"])  # the fix run gives for this machine, not the template
 
 
 def test_why_on_the_dlami_tree_with_an_older_cudnn(run_cli, tmp_path):
