@@ -604,44 +604,78 @@ def read_why_input(text: Optional[str], log: Optional[str]) -> str:
 
 
 def why(text: str, *, report: Optional[str] = None, collect: Optional[CollectOptions] = None,
-        evidence: bool = True) -> Dict[str, Any]:
-    """Match ``text`` against the signature base and rank the candidate causes: from the text alone, or against a
-    report someone sent (``report``), or against this machine (``collect``: the facts, then only the checks that
-    decide between the candidate causes)."""
-    from dl_doctor.compat_matrix.signatures import match, rank
+        evidence: bool = True, log: bool = False) -> Dict[str, Any]:
+    """Match ``text`` against everything ``why`` knows (the signature base, the status-code catalogs, the Xid table),
+    pull out the objects it names, and rank the candidate causes: from the text alone, or against a report someone
+    sent (``report``), or against this machine or a tree (``collect``: the facts and every check). ``log``: the text
+    is a whole log, read as one (every distinct match counted, ranked by severity, then recency). docs/why.md."""
+    from dl_doctor.compat_matrix.signatures import Match, compile_pattern, match, rank
+    from dl_doctor.judge import why as w
 
     matrix = load_matrix(())
-    matches = match(text, matrix.signatures())
-    causes = matrix.causes()
-    out: Dict[str, Any] = {"matched": [{"signature": m.signature["id"], "pattern": m.pattern.text, "line": m.excerpt,
-                                        "meaning": m.signature["meaning"]} for m in matches],
-                           "evidence_from": None, "causes": []}
-    if not matches:
-        return out
-    findings: Optional[Dict[str, Dict[str, Any]]] = None
-    deciding = sorted({k for m in matches for cid in m.signature["causes"] for k in (causes.get(cid) or {}).get("checks", [])})
+    signatures, causes = w.base(matrix)
+    events: List[Dict[str, Any]] = []
+    if log:
+        events = w.log_events(text, signatures, matrix)
+        matches = [Match(e["_sig"], compile_pattern((e["_sig"].get("patterns") or ["xid"])[0]),
+                         e["lines"][0]["text"].strip()) for e in events]
+    else:
+        matches = w.xid_matches(text, matrix) + match(text, signatures)
+    for m in matches:
+        xid = m.signature.get("xid")
+        if xid:
+            causes[f"xid-{xid['code']}"] = w.xid_cause(xid["code"], matrix.xid(xid["code"]))
+    codes = [dict(m.signature["code"], catalog=m.signature["code"].get("catalog")) for m in matches
+             if isinstance(m.signature.get("code"), dict)]
+    scope = "\n".join(m.excerpt for m in matches) if matches else text[-65536:]
+    found = w.entities(scope, codes)
+    out: Dict[str, Any] = {
+        "matched": [{"signature": m.signature["id"], "pattern": m.pattern.text,
+                     "line": m.excerpt, "meaning": m.signature["meaning"],
+                     "severity": m.signature.get("severity"),
+                     **({"code": m.signature["code"]} if m.signature.get("code") else {}),
+                     **({"xid": m.signature["xid"]} if m.signature.get("xid") else {})} for m in matches],
+        "entities": found, "machine": [], "evidence_from": None, "causes": [], "related": [], "nearest": []}
+    if log:
+        out["events"] = [w.public_event(e) for e in events]
+    facts: Optional[Dict[str, Any]] = None
+    found_findings: Optional[List[Dict[str, Any]]] = None
     if report:
-        _snapshot, found = snapshot_and_findings(report)
-        findings = {f["id"]: f for f in found if f.get("id") in deciding}
+        snapshot, found_findings = snapshot_and_findings(report)
+        facts = snapshot.get("facts") if isinstance(snapshot.get("facts"), dict) else snapshot
         out["evidence_from"] = report
-    elif evidence and collect is not None and deciding:
-        from dl_doctor.engine import evaluate
-
-        reg = registry()
-        checks = [c for c in reg.checks if c.id in deciding]
-        # every probe: a check's preconditions read facts beyond its requires= (is there an NVIDIA GPU at all?)
-        reg_probes = list(reg.probes)
+    elif evidence and collect is not None:
         from dl_doctor.engine import collect as run_probes
+        from dl_doctor.engine import evaluate
         from dl_doctor.host import Host
 
+        reg = registry()
         try:
             host = Host(sysroot=collect.host_root or collect.sysroot, live_kernel=bool(collect.host_root),
                         command_timeout=collect.timeout, run_as_owner=collect.run_as_owner)
         except NotADirectoryError as exc:
             raise InputProblem(str(exc))
-        snapshot = run_probes(reg_probes, host, collect.probe_options(), timeout=collect.timeout, matrix=matrix)
-        findings = {f.id: f.to_dict() for f in evaluate(snapshot, checks, matrix)}
+        # every probe and every check: a cause's deciding checks read facts beyond their requires=, and a text
+        # that matches nothing is answered with the machine's own findings
+        snapshot_obj = run_probes(list(reg.probes), host, collect.probe_options(), timeout=collect.timeout,
+                                  matrix=matrix)
+        found_findings = [f.to_dict() for f in evaluate(snapshot_obj, reg.checks, matrix)]
+        facts = snapshot_obj.get("facts") if isinstance(snapshot_obj.get("facts"), dict) else None
         out["evidence_from"] = collect.sysroot or "this machine"
-        out["checks_run"] = sorted(findings)
-    out["causes"] = rank(matches, causes, findings)
+        out["checks_run"] = sorted(f["id"] for f in found_findings)
+    findings = {f["id"]: f for f in found_findings} if found_findings is not None else None
+    if facts is not None:
+        from dl_doctor.facts.loading import model as loading_model
+
+        try:
+            loading = loading_model(facts, matrix)
+        except Exception:  # noqa: BLE001 - a facts file the model cannot read costs the loading answers only
+            loading = {}
+        out["machine"] = w.ask(found, facts, loading, matrix)
+    if matches:
+        out["causes"] = rank(matches, causes, findings)
+    elif found_findings is not None:
+        out["related"] = w.related_findings(text, found, found_findings)
+    else:
+        out["nearest"] = w.nearest_signatures(text, signatures, causes)
     return out

@@ -271,3 +271,80 @@ def test_why_no_device_with_cuda_visible_devices_naming_a_missing_gpu(run_cli, t
                                             "no CUDA-capable device is detected")
     assert causes[0]["id"] == "cuda-visible-devices-invalid" and causes[0]["verdict"] == "confirmed", \
         [(c["id"], c["verdict"]) for c in causes]
+
+
+# -- the objects the text names, asked of the machine; no dead ends; a log as a whole ------------------------------------
+
+XID48 = ("Nov 30 10:05:00 gpu1 kernel: NVRM: Xid (PCI:0000:10:1c): 48, pid=4242, name=python, An uncorrectable double "
+         "bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.")
+KBOOT = ["Nov 30 08:00:00 gpu1 kernel: Linux version 4.18.0-477.10.1.el8_8.x86_64 (mockbuild@x86-vm-07)",
+         "Nov 30 08:00:09 gpu1 kernel: NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 2023"]
+
+
+def test_an_xid_line_on_the_machine_that_logged_it_is_confirmed_and_names_its_gpu(run_cli, tree):
+    """failure class 'uncorrectable ECC' (Xid 48): the p4d tree whose kern.log holds this boot's Xid 48 on 10:1c."""
+    import machines
+
+    spec = machines.p4d_rhel8_healthy()
+    spec["var/log/messages"] = "\n".join(KBOOT + [XID48, XID48.replace("10:05:00", "10:05:02")]) + "\n"
+    r = run_cli("why", "--json", "--sysroot", str(tree(spec)), XID48, timeout=300)
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert out["matched"][0]["signature"] == "xid-48" and out["matched"][0]["xid"]["points_at"]
+    top = out["causes"][0]
+    assert top["id"] == "xid-48" and top["verdict"] == "confirmed", out["causes"][:2]
+    assert any("DLD-GPU-008 fail" in e and "Xid 48 x2" in e for e in top["evidence"])
+    (xid,) = [a for a in out["machine"] if a["entity"]["kind"] == "xid"]
+    said = "\n".join(xid["answers"])
+    assert "the GPU at 0000:10:1c.0" in said and "holds Xid 48 on 0000:10:1c.0 2 time(s)" in said
+    # the same line on a machine whose log holds no such Xid: the event is not this machine's; nothing confirmed
+    spec["var/log/messages"] = "\n".join(KBOOT) + "\n"
+    r = run_cli("why", "--json", "--sysroot", str(tree(spec, "clean")), XID48, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["causes"][0]["id"] == "xid-48" and out["causes"][0]["verdict"] != "confirmed"
+    assert any("holds no Xid 48" in a for x in out["machine"] for a in x["answers"])
+
+
+def test_a_text_that_matches_nothing_gets_the_reports_failing_findings_ranked(run_cli, tmp_path):
+    """--report: no signature, but the report's findings are right there; the one that bears on the text first."""
+    tree = tmp_path / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc/os-release").write_text('ID=ubuntu\nVERSION_ID="22.04"\n')
+    r = run_cli("run", "--sysroot", str(tree), "--json", "-", "--fail-on", "never")
+    report = json.loads(r.stdout)
+    report["findings"] = [f for f in report["findings"] if f["id"] not in ("DLD-MEM-001", "DLD-DISK-001")] + [
+        {"id": "DLD-MEM-001", "status": "fail", "message": "/dev/shm is 64 MB: DataLoader workers share tensors there",
+         "title": "/dev/shm", "evidence": {}},
+        {"id": "DLD-DISK-001", "status": "warn", "message": "/ is 93% full", "title": "disk space", "evidence": {}}]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    r = run_cli("why", "--json", "--report", str(path), "my job hangs when the dataloader workers start")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["matched"] == [] and out["causes"] == []
+    assert [x["id"] for x in out["related"]][:2] == ["DLD-MEM-001", "DLD-DISK-001"], out["related"]
+    assert "dataloader" in out["related"][0]["shared"] or "workers" in out["related"][0]["shared"]
+    r = run_cli("why", "--report", str(path), "my job hangs when the dataloader workers start")
+    assert r.returncode == 0 and "may bear on it" in r.stdout and "1. [fail] DLD-MEM-001: /dev/shm is 64 MB" in r.stdout
+    r = run_cli("why", "--text-only", "nvidia-smi couldn't talk to the nvidia driver kernel module")
+    assert r.returncode == 0 and "possibly nvidia-smi-no-driver" in r.stdout
+
+
+def test_why_log_ranks_by_severity_then_recency_with_counts_and_times(run_cli, tmp_path):
+    log = tmp_path / "dmesg.txt"
+    log.write_text("\n".join([
+        "[   12.000002] nvidia: module verification failed: signature and/or required key missing - tainting kernel",
+        "[ 4242.500000] " + XID48.split("kernel: ", 1)[1],
+        "[ 4242.600000] " + XID48.split("kernel: ", 1)[1],
+        "[ 4300.000000] " + XID48.split("kernel: ", 1)[1]]) + "\n")
+    r = run_cli("why", "--text-only", "--json", "--log", str(log))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    first = out["events"][0]
+    assert {k: first[k] for k in ("signature", "severity", "count", "first", "last")} == {
+        "signature": "xid-48", "severity": "fail", "count": 3, "first": 4242.5, "last": 4300.0}
+    assert out["causes"][0]["id"] == "xid-48"
+    r = run_cli("why", "--text-only", "--log", str(log))
+    assert r.returncode == 0 and "fail x3     xid-48 on 0000:10:1c.0 [4242.5 s after boot .. 4300.0 s after boot]" \
+        in r.stdout, r.stdout
