@@ -140,11 +140,29 @@ class Match:
     excerpt: str
 
 
+def gated_in(sig: Dict[str, Any], hay: str, seen: Dict[str, bool]) -> bool:
+    """A signature's ``gate`` (literals, lower case) is a cheap test before its patterns are tried: a catalog of a
+    thousand status codes is searched only in a text that holds one of its family's words (``cudnn_status_``,
+    ``cuda error``). No gate: always tried."""
+    gate = sig.get("gate")
+    if not gate:
+        return True
+    for word in gate:
+        if word not in seen:
+            seen[word] = word in hay
+        if seen[word]:
+            return True
+    return False
+
+
 def match(text: str, signatures: Iterable[Dict[str, Any]]) -> List[Match]:
     """Every signature with a pattern in ``text``, the most specific first."""
     hay = text[-MAX_TEXT:].lower()
     out: List[Match] = []
+    gates: Dict[str, bool] = {}
     for sig in signatures:
+        if not gated_in(sig, hay, gates):
+            continue
         best: Optional[Tuple[Pattern, Tuple[int, int]]] = None
         for raw in sig.get("patterns") or []:
             pattern = compile_pattern(raw)

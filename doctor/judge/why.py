@@ -25,7 +25,7 @@ import json
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from dl_doctor.compat_matrix.signatures import MAX_TEXT, Match, compile_pattern
+from dl_doctor.compat_matrix.signatures import MAX_TEXT, Match, compile_pattern, gated_in
 
 MAX_LINE = 2000          # a line is read (for entities and times) up to this many characters
 MAX_LINES_SAMPLE = 5     # lines kept per event
@@ -469,8 +469,9 @@ def log_events(text: str, signatures: Sequence[Mapping[str, Any]], matrix: Any) 
         if len(ev["lines"]) < MAX_LINES_SAMPLE and all(x["n"] != n + 1 for x in ev["lines"]):
             ev["lines"].append({"n": n + 1, "text": lines[n][:300]})
 
+    gates: Dict[str, bool] = {}
     for sig in signatures:
-        if sig.get("id", "").startswith("xid-") and not sig.get("patterns"):
+        if not sig.get("patterns") or not gated_in(sig, hay, gates):
             continue
         best: Dict[int, int] = {}
         spec = 0
