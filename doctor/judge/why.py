@@ -118,10 +118,9 @@ _NO_MODULE = re.compile(r"No module named '([A-Za-z_][A-Za-z0-9_.]{0,127})'")
 _PIP_NO_DIST = re.compile(r"No matching distribution found for ([A-Za-z0-9][A-Za-z0-9_.\-]{0,127})"
                           r"(?:\s*(?:==|>=|<=|~=|!=|<|>)\s*([A-Za-z0-9_.*+!-]{1,64}))?")
 _PATH = re.compile(r"(?<![\w.:/-])(/(?:[A-Za-z0-9_.+@-]{1,255}/){1,32}[A-Za-z0-9_.+@-]{1,255})")
-_VERSION_PAIR = re.compile(
-    r"(cuDNN|CuDNN|cudnn|NCCL|nccl|CUDA|cuda|NumPy|numpy|cuBLAS|cublas)\b[^\n]{0,80}?"
-    r"(?:compiled|built) (?:against|with)[^\n0-9]{0,40}?\(?(\d{1,3}(?:[., ]+\d{1,4}){0,3})\)?[^\n0-9]{0,60}?"
-    r"(?:linked against|runtime|loaded|but)[^\n0-9]{0,40}?\(?(\d{1,3}(?:[., ]+\d{1,4}){0,3})\)?")
+_VERSION_PAIR = re.compile(r"compiled against \(?(\d{1,3}(?:[., ]{1,2}\d{1,4}){0,3})\)? but linked against "
+                           r"\(?(\d{1,3}(?:[., ]{1,2}\d{1,4}){0,3})\)?")
+_NUMPY_ABI = re.compile(r"compiled using NumPy (\d{1,2}\.[0-9x]{1,4}) cannot be run in\s{1,4}NumPy (\d{1,2}(?:\.\d{1,4}){0,3})")
 _LOADED_RUNTIME = re.compile(
     r"Loaded runtime (CuDNN|cuDNN|NCCL|CUDA) library: (\d{1,3}(?:\.\d{1,4}){0,3})"
     r"[^\n0-9]{0,60}?compiled with: (\d{1,3}(?:\.\d{1,4}){0,3})")
@@ -158,7 +157,11 @@ def entities(text: str, codes: Iterable[Mapping[str, Any]] = ()) -> List[Dict[st
         for m in _LOADED_RUNTIME.finditer(line):
             add("versions", m.group(1).lower(), loaded=_dotted(m.group(2)), built=_dotted(m.group(3)))
         for m in _VERSION_PAIR.finditer(line):
-            add("versions", m.group(1).lower(), built=_dotted(m.group(2)), loaded=_dotted(m.group(3)))
+            low = line[:m.start()].lower()
+            lib = next((k for k in ("cudnn", "nccl", "cublas", "numpy", "cuda") if k in low), "library")
+            add("versions", lib, built=_dotted(m.group(1)), loaded=_dotted(m.group(2)))
+        for m in _NUMPY_ABI.finditer(line):
+            add("versions", "numpy", built=m.group(1), loaded=m.group(2))
         for m in _SONAME.finditer(line):
             add("soname", m.group(1))
         for m in _ARCH.finditer(line):
