@@ -197,3 +197,22 @@ def test_an_unattributed_code_reads_as_unknown_not_as_missing():
     f = _gpu008(143)
     assert f.status.value == "fail" and "GPU Initialization Error, unknown" in f.message, f.message
     assert "not in dl-doctor's Xid table" not in f.message
+
+
+# -- the tool that rebuilds the fixture ---------------------------------------------------------------------------
+
+def test_the_fixture_tool_reads_defines_not_aliases_or_markers():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_xid_source_codes",
+                                                  FIXTURES.parent / "tools" / "make_xid_source_codes.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    header = ("#define ROBUST_CHANNEL_GR_EXCEPTION   (13)\n#define INFOROM_PAGE_RETIREMENT_EVENT (63)\n"
+              "#define INFOROM_DRAM_RETIREMENT_EVENT INFOROM_PAGE_RETIREMENT_EVENT\n"
+              "#define PCIE_CORRECTABLE_ERROR_FAULT  (176) \n#define ROBUST_CHANNEL_LAST_ERROR     (176)\n"
+              "#define ROBUST_CHANNEL_ERROR_RECOVERY_LEVEL_FATAL (2)\n")
+    assert tool.codes(header) == {13: "ROBUST_CHANNEL_GR_EXCEPTION", 63: "INFOROM_PAGE_RETIREMENT_EVENT",
+                                  176: "PCIE_CORRECTABLE_ERROR_FAULT"}
+    # the committed fixture is in the tool's own format (one line per code)
+    assert tool.dump(SOURCE) == (FIXTURES / "xid_source_codes.json").read_text(encoding="utf-8")
