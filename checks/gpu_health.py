@@ -132,9 +132,10 @@ def remap_pending(facts: Facts) -> Result:
     what="""Reads NVRM Xid lines of the current boot from the kernel log and explains each code from the matrix's Xid
     table: what it means, whether it points at the application, the driver or the hardware, and what to do.""",
     why="""Xid events are the driver's record of GPU faults. Application Xids (13, 31, 43, and 45 after them) follow
-    an error in the program and pass with a note: the GPU and the driver are fine. Hardware Xids (48, 63, 64, 74, 79,
-    94, 95) and firmware Xids (62, 119, 120) mean the GPU needs a reset, a reboot or a replacement before it can be
-    trusted with a long run.""",
+    an error in the program and pass with a note: the GPU and the driver are fine; so do the informational ones
+    NVIDIA's Xid catalog says need no action (63 a row marked for remapping, 92, 154 ...). Hardware Xids (48, 64, 74,
+    79, 94, 95), firmware Xids (62, 119, 120) and codes the catalog does not attribute mean the GPU needs a reset, a
+    reboot or a replacement before it can be trusted with a long run.""",
     fix="""Act on the worst code: restart the application for application Xids; reset the GPU or reboot for
     firmware and ECC Xids; for Xid 79 (fallen off the bus) or repeated hardware Xids, move the instance to new
     hardware and open a support case.""",
@@ -181,6 +182,10 @@ def xid_errors(facts: Facts, matrix) -> Result:
         return fail(text, evidence, fix, headline=headline, remedy=remedy, drain=drain)
     # Only application and informational codes (NVIDIA's Xid catalog: 13, 31 and 43 follow a program's own error,
     # 45 the driver's clean-up after it): the GPU and the driver are fine, the program that hit them already failed.
+    if not any(r["kind"] == "application" or r["code"] == 45 for r in rows):
+        # informational codes alone (the catalog's IGNORE: 63, 92, 121, 154 ...): nothing the host must do now
+        return passed(f"{text}: only informational Xids, for which NVIDIA's Xid catalog gives no immediate action "
+                      f"(see the note per code)", evidence, fix)
     return passed(f"{text}: only application-level Xids, which follow an error in a program (the GPU stopped its "
                   f"work), not a GPU or driver fault; nothing to do on this host unless they recur across jobs with "
                   f"known-good code", evidence, fix)

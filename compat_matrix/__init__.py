@@ -537,8 +537,14 @@ class Matrix:
         return {e["id"]: e for e in self.entries("cause")}
 
     def xid(self, code: int) -> Optional[Dict[str, Any]]:
+        """An Xid code's entry (meaning, kind, points_at, action, NVIDIA's resolution bucket, remedy, drain) with
+        its source URLs; None for a code the table does not hold."""
         entry = self.tables["xid"].get((int(code),))
         return {**entry, "sources": self.source_urls(entry)} if entry else None
+
+    def xids(self) -> List[Dict[str, Any]]:
+        """Every Xid entry, by code (counted against the driver's nverror.h and NVIDIA's Xid catalog: docs/matrix.md)."""
+        return sorted(self.entries("xid"), key=lambda e: e["code"])
 
     # -- known issues --------------------------------------------------------------------
 

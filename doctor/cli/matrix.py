@@ -147,6 +147,34 @@ def matrix_instance(instance_type, as_json, overlays) -> int:
                               f"NVSwitch {'yes (nvidia-fabricmanager required)' if r['nvswitch'] else 'no'}"))
 
 
+@matrix_group.command("xid")
+@click.argument("code")
+@_query_options
+def matrix_xid(code, as_json, overlays) -> int:
+    """An NVIDIA Xid code: meaning, what it points at, NVIDIA's resolution bucket, the action."""
+    text = code.strip()
+    if not text.isdigit() or not 0 < int(text) < 10000:
+        raise InputProblem(f"'{code}' is not an Xid code (a number like 48)")
+
+    def human(r):
+        facts = [f"kind {r['kind']}"]
+        if r.get("points_at"):
+            facts.append(f"points at the {r['points_at']}")
+        if r.get("resolution"):
+            facts.append(f"NVIDIA: {r['resolution']}")
+        if r.get("remedy"):
+            facts.append(f"remedy {r['remedy']}" + (", drain" if r.get("drain") else ""))
+        if r.get("since"):
+            facts.append(f"defined since driver {r['since']}")
+        named = r["name"] if r.get("mnemonic") in (None, r["name"]) else f"{r['name']} ({r['mnemonic']})"
+        lines = [f"Xid {r['code']}: {named}; " + "; ".join(facts), r["action"]]
+        if r.get("unverified"):
+            lines.append(f"unverified: {', '.join(r['unverified'])}")
+        return "\n".join(lines)
+
+    return _answer("xid", text, overlays, as_json, lambda m: m.xid(int(text)), human)
+
+
 @matrix_group.command("validate")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
 def matrix_validate(files) -> int:
