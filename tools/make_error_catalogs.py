@@ -123,7 +123,7 @@ def parse_enum(text: str, name: str) -> List[Enumerator]:
     # split on commas outside comments; keep the comments to attach them
     pos = 0
     items: List[Tuple[str, str, str]] = []  # (code text, doc before, doc after)
-    code, before = "", ""
+    code, before, ahead = "", "", ""  # ahead: a doc comment written after this enumerator, before its comma
     for m in re.finditer(r"/\*.*?\*/|//[^\n]*|,", body, re.S):
         code += body[pos:m.start()]
         tok = m.group(0)
@@ -131,7 +131,7 @@ def parse_enum(text: str, name: str) -> List[Enumerator]:
         if tok == ",":
             if code.strip():  # (', name = 1' after a comment: the comment is the next one's)
                 items.append((code, before, ""))
-                code, before = "", ""
+                code, before, ahead = "", ahead, ""
             continue
         comment = tok
         if comment.startswith(("///<", "/**<", "//!<", "/*!<")):
@@ -141,10 +141,12 @@ def parse_enum(text: str, name: str) -> List[Enumerator]:
             elif items:
                 c, b, _ = items[-1]
                 items[-1] = (c, b, comment)
-        elif code.strip():
-            code += " "
-        else:
+        elif not code.strip():
             before = comment
+        elif comment.startswith(("/**", "/*!", "///", "//!")):
+            ahead = comment  # a doc comment documents what follows it
+        else:
+            code += " "  # a plain comment inside the enumerator ('= 2001 /* please transition */,')
     code += body[pos:]
     if code.strip():
         items.append((code, before, ""))
@@ -244,6 +246,7 @@ class Release:
     preload: Tuple[Tuple[Wheel, str], ...] = ()   # libraries of other wheels the library needs (loaded first)
     sentinels: Tuple[str, ...] = ()               # enumerators that are not codes (a count of the codes)
     kind: str = "c-enum"         # or "pynvml"
+    doc_strings: bool = False    # no string function anywhere in a wheel: the header's doc comment stands in
 
 
 CU11 = Wheel("nvidia-cuda-runtime-cu11", "11.8.89")
@@ -272,7 +275,7 @@ def _runtime(version: str, wheel: Wheel) -> Release:
 
 
 def _driver(version: str, wheel: Wheel) -> Release:
-    return Release(version, wheel, f"{_RT[wheel][0]}/include/cuda.h", "CUresult")
+    return Release(version, wheel, f"{_RT[wheel][0]}/include/cuda.h", "CUresult", doc_strings=True)
 
 
 @dataclass
@@ -282,22 +285,15 @@ class CatalogSpec:
     library: str
     enum: str
     releases: List[Release]
-    prefixes: Tuple[str, ...] = ()     # how the stack prints a string: '{s}' the string, '{value}', '{name}'
-    standalone: bool = False           # a distinctive string is a pattern alone (what users see verbatim)
 
 
 CATALOGS: List[CatalogSpec] = [
     CatalogSpec("cuda-runtime", "CUDA runtime API error codes (cudaError_t)", "libcudart", "cudaError_t",
-                [_runtime("11.8", CU11), _runtime("12.9", CU12), _runtime("13.5", CU13)],
-                # c10's C10_CUDA_CHECK ('CUDA error: ...'), the THC-era torch ('cuda runtime error (2) : ...'),
-                # NCCL's CUDACHECK ('Cuda failure 2 'out of memory'', older: 'Cuda failure 'out of memory''),
-                # CuPy and others ('cudaErrorMemoryAllocation: out of memory')
-                ("CUDA error: {s}", "cuda runtime error ({value}) : {s}", "Cuda failure '{s}'",
-                 "Cuda failure {value} '{s}'", "{name}: {s}"), standalone=True),
+                [_runtime("11.8", CU11), _runtime("12.9", CU12), _runtime("13.5", CU13)]),
     CatalogSpec("cuda-driver", "CUDA driver API error codes (CUresult)", "libcuda", "CUresult",
                 [_driver("11.8", CU11), _driver("12.9", CU12), _driver("13.5", CU13)]),
     CatalogSpec("nvml", "NVML return codes (nvmlReturn_t)", "libnvidia-ml", "nvmlReturn_t",
-                [Release("12.9", NVML_DEV, "nvidia/nvml_dev/include/nvml.h", "nvmlReturn_t"),
+                [Release("12.9", NVML_DEV, "nvidia/nvml_dev/include/nvml.h", "nvmlReturn_t", doc_strings=True),
                  Release("13.615", PYNVML, "pynvml.py", kind="pynvml")]),
     CatalogSpec("cudnn", "cuDNN status codes (cudnnStatus_t)", "libcudnn", "cudnnStatus_t",
                 [Release("8.9", CUDNN8, "nvidia/cudnn/include/cudnn_ops_infer.h", "cudnnStatus_t",
@@ -306,8 +302,7 @@ CATALOGS: List[CatalogSpec] = [
                          "nvidia/cudnn/lib/libcudnn_graph.so.9", "cudnnGetErrorString")]),
     CatalogSpec("cublas", "cuBLAS status codes (cublasStatus_t)", "libcublas", "cublasStatus_t",
                 [Release("12.9", CUBLAS, "nvidia/cublas/include/cublas_api.h", "cublasStatus_t",
-                         "nvidia/cublas/lib/libcublas.so.12", "cublasGetStatusString", "cublasGetStatusName")],
-                ("{name}: {s}",)),
+                         "nvidia/cublas/lib/libcublas.so.12", "cublasGetStatusString", "cublasGetStatusName")]),
     CatalogSpec("cusolver", "cuSOLVER status codes (cusolverStatus_t)", "libcusolver", "cusolverStatus_t",
                 [Release("11.7", CUSOLVER, "nvidia/cusolver/include/cusolver_common.h", "cusolverStatus_t")]),
     CatalogSpec("cufft", "cuFFT result codes (cufftResult)", "libcufft", "cufftResult",
@@ -315,16 +310,12 @@ CATALOGS: List[CatalogSpec] = [
     CatalogSpec("cusparse", "cuSPARSE status codes (cusparseStatus_t)", "libcusparse", "cusparseStatus_t",
                 [Release("12.5", CUSPARSE, "nvidia/cusparse/include/cusparse.h", "cusparseStatus_t",
                          "nvidia/cusparse/lib/libcusparse.so.12", "cusparseGetErrorString",
-                         preload=((NVJITLINK, "nvidia/nvjitlink/lib/libnvJitLink.so.12"),))],
-                ("{name}: {s}",)),
+                         preload=((NVJITLINK, "nvidia/nvjitlink/lib/libnvJitLink.so.12"),))]),
     CatalogSpec("curand", "cuRAND status codes (curandStatus_t)", "libcurand", "curandStatus_t",
                 [Release("10.3", CURAND, "nvidia/curand/include/curand.h", "curandStatus")]),
     CatalogSpec("nccl", "NCCL result codes (ncclResult_t)", "libnccl", "ncclResult_t",
                 [Release("2.32", NCCL, "nvidia/nccl/include/nccl.h", "ncclResult_t", "nvidia/nccl/lib/libnccl.so.2",
-                         "ncclGetErrorString", sentinels=("ncclNumResults",))],
-                # torch's ProcessGroupNCCL ('NCCL error in: <file>:<line>, <ncclGetErrorString>, NCCL version ...')
-                # and the NCCL tests' 'NCCL error ...: <string>'
-                ("NCCL error in:*, {s}", "NCCL error: {s}"), standalone=True),
+                         "ncclGetErrorString", sentinels=("ncclNumResults",))]),
 ]
 
 
@@ -570,7 +561,7 @@ def read_release(cache: Path, rel: Release, offline: bool) -> ReadRelease:
             if said is not None and said != e.name and e.alias_of is None:
                 print(f"note: {rel.wheel.project} {rel.string_fn}: {rel.name_fn}({e.value}) is {said!r}, "
                       f"the header names it {e.name!r}", file=sys.stderr)
-    elif any(e.doc for e in codes):
+    elif rel.doc_strings and any(e.doc for e in codes):
         got.strings = {e.value: first_sentence(e.doc) for e in codes if e.doc and e.alias_of is None}
         got.string_from = "header-comment"
         got.strings_how = f"{rel.member.rsplit('/', 1)[-1]} doc comments (first sentence)"
@@ -686,6 +677,11 @@ def render(doc: Dict[str, Any]) -> str:
 
 
 def generate(cache: Path, out: Path, offline: bool, only: Sequence[str] = ()) -> List[Path]:
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef]
+    classes = {c["id"] for c in tomllib.loads((OUT / "classes.toml").read_text(encoding="utf-8"))["class"]}
     out.mkdir(parents=True, exist_ok=True)
     written = []
     runtime: Dict[str, ReadRelease] = {}
@@ -697,6 +693,9 @@ def generate(cache: Path, out: Path, offline: bool, only: Sequence[str] = ()) ->
             runtime = reads
         if only and spec.id not in only:
             continue
+        unknown = sorted({c["class"] for c in doc["code"]} - classes)
+        if unknown:
+            raise CatalogError(f"{spec.id}: class(es) {unknown} not in {OUT / 'classes.toml'}")
         path = out / f"{spec.id}.toml"
         path.write_text(render(doc), encoding="utf-8")
         written.append(path)
