@@ -47,6 +47,10 @@ PREFIXES: Dict[str, Tuple[str, ...]] = {
     "cusparse": ("{name}: {s}",),
 }
 STANDALONE = frozenset({"cuda-runtime", "nccl"})  # whose strings users see verbatim, alone on a line
+# Long enough by the rule, but other software prints them too (SQL Server: "The wait operation timed out"):
+# matched only behind their prefixes
+NOT_ALONE = frozenset({"wait operation timed out", "feature not yet implemented",
+                       "the operation cannot be performed in the present state"})
 CODE_FIELDS = {"name": str, "value": int, "values": dict, "string": str, "string_from": str, "strings": dict,
                "alias_of": str, "runtime_name": str, "runtime_string": str, "releases": list, "class": str,
                "source": list}
@@ -215,10 +219,10 @@ def _validate_catalog(name: str, data: Dict[str, Any], known_classes: set, out: 
                 out.append(f"{where}: in release {v} but does not cite its source {cited!r}")
             if code.get("alias_of"):
                 continue  # a deprecated alias shares its target's value
-            key = (v, cat.value_in(code, v))
-            if key in values:
-                out.append(f"{where}: value {key[1]} in release {v} is also {values[key]}'s")
-            values.setdefault(key, code["name"])
+            value_key = (v, cat.value_in(code, v))
+            if value_key in values:
+                out.append(f"{where}: value {value_key[1]} in release {v} is also {values[value_key]}'s")
+            values.setdefault(value_key, code["name"])
     for v, rel in releases.items():
         if rel["count"] != carrying[v]:
             out.append(f"{name}: release {v}: count {rel['count']} but {carrying[v]} codes carry it")
@@ -307,7 +311,7 @@ def _patterns(cat: Catalog, code: Dict[str, Any], shared: set) -> List[str]:
             continue  # another code prints the same string: the string does not say which
         for prefix in PREFIXES.get(cat.id, ()):
             out.append(prefix.replace("{name}", name).replace("{value}", str(code["value"])).replace("{s}", t))
-        if cat.id in STANDALONE and distinctive(t):
+        if cat.id in STANDALONE and distinctive(t) and t.lower() not in NOT_ALONE:
             out.append(t)
     seen: List[str] = []
     for p in out:
@@ -383,7 +387,8 @@ def narrow(matches: Sequence[Any], text: str) -> List[Any]:
     spans: Dict[int, List[Tuple[int, int]]] = {}
     for m in codes:
         lit = m.pattern.text.lower()
-        found, at = [], hay.find(lit)
+        found: List[Tuple[int, int]] = []
+        at = hay.find(lit)
         while at >= 0 and len(found) < 1000:
             found.append((at, at + len(lit)))
             at = hay.find(lit, at + 1)

@@ -154,10 +154,10 @@ def parse_enum(text: str, name: str) -> List[Enumerator]:
         raw = raw.strip()
         if not raw:
             continue
-        m = re.match(r"([A-Za-z_]\w*)((?:\s+[A-Za-z_]\w*(?:\([^)]*\))?)*)\s*(?:=\s*(.+))?$", raw, re.S)
-        if not m:
+        got = re.match(r"([A-Za-z_]\w*)((?:\s+[A-Za-z_]\w*(?:\([^)]*\))?)*)\s*(?:=\s*(.+))?$", raw, re.S)
+        if not got:
             raise CatalogError(f"cannot read enumerator {raw!r}")
-        ename, expr = m.group(1), m.group(3)
+        ename, expr = got.group(1), got.group(3)
         alias = None
         if expr is not None:
             expr = " ".join(expr.split())
@@ -200,9 +200,9 @@ def parse_pynvml(text: str) -> Tuple[List[Enumerator], Dict[int, str]]:
             codes.append(Enumerator(node.targets[0].id, node.value.value))
     by_name = {c.name: c.value for c in codes}
     strings: Dict[int, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == "NVMLError":
-            for stmt in node.body:
+    for klass in ast.walk(tree):
+        if isinstance(klass, ast.ClassDef) and klass.name == "NVMLError":
+            for stmt in klass.body:
                 if (isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name)
                         and stmt.targets[0].id == "_errcode_to_string" and isinstance(stmt.value, ast.Dict)):
                     for k, v in zip(stmt.value.keys, stmt.value.values):

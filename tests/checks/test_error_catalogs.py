@@ -271,6 +271,8 @@ SIGS = catalogs.signatures()
     ("ncclUnhandledCudaError: Call to CUDA function failed.", "code:nccl:ncclUnhandledCudaError"),
     ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, "
      "unhandled system error, NCCL version 2.21.5", "code:nccl:ncclSystemError"),
+    ("Cuda failure 401 'the operation cannot be performed in the present state'",
+     "code:cuda-runtime:cudaErrorIllegalState"),
     ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510",
      "code:cuda-runtime:cudaErrorMemoryAllocation"),
     ("CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k, &alpha, a, lda)`",
@@ -288,6 +290,8 @@ def test_the_issue_s_texts_resolve_to_exactly_their_code(text, expected):
     "requests.exceptions.ReadTimeout: timeout",
     "the operation is not supported",
     "internal error",
+    "System.Data.SqlClient.SqlException (0x80131904): The wait operation timed out",
+    "NotImplementedError: feature not yet implemented",
 ])
 def test_a_generic_phrase_outside_its_context_matches_no_code(text):
     assert match(text, SIGS) == []
