@@ -42,7 +42,8 @@ STRING_FROM = ("library", "header-comment", "binding")
 PREFIXES: Dict[str, Tuple[str, ...]] = {
     "cuda-runtime": ("CUDA error: {s}", "cuda runtime error ({value}) : {s}", "Cuda failure '{s}'",
                      "Cuda failure {value} '{s}'", "{name}: {s}"),
-    "nccl": ("NCCL error in:*, {s}", "NCCL error: {s}", "{name}: {s}"),
+    # (the file:line of "NCCL error in:" anchors the string right after it: a gap alone could reach a later line)
+    "nccl": ("NCCL error in:*.cpp:{n}, {s}", "NCCL error in:*.hpp:{n}, {s}", "NCCL error: {s}", "{name}: {s}"),
     "cublas": ("{name}: {s}",),
     "cusparse": ("{name}: {s}",),
 }

@@ -297,6 +297,14 @@ def test_a_generic_phrase_outside_its_context_matches_no_code(text):
     assert match(text, SIGS) == []
 
 
+def test_torch_s_nccl_line_names_the_code_of_its_own_string_not_a_later_line_s():
+    text = ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, "
+            "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.26.2\n"
+            "Last error:\nCuda failure 1, invalid argument")
+    got = {m.signature["id"] for m in catalogs.narrow(match(text, SIGS), text)}
+    assert got == {"code:nccl:ncclUnhandledCudaError"}
+
+
 def test_a_longer_name_is_not_also_its_prefix_s_code():
     text = "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED"
     assert {m.signature["id"] for m in match(text, SIGS)} >= {"code:cudnn:CUDNN_STATUS_INTERNAL_ERROR"}
