@@ -384,7 +384,7 @@ _NVML = {
     "CORRUPTED_INFOROM": "gpu-hardware", "GPU_IS_LOST": "gpu-hardware", "RESET_REQUIRED": "gpu-hardware",
     "OPERATING_SYSTEM": "not-supported", "LIB_RM_VERSION_MISMATCH": "driver-version-mismatch",
     "IN_USE": "device-unavailable", "MEMORY": "out-of-memory", "NO_DATA": "status",
-    "VGPU_ECC_NOT_SUPPORTED": "not-supported", "INSUFFICIENT_RESOURCES": "out-of-memory",
+    "VGPU_ECC_NOT_SUPPORTED": "not-supported", "INSUFFICIENT_RESOURCES": "device-unavailable",
     "FREQ_NOT_SUPPORTED": "not-supported", "ARGUMENT_VERSION_MISMATCH": "insufficient-driver",
     "DEPRECATED": "invalid-usage", "NOT_READY": "status", "GPU_NOT_FOUND": "no-device",
     "INVALID_STATE": "invalid-usage", "RESET_TYPE_NOT_SUPPORTED": "not-supported", "UNKNOWN": "unknown",
