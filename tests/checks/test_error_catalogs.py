@@ -248,9 +248,14 @@ def test_no_class_names_two_causes_one_check_decides():
                 seen[check] = cid
 
 
-def test_matrix_validate_reports_the_catalogs(run_cli):
+def test_matrix_validate_reports_the_catalogs(run_cli, monkeypatch, capsys):
     r = run_cli("matrix", "validate")
     assert r.returncode == 0 and "valid" in r.stdout
+    from dl_doctor.cli import _run
+
+    monkeypatch.setattr(catalogs, "validate", lambda: ["nccl.toml: release 2.32: count 9 but 8 codes carry it"])
+    assert _run(["matrix", "validate"]) == 1
+    assert "catalogs/nccl.toml: release 2.32: count 9 but 8 codes carry it" in capsys.readouterr().out
 
 
 # -- the catalogs as signatures ---------------------------------------------------------------------------------------
