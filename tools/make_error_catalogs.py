@@ -9,10 +9,12 @@ same header never count), and each code's string is asked of the wheel's own lib
 library has a pure string function (cudaGetErrorString, cublasGetStatusString, cusparseGetErrorString,
 cudnnGetErrorString, ncclGetErrorString: none needs a GPU or a driver). Only codes and strings are recorded.
 
-Wheels are downloaded once into the cache (default ~/.cache/dl-doctor-wheels; about 3.5 GB: cuDNN, cuBLAS and
-NCCL are large) with ``pip download --no-deps --only-binary :all:`` and reused when present; ``--offline`` never
-downloads (the regeneration test uses it, and skips when the cache is absent). Each wheel's PyPI file URL is read
-from the index's JSON API and kept in the cache (urls.json), with its sha256 checked against the file.
+Wheels are downloaded once into the cache (default $DL_DOCTOR_WHEEL_CACHE or ~/.cache/dl-doctor-wheels; about
+3 GB: cuDNN, cuBLAS and NCCL are large) with ``pip download --no-deps --only-binary :all:`` for Linux x86-64
+(manylinux2014, and manylinux_2_27/2_28 where a newer wheel has only those tags) and reused when present;
+``--offline`` never downloads (the regeneration test uses it, and skips when the cache is absent: CI has none).
+Each wheel's PyPI file URL is read from the index's JSON API (PEP 691) and kept in the cache (urls.json), with its
+sha256 checked against the file. The libraries are unpacked under the cache (unpacked/) to be loaded.
 
 The output is deterministic: the same wheels give the same bytes.
 """
@@ -37,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "compat_matrix" / "catalogs"
-DEFAULT_CACHE = Path(os.path.expanduser("~/.cache/dl-doctor-wheels"))
+DEFAULT_CACHE = Path(os.environ.get("DL_DOCTOR_WHEEL_CACHE") or os.path.expanduser("~/.cache/dl-doctor-wheels"))
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64")
 SCRIPT = "tools/make_error_catalogs.py"
 
@@ -507,7 +509,10 @@ def _strings_child(lib: str, fn: str, name_fn: str, preload: List[str], values: 
     json.dump(out, sys.stdout)
 
 
-def library_strings(cache: Path, rel: Release, whl: Path, values: List[int], offline: bool) -> Dict[str, Dict[str, str]]:
+def library_strings(cache: Path, rel: Release, whl: Path, values: List[int],
+                    offline: bool) -> Dict[str, Dict[str, str]]:
+    """Each value's string (and name, where the library has a name function), from the library in a child process
+    (a library that crashes on load takes only the child with it)."""
     lib = extract(cache, whl, rel.lib)
     preload = [str(extract(cache, get_wheel(cache, w, offline), m)) for w, m in rel.preload]
     args = json.dumps([str(lib), rel.string_fn, rel.name_fn, preload, values])
