@@ -357,3 +357,10 @@ def test_the_script_regenerates_the_committed_catalogs(tmp_path):
     assert sorted(p.name for p in written) == committed
     for p in written:
         assert p.read_bytes() == (ROOT / "compat_matrix" / "catalogs" / p.name).read_bytes(), p.name
+
+
+def test_the_script_offline_without_the_wheels_says_so_in_one_line(tmp_path, capsys):
+    assert mk.main(["--offline", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nvidia-cuda-runtime-cu11 11.8.89: not in" in err and "--offline" in err
+    assert not list((tmp_path / "out").glob("*.toml"))
