@@ -178,12 +178,16 @@ def matrix_xid(code, as_json, overlays) -> int:
 @matrix_group.command("validate")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
 def matrix_validate(files) -> int:
-    """Validate matrix files (default: the built-in data and site overlays); exit 1 on errors."""
+    """Validate matrix files (default: the built-in data, its error-code catalogs and site overlays); exit 1 on errors."""
     from dl_doctor import compat_matrix
     from dl_doctor.reports.text import safe_line
 
     paths = list(files) or compat_matrix.site_overlay_files()
     errors = compat_matrix.validate_files(paths)
+    if not files:  # the built-in data: the error-code catalogs too (compat_matrix/catalogs)
+        from dl_doctor.compat_matrix import catalogs
+
+        errors += [f"catalogs/{e}" for e in catalogs.validate()]
     for err in errors:
         click.echo(safe_line(err))
     if errors:
