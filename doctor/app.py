@@ -620,7 +620,7 @@ def why(text: str, *, report: Optional[str] = None, collect: Optional[CollectOpt
         matches = [Match(e["_sig"], compile_pattern((e["_sig"].get("patterns") or ["xid"])[0]),
                          e["lines"][0]["text"].strip()) for e in events]
     else:
-        matches = w.xid_matches(text, matrix) + match(text, signatures)
+        matches = w.xid_matches(text, matrix) + w.narrow(match(text, signatures), text)
     for m in matches:
         xid = m.signature.get("xid")
         if xid:

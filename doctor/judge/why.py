@@ -32,6 +32,7 @@ MAX_LINES_SAMPLE = 5     # lines kept per event
 MAX_OCCURRENCES = 20000  # occurrences counted per signature in one log
 MAX_ENTITIES = 40
 SEVERITY_ORDER = {"fail": 0, "warn": 1, "info": 2}
+GATE_PREFIX = 9          # a catalog pattern's gate: the first characters of its first literal
 
 
 # -- 1. the signatures: curated, counted catalogs, the Xid table -------------------------------------------------------
@@ -606,9 +607,21 @@ def base(matrix: Any) -> Tuple[List[Dict[str, Any]], Dict[str, Dict[str, Any]]]:
     except ImportError:  # a build without the catalogs: the curated base alone
         catalogs = None  # type: ignore[assignment]
     if catalogs is not None:
-        sigs += list(catalogs.signatures())
-        causes.update({c["id"]: c for c in catalogs.causes()} if hasattr(catalogs, "causes") else {})
+        for sig in catalogs.signatures():
+            # a thousand codes share a few dozen opening words (cudaerror, cuda_erro, cudnn_sta, cuda erro[r: ]):
+            # each opening is looked for once per text, and a code's patterns only where its opening is there
+            sig["gate"] = sorted({compile_pattern(p).items[0][1][:GATE_PREFIX] for p in sig.get("patterns") or []})
+            sigs.append(sig)
     return sigs, causes
+
+
+def narrow(matches: Sequence[Match], text: str) -> List[Match]:
+    """The catalogs' own narrowing (a code named inside a longer code's name; the runtime's twin of a driver code)."""
+    try:
+        from dl_doctor.compat_matrix import catalogs
+    except ImportError:
+        return list(matches)
+    return catalogs.narrow(matches, text)
 
 
 def xid_matches(text: str, matrix: Any) -> List[Match]:

@@ -18,7 +18,12 @@ MATRIX = compat_matrix.load(site=False)
 
 
 def _ranked(text, findings=None):
-    return [c["id"] for c in rank(match(text, MATRIX.signatures()), MATRIX.causes(), findings)]
+    """What `why` ranks from the text: the curated base, the status-code catalogs and the Xid table together."""
+    from dl_doctor.judge import why as w
+
+    signatures, causes = w.base(MATRIX)
+    matches = w.xid_matches(text, MATRIX) + w.narrow(match(text, signatures), text)
+    return [c["id"] for c in rank(matches, causes, findings)]
 
 
 def test_forty_reference_cases_from_the_text_alone_at_least_36_in_the_first_three():
