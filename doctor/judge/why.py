@@ -616,12 +616,17 @@ def base(matrix: Any) -> Tuple[List[Dict[str, Any]], Dict[str, Dict[str, Any]]]:
 
 
 def narrow(matches: Sequence[Match], text: str) -> List[Match]:
-    """The catalogs' own narrowing (a code named inside a longer code's name; the runtime's twin of a driver code)."""
+    """The catalogs' own narrowing (a code named inside a longer code's name; the runtime's twin of a driver code),
+    and on a line both match, the curated signature (written from real reports, its causes in their order) before the
+    catalog's code."""
     try:
         from dl_doctor.compat_matrix import catalogs
     except ImportError:
         return list(matches)
-    return catalogs.narrow(matches, text)
+    kept = catalogs.narrow(matches, text)
+    curated_lines = {m.excerpt for m in kept if not str(m.signature.get("id", "")).startswith("code:")}
+    first = [m for m in kept if not (str(m.signature.get("id", "")).startswith("code:") and m.excerpt in curated_lines)]
+    return first + [m for m in kept if m not in first]
 
 
 def xid_matches(text: str, matrix: Any) -> List[Match]:
