@@ -114,7 +114,8 @@ TABLES: Dict[str, Table] = {
     "cause": Table(("id",), {"id": "str", "summary": "str", "checks": ("list", "str"), "fix": "str"},
                    ("id", "summary", "fix")),
     "signature": Table(("id",), {
-        "id": "str", "where": ("list", ("enum", ("kernel-log", "journal", "app", "nccl"))),
+        "id": "str", "where": ("list", ("enum", ("kernel-log", "journal", "app", "nccl", "container", "loader",
+                                                  "installer"))),
         "patterns": ("list", "signature_pattern"), "meaning": "str", "causes": ("list", "str"),
         "severity": ("enum", ("fail", "warn", "info")), "reported_by": "str"},
         ("id", "where", "patterns", "meaning", "causes")),
