@@ -135,6 +135,9 @@ HEALTHY = [
     "I0315 10:21:33.200000 1 server.go:165] Registered device plugin for 'nvidia.com/gpu' with Kubelet",
     "ldconfig -p | grep libcuda\n\tlibcuda.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libcuda.so.1",
     "[   10.241103] NVRM: Persistence mode is deprecated and will be removed in a future release. Please use nvidia-persistenced instead.",
+    # nvidia-smi -q on a healthy A100/H100: the section header is not a pending remap
+    "    Remapped Rows\n        Correctable Error                 : 0\n        Uncorrectable Error               : 0\n"
+    "        Pending                           : No\n        Remapping Failure Occurred        : No",
 ]
 
 
@@ -165,3 +168,22 @@ def test_healthy_lines_match_no_signature_with_a_cause_at_all_except_info_ones()
             if m.signature.get("severity") != "info":
                 noisy.append((line[:60], m.signature["id"]))
     assert not noisy, noisy
+
+
+def test_an_xid_on_pci_bus_79_is_not_xid_79():
+    """'Xid * 79' read the bus number (or a pid) as the Xid code: an application Xid 13 on the GPU at 0000:79:00 was
+    'the GPU fell off the bus'."""
+    line = "NVRM: Xid (PCI:0000:79:00): 13, pid=1279, name=python, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)"
+    assert "fallen-off-bus" not in [m.signature["id"] for m in match(line, SIGS)]
+    line = "NVRM: Xid (PCI:0000:74:00): 31, pid=7474, name=python, Ch 00000008, intr 00000000. MMU Fault"
+    assert "nvlink-error" not in [m.signature["id"] for m in match(line, SIGS)]
+    assert [m.signature["id"] for m in match("NVRM: Xid (PCI:0000:a1:00): 79, pid='<unknown>', name=<unknown>, "
+                                               "GPU has fallen off the bus.", SIGS)][:1] == ["fallen-off-bus"]
+
+
+def test_an_nvcc_compile_error_is_not_a_full_tmp():
+    """Every nvcc diagnostic names its /tmp/tmpxft_* file: only with 'No space left on device' is it a full disk."""
+    line = '/tmp/tmpxft_00003f2a_00000000-6_kernel.cudafe1.cpp(12): error: identifier "foo" is undefined'
+    assert not match(line, SIGS)
+    full = "nvcc error   : '/tmp/tmpxft_00003f2a_00000000-6_kernel.cudafe1.cpp': No space left on device"
+    assert rank(match(full, SIGS), MATRIX.causes())[0]["id"] == "tmp-full"
