@@ -212,3 +212,37 @@ def test_the_healthy_corpus_logs_match_no_failure():
                     if sev == "fail" or sev == "warn" and not (m.signature["id"] == "pcie-aer" and "Corrected" in line):
                         loud.append((name, m.signature["id"], line[:100]))
     assert not loud, loud
+
+
+UNRELATED = [
+    "docker: Error response from daemon: network mynet not found.",
+    "Error: network mynet not found",
+    "ssh: connect to host 10.0.0.5 port 22: Connection refused",
+    "curl: (7) Failed to connect to example.com port 443 after 12 ms: Connection refused",
+    "redis.exceptions.ConnectionError: Error 111 connecting to localhost:6379. Connection refused.",
+    "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv'",
+    "bash: ./run.sh: cannot execute: required file not found",
+    "RuntimeError: Error(s) in loading state_dict for ResNet: Missing key(s) in state_dict: \"fc.weight\"",
+    "ValueError: Expected input batch_size (32) to match target batch_size (16).",
+    "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='pypi.org', port=443): Read timed out. (read timeout=15)",
+    "kernel: EXT4-fs (nvme1n1): mounted filesystem with ordered data mode. Quota mode: none.",
+    "systemd[1]: Started Docker Application Container Engine.",
+    "WARNING: Running pip as the 'root' user can result in broken permissions and conflicting behaviour with the "
+    "system package manager.",
+    "Building wheel for flash-attn (setup.py) ... done\nSuccessfully built flash-attn",
+    "Downloading nvidia_cudnn_cu12-9.1.0.70-py3-none-manylinux2014_x86_64.whl (664.8 MB)",
+    "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 12.4, V12.4.131",
+    "| NVIDIA-SMI 550.127.05             Driver Version: 550.127.05     CUDA Version: 12.4     |",
+    "Traceback (most recent call last):\n  File \"train.py\", line 10, in <module>\n    import wandb\n"
+    "ModuleNotFoundError: No module named 'wandb'",
+    "Collecting package metadata (repodata.json): done\nSolving environment: done",
+    "error: subprocess-exited-with-error\n  × python setup.py egg_info did not run successfully.",
+    "make: *** [Makefile:12: all] Error 2",
+]
+
+
+@pytest.mark.parametrize("line", UNRELATED, ids=[f"unrelated-{i}" for i in range(len(UNRELATED))])
+def test_an_unrelated_error_matches_no_signature(line):
+    """The curated patterns' generic words (network ... not found, Connection refused, No such file or directory,
+    not found, Error) match only in their own context."""
+    assert not match(line, SIGS), [m.signature["id"] for m in match(line, SIGS)]
