@@ -117,7 +117,8 @@ TABLES: Dict[str, Table] = {
                              "confirmed_when": ("map", ("list", "signature_pattern"))},
                    ("id", "summary", "fix")),
     "signature": Table(("id",), {
-        "id": "str", "where": ("list", ("enum", ("kernel-log", "journal", "app", "nccl"))),
+        "id": "str", "where": ("list", ("enum", ("kernel-log", "journal", "app", "nccl", "container", "loader",
+                                                  "installer"))),
         "patterns": ("list", "signature_pattern"), "meaning": "str", "causes": ("list", "str"),
         "severity": ("enum", ("fail", "warn", "info")), "reported_by": "str"},
         ("id", "where", "patterns", "meaning", "causes")),
