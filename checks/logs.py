@@ -15,7 +15,9 @@ AER_CORRECTED_FLOOD = 100
 
 
 def _corrected_aer(sig: Dict[str, Any], line: str) -> bool:
-    return sig.get("id") == "pcie-aer" and "Corrected" in line and "Uncorrected" not in line
+    from dl_doctor.judge.logs import corrected_aer
+
+    return corrected_aer(sig, line)
 
 
 @check(

@@ -95,6 +95,10 @@ def why_cmd(text, log, report, sysroot, text_only, timeout, as_json) -> int:
             click.echo(f"  {safe_line(e['kind'])} {safe_line(e['value'])}:")
             for line in a["answers"][:4]:
                 click.echo(f"    - {safe_line(line)}")
+    if not result["causes"]:
+        click.echo("\nNothing to fix for these lines: what they say is informational (a notice, a state, not a "
+                   "failure). If something did fail, paste its first error line.")
+        return 0
     click.echo(f"\nLikely causes ({'with evidence from ' + safe_line(where) if where else 'from the text alone'}):")
     for n, c in enumerate(result["causes"][:6], 1):
         click.echo(f"{n}. [{safe_line(c['verdict'])}] {safe_line(c['summary'])}")

@@ -5,6 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List
 
+# PCIe AER errors the hardware corrected (a link-level retry): a few in a boot are normal on healthy machines
+CORRECTED_AER = {"id": "pcie-aer-corrected", "where": ["kernel-log"], "patterns": [], "severity": "info",
+                 "meaning": "PCIe errors the hardware corrected (link-level retries): a few in a boot are normal; "
+                            "many mean a link that keeps retrying", "causes": [], "source": ["fc_pcie_aer_errors_gpu_unreachable"]}
+
+
+def corrected_aer(sig: Dict[str, Any], line: str) -> bool:
+    """A line of the pcie-aer signature that reports an error the hardware corrected (not an uncorrected one)."""
+    return sig.get("id") == "pcie-aer" and "Corrected" in line and "Uncorrected" not in line
+
 
 def events(candidates: Iterable[Dict[str, Any]], signatures: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The candidate lines that a kernel-log signature matches: ``{"event", "line", "after_module_load"}``."""

@@ -473,32 +473,44 @@ def log_events(text: str, signatures: Sequence[Mapping[str, Any]], matrix: Any) 
         if len(ev["lines"]) < MAX_LINES_SAMPLE and all(x["n"] != n + 1 for x in ev["lines"]):
             ev["lines"].append({"n": n + 1, "text": lines[n][:300]})
 
+    from dl_doctor.judge.logs import CORRECTED_AER, corrected_aer
+
+    # each line counts for its most specific signature only (as DLD-LOG-001 judges it): an Xid line parsed exactly
+    # is not also 'GPU has fallen off the bus', a specific error not also the generic 'undefined symbol'
+    per_line: Dict[int, List[Tuple[int, Mapping[str, Any]]]] = {}
     gates: Dict[str, bool] = {}
     for sig in signatures:
         if not sig.get("patterns") or not gated_in(sig, hay, gates):
             continue
-        best: Dict[int, int] = {}
-        spec = 0
+        spec_at: Dict[int, int] = {}
         for raw in sig.get("patterns") or []:
             pattern = compile_pattern(raw)
             for start, _end in pattern.finditer(hay, MAX_OCCURRENCES):
                 n = bisect.bisect_right(starts, start) - 1
-                best.setdefault(n, 0)
-                spec = max(spec, pattern.specificity)
-        for n in sorted(best):
-            note(sig, n, str(sig.get("severity") or "fail"))
-        if sig["id"] in found:
-            found[sig["id"]]["_specificity"] = spec
-    for n, code, bus in xid_events(lines):
-        entry = matrix.xid(code) if matrix is not None else None
-        sig = xid_signature(code, entry)
-        note(sig, n, sig["severity"])
-        ev = found[sig["id"]]
-        ev["_specificity"] = 1000  # a parsed Xid is exact
-        if bus:
-            ev.setdefault("gpus", [])
-            if bus not in ev["gpus"]:
+                spec_at[n] = max(spec_at.get(n, 0), pattern.specificity)
+        for n, spec in spec_at.items():
+            per_line.setdefault(n, []).append((spec, sig))
+    xids = {n: (code, bus) for n, code, bus in xid_events(lines)}
+    for n in sorted(set(per_line) | set(xids)):
+        if n in xids:
+            code, bus = xids[n]
+            entry = matrix.xid(code) if matrix is not None else None
+            sig = xid_signature(code, entry)
+            note(sig, n, sig["severity"])
+            ev = found[sig["id"]]
+            ev["_specificity"] = 1000  # a parsed Xid is exact
+            if bus and bus not in ev.setdefault("gpus", []):
                 ev["gpus"].append(bus)
+            continue
+        hits = per_line[n]
+        top = max(spec for spec, _ in hits)
+        for spec, sig in hits:
+            if spec != top:
+                continue
+            if corrected_aer(dict(sig), lines[n]):
+                sig = CORRECTED_AER
+            note(sig, n, str(sig.get("severity") or "fail"))
+            found[sig["id"]]["_specificity"] = max(found[sig["id"]]["_specificity"], spec)
     out = []
     for ev in found.values():
         ev["first"] = line_time(lines[ev["first_line"] - 1])
@@ -624,9 +636,18 @@ def narrow(matches: Sequence[Match], text: str) -> List[Match]:
     except ImportError:
         return list(matches)
     kept = catalogs.narrow(matches, text)
-    curated_lines = {m.excerpt for m in kept if not str(m.signature.get("id", "")).startswith("code:")}
-    first = [m for m in kept if not (str(m.signature.get("id", "")).startswith("code:") and m.excerpt in curated_lines)]
-    return first + [m for m in kept if m not in first]
+    curated = [m for m in kept if not str(m.signature.get("id", "")).startswith("code:")]
+
+    def covered(code_match: Match) -> bool:
+        """A curated signature on the same line whose pattern holds this code's name or string: the same error,
+        written up from real reports (a wrapper such as 'NCCL error in:' is not: the code says more)."""
+        code = code_match.signature.get("code") or {}
+        words = [str(x).lower() for x in (code.get("name"), code.get("string")) if x]
+        return any(m.excerpt == code_match.excerpt and any(wd in m.pattern.text.lower() for wd in words)
+                   for m in curated)
+
+    later = [m for m in kept if str(m.signature.get("id", "")).startswith("code:") and covered(m)]
+    return [m for m in kept if m not in later] + later
 
 
 def xid_matches(text: str, matrix: Any) -> List[Match]:

@@ -353,3 +353,12 @@ def test_why_log_ranks_by_severity_then_recency_with_counts_and_times(run_cli, t
     r = run_cli("why", "--text-only", "--log", str(log))
     assert r.returncode == 0 and "fail x3     xid-48 on 0000:10:1c.0 [4242.5 s after boot .. 4300.0 s after boot]" \
         in r.stdout, r.stdout
+
+
+def test_informational_lines_say_there_is_nothing_to_fix_and_error_350_is_not_error_35(run_cli):
+    r = run_cli("why", "--text-only", "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.86.15  Thu Jan 23 2025")
+    assert r.returncode == 0 and "Nothing to fix for these lines" in r.stdout and "Likely causes" not in r.stdout
+    assert "driver-too-old" not in _ranked("HTTP error 350 from the mirror")
+    assert _ranked("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+                   "calling NumCudaDevices() that might have already set an error? Error 35: CUDA driver version is "
+                   "insufficient for CUDA runtime version")[0] == "driver-too-old"

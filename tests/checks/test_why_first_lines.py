@@ -1,7 +1,7 @@
 """The curated signature base against real first error lines (tests/fixtures/why_first_lines.json): from the text
 alone the expected cause ranks first (or the expected signature matches first), and healthy log lines match no
-fail-severity signature. Lines only the status-code catalogs or the Xid table answer (``by: catalog``) are kept for
-when those are merged and are not judged here."""
+fail-severity signature. Lines only the status-code catalogs or the Xid table answer (``by: catalog``) must get a
+first cause that names their concept. Every line is ranked as `why` ranks it (curated base, catalogs, Xid table)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,21 @@ SIGS = MATRIX.signatures()
 OWN = [e for e in LINES if not e.get("by")]
 
 
+def _diagnose(text):
+    """What `why --text-only` ranks: the curated base, the status-code catalogs and the Xid table together."""
+    from dl_doctor.judge import why as w
+
+    signatures, causes = w.base(MATRIX)
+    matches = w.xid_matches(text, MATRIX) + w.narrow(match(text, signatures), text)
+    for m in matches:
+        if m.signature.get("xid"):
+            code = m.signature["xid"]["code"]
+            causes[f"xid-{code}"] = w.xid_cause(code, MATRIX.xid(code))
+    return matches, rank(matches, causes)
+
+
 def _first(text):
-    matches = match(text, SIGS)
-    causes = rank(matches, MATRIX.causes())
+    matches, causes = _diagnose(text)
     return (matches[0].signature["id"] if matches else None), (causes[0]["id"] if causes else None)
 
 
@@ -246,3 +258,11 @@ def test_an_unrelated_error_matches_no_signature(line):
     """The curated patterns' generic words (network ... not found, Connection refused, No such file or directory,
     not found, Error) match only in their own context."""
     assert not match(line, SIGS), [m.signature["id"] for m in match(line, SIGS)]
+
+
+@pytest.mark.parametrize("entry", [e for e in LINES if e.get("by") == "catalog"], ids=lambda e: e["text"][:60])
+def test_a_status_code_or_xid_line_gets_a_first_cause_that_names_its_concept(entry):
+    matches, causes = _diagnose(entry["text"])
+    assert matches and causes, entry["text"]
+    said = (causes[0]["summary"] + " " + matches[0].signature["meaning"]).lower().replace("-", " ")
+    assert entry["concept"].lower().replace("-", " ") in said, (matches[0].signature["id"], causes[0]["summary"])
