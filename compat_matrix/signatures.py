@@ -261,8 +261,8 @@ def rank(matches: Sequence[Match], causes: Dict[str, Dict[str, Any]],
                     support[cid] = (frozenset(k for k in failing if findings[k].get("status") == "fail"), passing,
                                     conditioned)
             elif other_reason:
-                c["evidence"] = [f"{f['id']} {f['status']} for another reason: {str(f.get('message', ''))[:200]}"
-                                 for f in other_reason]
+                c["evidence"] = [f"{f['id']} {f['status']}, but its finding does not show this cause: "
+                                 f"{str(f.get('message', ''))[:200]}" for f in other_reason]
             elif ran and passing and all(f.get("status") in ("pass", "skip", "info") for f in ran):
                 c["verdict"] = "unlikely"
                 c["evidence"] = [f"{f['id']} pass: {str(f.get('message', ''))[:200]}" for f in ran

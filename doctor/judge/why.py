@@ -220,8 +220,11 @@ def ask_soname(soname: str, facts: Mapping[str, Any], loading: Mapping[str, Any]
                             f"{verdict}")
                     if lib.get("reason") and verdict not in ("own",):
                         line += f" ({lib['reason']})"
-                    if lib.get("env_copy") and lib.get("env_copy") != lib.get("path"):
-                        line += f"; the environment's own copy is {lib['env_copy']}"
+                    own = lib.get("env_copy")
+                    own_path = own.get("path") if isinstance(own, Mapping) else own
+                    if own_path and own_path != lib.get("path"):
+                        ver = own.get("version") if isinstance(own, Mapping) else None
+                        line += f"; the environment's own copy is {own_path}" + (f" ({ver})" if ver else "")
                     answers.append(line)
             for miss in c.get("missing") or []:
                 name = str(miss.get("soname") or "")

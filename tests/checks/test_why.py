@@ -195,8 +195,18 @@ def test_why_on_the_dlami_tree_with_an_older_cudnn(run_cli, tmp_path):
                 "linked against (9, 0, 0)",
                 timeout=300)
     assert r.returncode == 1, r.stderr
-    top = json.loads(r.stdout)["causes"][0]
+    out = json.loads(r.stdout)
+    top = out["causes"][0]
     assert top["id"] == "cuda-library-shadowed" and top["verdict"] == "confirmed"
+    assert [c["id"] for c in out["causes"] if c["verdict"] == "confirmed"] == ["cuda-library-shadowed"]
+    # the machine's answer about the library the text names: which copy loads, found how, and the environment's own
+    (cudnn,) = [a for a in out["machine"] if a["entity"] == {"kind": "versions", "value": "cudnn", "built": "9.1.0",
+                                                             "loaded": "9.0.0"}]
+    said = "\n".join(cudnn["answers"])
+    assert ("loads libcudnn.so.9 from /usr/local/cuda-12.4/lib64/libcudnn.so.9.0.0 (found via LD_LIBRARY_PATH): fails"
+            in said), said
+    assert "the environment's own copy is /opt/conda/envs/pytorch/lib/python3.11/site-packages/nvidia/cudnn/lib/" \
+        "libcudnn.so.9 (9.1.0.70)" in said
 
 
 def test_why_reads_a_rotated_compressed_log(run_cli, tmp_path):
