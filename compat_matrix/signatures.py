@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 GAP = 400
 MAX_FIRST_HITS = 2000  # occurrences of a pattern's first literal tried per text
@@ -140,7 +140,7 @@ class Match:
     excerpt: str
 
 
-def gated_in(sig: Dict[str, Any], hay: str, seen: Dict[str, bool]) -> bool:
+def gated_in(sig: Mapping[str, Any], hay: str, seen: Dict[str, bool]) -> bool:
     """A signature's ``gate`` (literals, lower case) is a cheap test before its patterns are tried: a catalog of a
     thousand status codes is searched only in a text that holds one of its family's words (``cudnn_status_``,
     ``cuda error``). No gate: always tried."""

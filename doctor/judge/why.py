@@ -91,7 +91,7 @@ def _norm_bus(bus: str) -> str:
 
 def xid_events(lines: Sequence[str]) -> List[Tuple[int, int, Optional[str]]]:
     """(line index, code, PCI address) of every Xid line."""
-    out = []
+    out: List[Tuple[int, int, Optional[str]]] = []
     for n, line in enumerate(lines):
         if "xid" not in line and "Xid" not in line and "XID" not in line:
             continue
@@ -302,7 +302,7 @@ def ask_xid(code: int, bus: Optional[str], facts: Mapping[str, Any], matrix: Any
                               ("retired_pages_pending", "retired pages wait for a reset")):
                 if gpu.get(key) not in (None, False, 0):
                     parts.append(f"{gpu[key]} {what}" if not isinstance(gpu[key], bool) else what)
-            rows = gpu.get("remapped_rows") if isinstance(gpu.get("remapped_rows"), Mapping) else {}
+            rows: Mapping[str, Any] = gpu["remapped_rows"] if isinstance(gpu.get("remapped_rows"), Mapping) else {}
             if rows.get("uncorrectable"):
                 parts.append(f"{rows['uncorrectable']} rows remapped for uncorrectable errors")
             if rows.get("pending"):
@@ -513,7 +513,8 @@ def log_events(text: str, signatures: Sequence[Mapping[str, Any]], matrix: Any) 
             if corrected_aer(dict(sig), lines[n]):
                 sig = CORRECTED_AER
             note(sig, n, str(sig.get("severity") or "fail"))
-            found[sig["id"]]["_specificity"] = max(found[sig["id"]]["_specificity"], spec)
+            ev = found[str(sig["id"])]
+            ev["_specificity"] = max(int(ev["_specificity"]), spec)
     out = []
     for ev in found.values():
         ev["first"] = line_time(lines[ev["first_line"] - 1])
@@ -564,7 +565,7 @@ def related_findings(text: str, found_entities: Sequence[Mapping[str, Any]],
     for _, _, ws in docs:
         for w in ws & mine:
             df[w] = df.get(w, 0) + 1
-    ranked = []
+    ranked: List[Dict[str, Any]] = []
     for f, body, ws in docs:
         shared = sorted(ws & mine)
         score = sum(1.0 / df[w] for w in shared)
@@ -575,7 +576,7 @@ def related_findings(text: str, found_entities: Sequence[Mapping[str, Any]],
                        "message": str(f.get("headline") or f.get("message") or "")[:300],
                        "fix": ((f.get("fix") or {}).get("summary") if isinstance(f.get("fix"), Mapping) else None),
                        "score": round(score, 2), "shared": (sorted(set(objects)) + shared)[:8]})
-    ranked.sort(key=lambda r: (-r["score"], 0 if r["status"] == "fail" else 1, str(r["id"])))
+    ranked.sort(key=lambda r: (-float(r["score"]), 0 if r["status"] == "fail" else 1, str(r["id"])))
     return ranked[:limit]
 
 
