@@ -106,17 +106,23 @@ def test_cli_text_json_and_exit_codes(run_cli, tmp_path):
     assert r.returncode == 2
 
 
-def test_why_against_a_report_someone_sent(run_cli, tmp_path):
-    """--report: the sender's findings decide; a confirmed cause is exit 1."""
+def _report_with(run_cli, tmp_path, findings):
+    """A report of a bare Ubuntu tree whose findings of those ids are replaced by ``findings``: its path."""
     tree = tmp_path / "tree"
     (tree / "etc").mkdir(parents=True)
     (tree / "etc/os-release").write_text('ID=ubuntu\nVERSION_ID="22.04"\n')
     r = run_cli("run", "--sysroot", str(tree), "--json", "-", "--fail-on", "never")
     report = json.loads(r.stdout)
-    report["findings"] = [f for f in report["findings"] if f["id"] != "DLD-MEM-001"] + [
-        {"id": "DLD-MEM-001", "status": "fail", "message": "/dev/shm is 64 MB"}]
+    ids = {f["id"] for f in findings}
+    report["findings"] = [f for f in report["findings"] if f["id"] not in ids] + findings
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
+    return path
+
+
+def test_why_against_a_report_someone_sent(run_cli, tmp_path):
+    """--report: the sender's findings decide; a confirmed cause is exit 1."""
+    path = _report_with(run_cli, tmp_path, [{"id": "DLD-MEM-001", "status": "fail", "message": "/dev/shm is 64 MB"}])
     r = run_cli("why", "--json", "--report", str(path),
                 "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-F9ffgB (size 9637888)")
     assert r.returncode == 1, r.stderr
@@ -323,17 +329,10 @@ def test_an_xid_line_on_the_machine_that_logged_it_is_confirmed_and_names_its_gp
 
 def test_a_text_that_matches_nothing_gets_the_reports_failing_findings_ranked(run_cli, tmp_path):
     """--report: no signature, but the report's findings are right there; the one that bears on the text first."""
-    tree = tmp_path / "tree"
-    (tree / "etc").mkdir(parents=True)
-    (tree / "etc/os-release").write_text('ID=ubuntu\nVERSION_ID="22.04"\n')
-    r = run_cli("run", "--sysroot", str(tree), "--json", "-", "--fail-on", "never")
-    report = json.loads(r.stdout)
-    report["findings"] = [f for f in report["findings"] if f["id"] not in ("DLD-MEM-001", "DLD-DISK-001")] + [
+    path = _report_with(run_cli, tmp_path, [
         {"id": "DLD-MEM-001", "status": "fail", "message": "/dev/shm is 64 MB: DataLoader workers share tensors there",
          "title": "/dev/shm", "evidence": {}},
-        {"id": "DLD-DISK-001", "status": "warn", "message": "/ is 93% full", "title": "disk space", "evidence": {}}]
-    path = tmp_path / "report.json"
-    path.write_text(json.dumps(report))
+        {"id": "DLD-DISK-001", "status": "warn", "message": "/ is 93% full", "title": "disk space", "evidence": {}}])
     r = run_cli("why", "--json", "--report", str(path), "my job hangs when the dataloader workers start")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
