@@ -26,11 +26,13 @@ def _when(value) -> str:
 @click.option("--report", metavar="FILE|BUNDLE", help="judge against a report, facts file or bundle someone sent "
               "instead of this machine")
 @click.option("--sysroot", metavar="DIR", help="judge against a mounted image or tree")
+@click.option("--python", "pythons", multiple=True, metavar="PATH",
+              help="the interpreter of the environment the error came from, beside those found (repeatable)")
 @click.option("--text-only", is_flag=True, help="rank from the text alone; collect nothing")
 @click.option("--timeout", type=float, default=app.DEFAULT_TIMEOUT, show_default=True,
               help="seconds for the probes")
 @click.option("--json", "as_json", is_flag=True, help="the diagnosis as JSON on stdout")
-def why_cmd(text, log, report, sysroot, text_only, timeout, as_json) -> int:
+def why_cmd(text, log, report, sysroot, pythons, text_only, timeout, as_json) -> int:
     """Say what an error message means on this machine: its likely cause, the evidence and the fix.
 
     Exit codes: 0 a diagnosis (or none matched), 1 this machine's evidence confirms a cause, 2 bad input.
@@ -39,7 +41,8 @@ def why_cmd(text, log, report, sysroot, text_only, timeout, as_json) -> int:
 
     body = app.read_why_input(text, log)
     result = app.why(body, report=report, evidence=not text_only, log=log is not None,
-                     collect=None if text_only else app.CollectOptions(sysroot=sysroot, timeout=timeout))
+                     collect=None if text_only else app.CollectOptions(sysroot=sysroot, timeout=timeout,
+                                                                        pythons=tuple(pythons)))
     confirmed = any(c["verdict"] == "confirmed" for c in result["causes"])
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")

@@ -394,6 +394,10 @@ def ask(entities_found: Sequence[Mapping[str, Any]], facts: Optional[Mapping[str
         try:
             if kind == "soname":
                 lines = ask_soname(value, facts, loading)
+                envs = _get(facts, "python_envs.environments")
+                if not lines and isinstance(envs, list):
+                    lines = [f"none of the {len(envs)} Python environment(s) found here loads or needs {value}: the "
+                             f"error comes from another environment (--python PATH names it) or another machine"]
             elif kind == "symbol_version":
                 lines = ask_symbol_version(value, e.get("required_by"), facts, loading)
             elif kind == "symbol" and e.get("version", "").startswith("lib"):

@@ -151,3 +151,20 @@ def test_an_older_nvjitlink_on_ld_library_path_is_no_py012_finding(run_cli, olde
     assert got["loads"]["torch"]["libnvJitLink.so.13"]["path"] == got["wheel"]
     assert got["findings"]["DLD-PY-004"]["status"] == "pass", got["findings"]["DLD-PY-004"]["message"]
     assert got["findings"]["DLD-PY-012"]["status"] == "pass", got["findings"]["DLD-PY-012"]["message"]
+
+
+def test_why_asks_the_environment_the_error_came_from_which_copy_of_the_library_loads(run_cli):
+    """why --python ENV: the soname the error names, answered by the one resolution model on a real torch 2.14 env
+    (its own cuDNN wheel, preloaded): the cause 'not installed where the loader looks' is argued against."""
+    if not (ENVS / T214 / "bin" / "python").exists():
+        pytest.skip(f"no {T214} environment at {ENVS}")
+    r = run_cli("why", "--json", "--python", str(ENVS / T214 / "bin" / "python"),
+                "ImportError: libcudnn.so.9: cannot open shared object file: No such file or directory", timeout=300)
+    assert r.returncode in (0, 1), r.stderr
+    out = json.loads(r.stdout)
+    (cudnn,) = [a for a in out["machine"] if a["entity"] == {"kind": "soname", "value": "libcudnn.so.9"}]
+    mine = [x for x in cudnn["answers"] if x.startswith(f"{T214}: torch ")]
+    assert mine and "site-packages/nvidia/cudnn/lib/libcudnn.so.9 (found via preloaded by torch" in mine[0], cudnn
+    assert mine[0].endswith(": own")
+    verdicts = {c["id"]: c["verdict"] for c in out["causes"]}
+    assert verdicts["framework-library-missing"] == "unlikely", out["causes"]
