@@ -18,7 +18,7 @@ def test_why_log_prints_a_log_lines_escape_sequences_escaped(run_cli, tmp_path):
                    "signal: Bus error.\x1b[8m hidden\r\n", newline="")
     r = run_cli("why", "--text-only", "--log", str(log))
     assert r.returncode == 0, r.stderr
-    assert "Matched" in r.stdout and "/dev/shm is too small" in r.stdout
+    assert "1 distinct known error(s) in the log" in r.stdout and "/dev/shm is too small" in r.stdout
     _assert_escaped(r.stdout)
     assert "\\x1b]0;owned\\x07\\x1b[2J\\u202eRuntimeError" in r.stdout
 
