@@ -279,7 +279,7 @@ def validate_data(files: Sequence[Tuple[str, Optional[Dict[str, Any]], str]],
 # -- the catalogs as signatures ---------------------------------------------------------------------------------------
 
 _UNSAFE = ("*", "{n}", "{w}")
-_HINT = re.compile(r"\s*\((run with|see) [^()]*\)\s*$")  # NCCL's "(run with NCCL_DEBUG=INFO for details)"
+_HINT = re.compile(r"\((?:run with|see) [^()]{0,200}\)[ \t]{0,40}$")  # NCCL's "(run with NCCL_DEBUG=INFO for details)"
 
 
 def distinctive(text: str) -> bool:
