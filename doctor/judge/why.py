@@ -236,7 +236,8 @@ def ask_soname(soname: str, facts: Mapping[str, Any], loading: Mapping[str, Any]
                         line += f"; a copy sits in the wheels at {miss['in_wheels']}, where the loader does not look"
                     answers.append(line)
             for unmet in c.get("unmet_versions") or []:
-                if isinstance(unmet, Mapping) and _stem(str(unmet.get("provider") or "")) == stem:
+                if isinstance(unmet, Mapping) and stem in (_stem(str(unmet.get("provider") or "")),
+                                                           _stem(str(unmet.get("object") or "").rsplit("/", 1)[-1])):
                     answers.append(f"{label}: {who}: {unmet.get('object')} needs {unmet.get('version')} from "
                                    f"{unmet.get('provider')}, which the copy that loads ({unmet.get('file') or '?'}) "
                                    f"does not define")

@@ -116,10 +116,14 @@ def test_ask_answers_each_entity_it_can_and_leaves_out_the_rest():
             "ModuleNotFoundError: No module named 'numpy'")
     answers = {(a["entity"]["kind"], a["entity"]["value"]): a["answers"] for a in
                w.ask(w.entities(text), ENV_FACTS, LOADING, MATRIX)}
-    assert ("soname", "libcusparse.so.12") not in answers  # the model says nothing of it: no answer, not a guess
-    assert any("libcusparse.so.12 needs libnvJitLink.so.12 from libnvJitLink.so.12, which the copy that loads "
-               "(/usr/local/cuda-12.1/lib64/libnvJitLink.so.12) does not define" in x
-               for x in answers[("soname", "libnvJitLink.so.12")]), answers
+    unmet = ("libcusparse.so.12 needs libnvJitLink.so.12 from libnvJitLink.so.12, which the copy that loads "
+             "(/usr/local/cuda-12.1/lib64/libnvJitLink.so.12) does not define")
+    for soname in ("libnvJitLink.so.12", "libcusparse.so.12"):  # the one that needs it and the one that lacks it
+        assert any(unmet in x for x in answers[("soname", soname)]), answers
+    # a soname no environment loads or needs is said to be so, not guessed at
+    (none,) = w.ask(w.entities("libcufft.so.11: cannot open shared object file"), ENV_FACTS, LOADING, MATRIX)
+    assert none["answers"] == ["none of the 1 Python environment(s) found here loads or needs libcufft.so.11: the "
+                               "error comes from another environment (--python PATH names it) or another machine"]
     assert answers[("module", "numpy")] == ["base (Python 3.11) has numpy 2.0.1"]
     assert w.ask(w.entities(text), None, None, MATRIX) == []  # text alone: nothing to ask
 
