@@ -217,8 +217,7 @@ def rank(matches: Sequence[Match], causes: Dict[str, Dict[str, Any]],
     - a cause one of whose deciding checks fails (and, where the cause names a ``confirmed_when`` condition for that
       check, the finding says so) is a candidate for *confirmed*; one whose checks only warn is *likely*;
     - two causes are never both confirmed on the same evidence: where the same failures decide several candidates,
-      the one whose condition the finding meets, or that more failing checks (and fewer passing ones) point at,
-      is confirmed; candidates the evidence cannot tell apart are all *likely*, each naming the others;
+      the one whose condition the finding meets, or that more failing checks point at, is confirmed; candidates the evidence cannot tell apart are all *likely*, each naming the others;
     - a cause is *unlikely* only when a deciding check ran and passed and none failed or warned;
     - where a finding decides a cause, its fix (rendered for the machine inspected) replaces the cause's template.
     """
@@ -232,7 +231,7 @@ def rank(matches: Sequence[Match], causes: Dict[str, Dict[str, Any]],
                            "checks": list(cause.get("checks") or []), "signature": m.signature["id"],
                            "order": (mi, ci), "evidence": [], "verdict": "possible"}
     if findings is not None:
-        support: Dict[str, Tuple[frozenset, frozenset, bool]] = {}
+        support: Dict[str, Tuple[frozenset, bool]] = {}  # a confirmed candidate: its failing checks, conditioned
         for cid, c in scored.items():
             cause = causes[cid]
             ran = [findings[k] for k in c["checks"] if k in findings]
@@ -258,8 +257,7 @@ def rank(matches: Sequence[Match], causes: Dict[str, Dict[str, Any]],
                     c["fix"], c["commands"] = fix[0], fix[1]
                     c["fix_from"] = next(f["id"] for f in bad if _fix_of(f) == fix)
                 if hard:
-                    support[cid] = (frozenset(k for k in failing if findings[k].get("status") == "fail"), passing,
-                                    conditioned)
+                    support[cid] = (frozenset(k for k in failing if findings[k].get("status") == "fail"), conditioned)
             elif other_reason:
                 c["evidence"] = [f"{f['id']} {f['status']}, but its finding does not show this cause: "
                                  f"{str(f.get('message', ''))[:200]}" for f in other_reason]
@@ -268,11 +266,10 @@ def rank(matches: Sequence[Match], causes: Dict[str, Dict[str, Any]],
                 c["evidence"] = [f"{f['id']} pass: {str(f.get('message', ''))[:200]}" for f in ran
                                  if f.get("status") == "pass"]
         # the same failing evidence confirms one cause at most
-        for cid, (fails, passes, cond) in support.items():
-            rivals = [o for o, (f2, p2, c2) in support.items() if o != cid and f2 & fails]
-            beaten_by = [o for o in rivals if _beats(support[o], (fails, passes, cond))]
-            tied = [o for o in rivals if not _beats((fails, passes, cond), support[o])
-                    and not _beats(support[o], (fails, passes, cond))]
+        for cid, mine in support.items():
+            rivals = [o for o, theirs in support.items() if o != cid and theirs[0] & mine[0]]
+            beaten_by = [o for o in rivals if _beats(support[o], mine)]
+            tied = [o for o in rivals if not _beats(mine, support[o]) and not _beats(support[o], mine)]
             if beaten_by or tied:
                 scored[cid]["verdict"] = "likely"
                 if tied:
@@ -283,11 +280,11 @@ def rank(matches: Sequence[Match], causes: Dict[str, Dict[str, Any]],
                                                   if c["verdict"] in ("confirmed", "likely") else 0, c["order"]))
 
 
-def _beats(a: Tuple[frozenset, frozenset, bool], b: Tuple[frozenset, frozenset, bool]) -> bool:
+def _beats(a: Tuple[frozenset, bool], b: Tuple[frozenset, bool]) -> bool:
     """Evidence ``a`` points at its cause more than ``b`` at its own: a condition the finding meets against none;
     else more failing checks (a strict superset). A passing check does not tell two causes apart (a cause that lists
     more checks would lose for being careful)."""
-    (fa, _pa, ca), (fb, _pb, cb) = a, b
+    (fa, ca), (fb, cb) = a, b
     if ca != cb:
         return ca
     return fa > fb

@@ -625,8 +625,7 @@ def why(text: str, *, report: Optional[str] = None, collect: Optional[CollectOpt
         xid = m.signature.get("xid")
         if xid:
             causes[f"xid-{xid['code']}"] = w.xid_cause(xid["code"], matrix.xid(xid["code"]))
-    codes = [dict(m.signature["code"], catalog=m.signature["code"].get("catalog")) for m in matches
-             if isinstance(m.signature.get("code"), dict)]
+    codes = [m.signature["code"] for m in matches if isinstance(m.signature.get("code"), dict)]
     # the objects: from the whole of a pasted text (a traceback names the library lines away from its error), from
     # the matched lines of a log (a log's other lines are someone else's business)
     scope = "\n".join(m.excerpt for m in matches) if log or len(text) > 65536 else text

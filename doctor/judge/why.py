@@ -401,9 +401,8 @@ def ask(entities_found: Sequence[Mapping[str, Any]], facts: Optional[Mapping[str
                              f"error comes from another environment (--python PATH names it) or another machine"]
             elif kind == "symbol_version":
                 lines = ask_symbol_version(value, e.get("required_by"), facts, loading)
-            elif kind == "symbol" and e.get("version", "").startswith("lib"):
-                lines = ask_soname(str(e["version"]).split("_", 1)[0] if ".so" not in e["version"] else e["version"],
-                                   facts, loading)
+            elif kind == "symbol" and ".so" in str(e.get("version") or ""):  # ", version libnvJitLink.so.12"
+                lines = ask_soname(str(e["version"]), facts, loading)
             elif kind == "xid":
                 lines = ask_xid(int(value), e.get("bus"), facts, matrix)
             elif kind == "arch":
@@ -574,8 +573,9 @@ def related_findings(text: str, found_entities: Sequence[Mapping[str, Any]],
     for f, body, ws in docs:
         shared = sorted(ws & mine)
         score = sum(1.0 / df[w] for w in shared)
-        objects = [str(e["value"]) for e in found_entities if str(e["value"]).lower() in body
-                   and e["kind"] != "path" or (e["kind"] == "xid" and f"xid {e['value']}" in body)]
+        objects = [str(e["value"]) for e in found_entities
+                   if (f"xid {e['value']}" if e["kind"] == "xid" else str(e["value"]).lower()) in body
+                   and e["kind"] != "path"]
         score += 3.0 * len(set(objects))
         ranked.append({"id": f.get("id"), "status": f.get("status"), "title": f.get("title"),
                        "message": str(f.get("headline") or f.get("message") or "")[:300],
@@ -621,29 +621,23 @@ def nearest_signatures(text: str, signatures: Sequence[Mapping[str, Any]], cause
 def base(matrix: Any) -> Tuple[List[Dict[str, Any]], Dict[str, Dict[str, Any]]]:
     """Every signature and cause ``why`` knows: the curated base, the counted catalogs (where installed), the Xid
     table's codes."""
+    from dl_doctor.compat_matrix import catalogs
+
     sigs = list(matrix.signatures())
-    causes = dict(matrix.causes())
-    try:
-        from dl_doctor.compat_matrix import catalogs
-    except ImportError:  # a build without the catalogs: the curated base alone
-        catalogs = None  # type: ignore[assignment]
-    if catalogs is not None:
-        for sig in catalogs.signatures():
-            # a thousand codes share a few dozen opening words (cudaerror, cuda_erro, cudnn_sta, cuda erro[r: ]):
-            # each opening is looked for once per text, and a code's patterns only where its opening is there
-            sig["gate"] = sorted({compile_pattern(p).items[0][1][:GATE_PREFIX] for p in sig.get("patterns") or []})
-            sigs.append(sig)
-    return sigs, causes
+    for sig in catalogs.signatures():
+        # a thousand codes share a few dozen opening words (cudaerror, cuda_erro, cudnn_sta, cuda erro[r: ]): each
+        # opening is looked for once per text, and a code's patterns only where its opening is there
+        sig["gate"] = sorted({compile_pattern(p).items[0][1][:GATE_PREFIX] for p in sig.get("patterns") or []})
+        sigs.append(sig)
+    return sigs, dict(matrix.causes())
 
 
 def narrow(matches: Sequence[Match], text: str) -> List[Match]:
     """The catalogs' own narrowing (a code named inside a longer code's name; the runtime's twin of a driver code),
     and on a line both match, the curated signature (written from real reports, its causes in their order) before the
     catalog's code."""
-    try:
-        from dl_doctor.compat_matrix import catalogs
-    except ImportError:
-        return list(matches)
+    from dl_doctor.compat_matrix import catalogs
+
     kept = catalogs.narrow(matches, text)
     curated = [m for m in kept if not str(m.signature.get("id", "")).startswith("code:")]
 
