@@ -99,6 +99,16 @@ def nvml_fixture(name: str, **edits: Any) -> Dict[str, Any]:
     return doc
 
 
+def paired(name: str, spec: Spec, **more: Any) -> Machine:
+    """A healthy-corpus machine's pairing (tests/healthy.py HEALTHY[name]: its recorded NVML and /dev listing) around
+    ``spec`` (that machine's tree, changed as the case needs)."""
+    import healthy
+
+    entry = healthy.HEALTHY[name]
+    nvml = nvml_fixture(entry["nvml"]) if entry.get("nvml") else None
+    return Machine(spec, nvml=nvml, device_nodes=entry.get("device_nodes"), **more)
+
+
 @dataclass
 class Outcome:
     findings: List[Dict[str, Any]]
