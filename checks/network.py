@@ -121,36 +121,61 @@ def _memlock(facts: Facts) -> Optional[Any]:
     return None
 
 
+def _memlock_text(value: Any, facts: Facts) -> str:
+    """The limit as a person reads it: rlimits are bytes, limits.conf values KiB."""
+    if isinstance(value, int) and (facts.get("limits.rlimits") or {}).get("memlock"):
+        return f"{value} bytes ({value // 1024} KiB)"
+    return f"{value} KiB" if str(value).isdigit() else str(value)
+
+
 @check(
-    id="DLD-NET-002", slug="memlock-limited", title="Locked memory is unlimited where EFA needs it",
+    id="DLD-NET-002", slug="memlock-limited", title="Locked memory is unlimited where RDMA needs it (EFA, InfiniBand, RoCE)",
     remedy="fix-configuration", drain=False,
-    problem="Locked memory is limited where EFA needs it unlimited",
-    tags=("network", "efa", "limits"), requires=("limits",),
-    what="""Reads the session's RLIMIT_MEMLOCK (or the memlock entries of /etc/security/limits.conf and limits.d under
-    a sysroot) on hosts with EFA devices.""",
-    why="""EFA registers (pins) the communication buffers; with the default 64 KiB/8 MiB memlock limit libfabric
-    cannot register memory and NCCL fails with 'Cannot allocate memory' or falls back to sockets. Containers keep
-    their own default unless started with --ulimit memlock=-1.""",
+    problem="Locked memory is limited where RDMA needs it unlimited",
+    tags=("network", "efa", "rdma", "limits"), requires=("limits",),
+    what="""Reads the session's RLIMIT_MEMLOCK (under a sysroot: the tree's /proc/self/limits where it has one, else
+    the memlock entries of /etc/security/limits.conf and limits.d) on hosts with RDMA adapters (EFA, InfiniBand and
+    RoCE HCAs in /sys/class/infiniband).""",
+    why="""RDMA registers (pins) the communication buffers: with the default 64 KiB/8 MiB memlock limit, libfabric (EFA)
+    and NCCL's InfiniBand transport cannot register memory ('ibv_reg_mr failed: Cannot allocate memory') and NCCL
+    fails or falls back to sockets (NCCL's troubleshooting guide: InfiniBand needs the locked-memory limit raised).
+    Containers keep their own default unless started with --ulimit memlock=-1; a new limits.conf applies only to new
+    sessions.""",
     fix="""Set memlock unlimited: '* - memlock unlimited' in /etc/security/limits.d/, LimitMEMLOCK=infinity for systemd
-    services and Slurm, --ulimit memlock=-1:-1 for containers.""",
+    services and Slurm, --ulimit memlock=-1:-1 for containers; log in again.""",
 )
 def memlock(facts: Facts) -> Result:
     value = _memlock(facts)
     efa = facts.get("network.efa_devices") or []
-    evidence: Dict[str, Any] = {"memlock": value, "efa_devices": efa}
-    if not efa:
-        return skip("no EFA device: the memlock limit does not gate NCCL here", **evidence)
+    rdma = [d for d in facts.get("network.infiniband_devices") or [] if isinstance(d, dict) and d.get("name")
+            and d.get("name") not in efa]
+    ib = [d["name"] for d in rdma if str(d.get("link_layer") or "").lower() == "infiniband"]
+    roce = [d["name"] for d in rdma if d["name"] not in ib]
+    evidence: Dict[str, Any] = {"memlock": value, "efa_devices": efa, "rdma_devices": [d["name"] for d in rdma],
+                                "rlimits_from": facts.get("limits.rlimits_from")}
+    if not efa and not rdma:
+        return skip("no RDMA adapter (EFA, InfiniBand, RoCE): the memlock limit does not gate NCCL here", **evidence)
     if value is None:
         return skip("the memlock limit is unknown here", **evidence)
     if str(value) in ("unlimited", "-1", "infinity"):
         return passed("memlock is unlimited", **evidence)
     in_container = facts.get("system.container.in_container")
-    return fail(f"memlock is limited to {value} on an EFA host: libfabric cannot register memory for NCCL", evidence,
-                Fix("Make locked memory unlimited for training processes.",
-                    ("docker run --ulimit memlock=-1:-1 ...",) if in_container else
-                    (write_file("/etc/security/limits.d/90-efa-memlock.conf", "* - memlock unlimited\n"),
-                     "# log in again (or LimitMEMLOCK=infinity in systemd units / Slurm's PropagateResourceLimits)",
-                     "ulimit -l")))
+    fix = Fix("Make locked memory unlimited for training processes.",
+              ("docker run --ulimit memlock=-1:-1 ...",) if in_container else
+              (write_file("/etc/security/limits.d/90-rdma-memlock.conf", "* - memlock unlimited\n"),
+               "# log in again (or LimitMEMLOCK=infinity in systemd units / Slurm's PropagateResourceLimits)",
+               "ulimit -l"))
+    limit = _memlock_text(value, facts)
+    if efa:
+        return fail(f"memlock is limited to {limit} on an EFA host: libfabric cannot register memory for NCCL",
+                    evidence, fix)
+    if ib:
+        return fail(f"memlock is limited to {limit} on an InfiniBand host ({', '.join(ib[:8])}): NCCL's IB transport "
+                    "cannot register memory (ibv_reg_mr: Cannot allocate memory)", evidence, fix)
+    # an Ethernet (RoCE) or unknown link layer: a cloud VM's SR-IOV NIC shows up here too, unused by NCCL unless RoCE
+    # is set up; worth raising, not failing
+    return warn(f"memlock is limited to {limit} with RDMA adapters ({', '.join(roce[:8])}): NCCL's IB/RoCE transport "
+                "cannot register memory if it uses them", evidence, fix)
 
 
 @check(
@@ -188,18 +213,28 @@ def nccl_env(facts: Facts, matrix) -> Result:
         warnings.append("NCCL_NET=Socket on an EFA host")
     ifname = env.get("NCCL_SOCKET_IFNAME")
     if ifname and interfaces and not ifname.startswith("^"):
-        names = [n.strip().lstrip("=") for n in ifname.split(",") if n.strip()]
-        missing = [n for n in names if not any(i == n or (not ifname.startswith("=") and i.startswith(n))
-                                               for i in interfaces)]
-        if missing:
-            problems.append(f"NCCL_SOCKET_IFNAME={ifname} names no interface here ({', '.join(missing)}; interfaces: "
-                            f"{', '.join(sorted(interfaces))})")
+        # NCCL's rule (src/misc/socket.cc, matchIfList): a comma-separated list of prefixes ('=' before the list:
+        # exact names); NCCL takes every interface that matches any of them and fails only where none does. A list
+        # that names each node's interface is how one launch environment serves differently named nodes.
+        exact = ifname.startswith("=")
+        names = [n.strip() for n in ifname.lstrip("=").split(",") if n.strip()]
+        used = sorted(i for i in interfaces if any(i == n or (not exact and i.startswith(n)) for n in names))
+        if not used:
+            problems.append(f"NCCL_SOCKET_IFNAME={ifname} matches no interface here (interfaces: "
+                            f"{', '.join(sorted(interfaces))}): NCCL finds no socket interface and fails at bootstrap")
+        elif len(names) > 1:
+            notes.append(f"NCCL_SOCKET_IFNAME={ifname} uses {', '.join(used)} here")
     if efa and env.get("FI_PROVIDER") and env["FI_PROVIDER"] != "efa":
         problems.append(f"FI_PROVIDER={env['FI_PROVIDER']} on an EFA host (expected efa)")
     evidence: Dict[str, Any] = {"nccl_fi_env": env, "interfaces": sorted(interfaces)}
     unset = " ".join(sorted({p.split("=")[0] for p in problems + warnings}))
-    fix = Fix("Unset (or correct) these variables in the launch environment.",
-              (f"unset {unset}", "NCCL_DEBUG=INFO torchrun ... 2>&1 | grep -E 'NCCL INFO (NET|Channel|P2P)'"))
+    steps = [f"unset {unset}"]
+    if any(p.startswith("NCCL_SOCKET_IFNAME=") for p in problems):
+        routed = sorted(i for i in interfaces if i != "lo" and not i.startswith(("docker", "veth", "virbr")))
+        if routed:
+            steps.append(f"export NCCL_SOCKET_IFNAME={','.join(routed[:4])}   # or a list naming each node's interface")
+    steps.append("NCCL_DEBUG=INFO torchrun ... 2>&1 | grep -E 'NCCL INFO (NET|Channel|P2P|Bootstrap)'")
+    fix = Fix("Unset (or correct) these variables in the launch environment.", tuple(steps))
     if problems:
         return fail("; ".join(problems + warnings), evidence, fix)
     if warnings:

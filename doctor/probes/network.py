@@ -50,6 +50,7 @@ NETWORK_FACTS = obj(
         "",
         name=string("the device (/sys/class/infiniband/NAME)"),
         driver=string("its bound driver (efa, mlx5_core...)"),
+        link_layer=string("port 1's link layer: InfiniBand or Ethernet (RoCE); null: not known", since="0.2.0"),
     ), "RDMA devices in /sys/class/infiniband"),
     efa_devices=array(string(), "the EFA devices among them (driver efa, or named efa*/rdmap*)"),
     uverbs=array(string(), "/dev/infiniband/uverbs* (live only): what user-space RDMA opens"),
@@ -84,7 +85,9 @@ def network_probe(ctx: ProbeContext) -> Dict[str, Any]:
     devices: List[Dict[str, Any]] = []
     for name in host.listdir("/sys/class/infiniband"):
         driver = host.readlink(f"/sys/class/infiniband/{name}/device/driver")
-        devices.append({"name": name, "driver": driver.rsplit("/", 1)[-1] if driver else None})
+        layer = host.try_read(f"/sys/class/infiniband/{name}/ports/1/link_layer", 64)
+        devices.append({"name": name, "driver": driver.rsplit("/", 1)[-1] if driver else None,
+                        "link_layer": layer.strip()[:32] if layer else None})
     efa = [d for d in devices if d["driver"] == "efa" or d["name"].startswith(("efa", "rdmap"))]
     uverbs = sorted(n for n in host.listdir("/dev/infiniband") if n.startswith("uverbs")) if host.kernel_live else None
 
@@ -120,6 +123,22 @@ def network_probe(ctx: ProbeContext) -> Dict[str, Any]:
     }
 
 
+PROC_LIMITS = {"Max locked memory": "memlock", "Max open files": "nofile", "Max core file size": "core"}
+
+
+def parse_proc_limits(text: str) -> Dict[str, Dict[str, Any]]:
+    """/proc/PID/limits (the kernel's proc_pid_limits: a header, then 'Max ...' name, soft, hard, units columns)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for line in text.splitlines()[:64]:
+        for name, key in PROC_LIMITS.items():
+            if line.startswith(name):
+                cols = line[len(name):].split()
+                if len(cols) >= 2:
+                    out[key] = {"soft": cols[0] if not cols[0].isdigit() else int(cols[0]),
+                                "hard": cols[1] if not cols[1].isdigit() else int(cols[1])}
+    return out
+
+
 def _rlimit(what: str):
     return obj(what, soft=Fact("integer|string", "the soft limit (unlimited, or a number)"),
                hard=Fact("integer|string", "the hard limit (unlimited, or a number)"))
@@ -128,7 +147,8 @@ def _rlimit(what: str):
 LIMITS_FACTS = obj(
     "resource limits (memlock, nofile), NUMA and kernel settings",
     rlimits=obj(
-        "dl-doctor's own resource limits, as a process of this session gets them (live only)",
+        "the session's resource limits: dl-doctor's own, as a process of this session gets them (live); under a "
+        "sysroot, the tree's /proc/self/limits where it holds one (a machine captured with its /proc), else null",
         memlock=_rlimit("RLIMIT_MEMLOCK in bytes: locked memory (RDMA registers its buffers)"),
         nofile=_rlimit("RLIMIT_NOFILE: open files"),
         core=_rlimit("RLIMIT_CORE in bytes: core dumps"),
@@ -142,6 +162,7 @@ LIMITS_FACTS = obj(
         file=string("the file"),
     ), "the lines of /etc/security/limits.conf and limits.d/*.conf"),
     iommu_cmdline=array(string(), "kernel command line arguments about the IOMMU (null: no command line)"),
+    rlimits_from=string("where rlimits come from: this process (live), or the tree's /proc/self/limits", since="0.2.0"),
     cmdline_known=boolean("the kernel command line could be read"),
     transparent_hugepage=string("the transparent hugepage mode: always, madvise, never"),
     numa_balancing=integer("kernel.numa_balancing (0 off, 1 on)"),
@@ -157,6 +178,7 @@ LIMITS_FACTS = obj(
 def limits_probe(ctx: ProbeContext) -> Dict[str, Any]:
     host = ctx.host
     rlimits: Optional[Dict[str, Any]] = None
+    source: Optional[str] = None
     if host.live:
         import resource
 
@@ -168,6 +190,10 @@ def limits_probe(ctx: ProbeContext) -> Dict[str, Any]:
                          ("core", resource.RLIMIT_CORE)):
             soft, hard = resource.getrlimit(res)
             rlimits[key] = {"soft": fmt(soft), "hard": fmt(hard)}
+        source = "process"
+    else:
+        rlimits = parse_proc_limits(host.try_read("/proc/self/limits", 65536) or "") or None
+        source = "/proc/self/limits" if rlimits else None
     conf: List[Dict[str, str]] = []
     for path in ["/etc/security/limits.conf"] + host.glob("/etc/security/limits.d/*.conf"):
         for entry in parse_limits_conf(host.try_read(path, 1 << 20) or ""):
@@ -181,7 +207,7 @@ def limits_probe(ctx: ProbeContext) -> Dict[str, Any]:
     cpufreq_driver = host.try_read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_driver", 64)
     nodes = [n for n in host.listdir("/sys/devices/system/node") if re.match(r"^node\d+$", n)]
     return {
-        "rlimits": rlimits, "limits_conf": conf,
+        "rlimits": rlimits, "rlimits_from": source, "limits_conf": conf,
         "iommu_cmdline": [t for t in cmdline if "iommu" in t] if cmdline else None,
         "cmdline_known": bool(cmdline),
         "transparent_hugepage": thp_mode,

@@ -37,6 +37,8 @@ def nccl_tests_206(broken: bool) -> Machine:
     """An 8x H100 InfiniBand node whose shell had `ulimit -l` 8192 KiB (limits.conf edited, not yet in effect):
     NCCL's IB transport could not register memory (ibv_reg_mr_iova2: Cannot allocate memory)."""
     spec = healthy.nvswitch_hgx_h100()
+    for i in range(8):  # ConnectX-7 ports in InfiniBand mode
+        spec[f"sys/class/infiniband/mlx5_{i}/ports/1/link_layer"] = "InfiniBand\n"
     spec["proc/self/limits"] = LIMITS.format(memlock="8388608" if broken else "unlimited")
     return paired("nvswitch_hgx_h100", spec)
 
