@@ -52,7 +52,11 @@ class Machine:
     nvml: Optional[Dict[str, Any]] = None  # a recorded NVML document (tests/fixtures/nvml format)
     device_nodes: Optional[List[str]] = None  # /dev/nvidia* names
     disks: Optional[Dict[str, Any]] = None  # the storage probe's facts, where the case is about a disk
-    environ: Optional[Dict[str, str]] = None  # the environment dl-doctor runs in (the job's), where it matters
+
+    @property
+    def tree_only(self) -> bool:
+        """Everything the case needs is in the tree (`dl-doctor why --sysroot TREE` alone can see it)."""
+        return self.nvml is None and self.device_nodes is None and self.disks is None
 
 
 Builder = Callable[[bool], Machine]
