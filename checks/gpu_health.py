@@ -258,11 +258,12 @@ def pcie_degraded(facts: Facts) -> Result:
     remedy="fix-configuration", drain=False,
     problem="MIG mode is on",
     tags=("gpu", "mig"), **HEALTH,
-    what="Reads each GPU's current and pending MIG mode through NVML.",
+    what="Reads each GPU's current and pending MIG mode, and the MIG devices that exist, through NVML.",
     why="""With MIG on, a GPU is split into instances and a CUDA process can use only one MIG instance: a training
     job sees one small device instead of the whole GPU, and CUDA_VISIBLE_DEVICES needs MIG UUIDs. Turning MIG on takes
     an administrator and a GPU reset, so MIG that is on passes with a note saying so (the usual cause of 'only 1 GPU
-    visible'); a pending mode change that waits for a GPU reset warns.""",
+    visible'); MIG on with no MIG instance created fails (CUDA enumerates MIG devices only, so that GPU offers none); a
+    pending mode change that waits for a GPU reset warns.""",
     fix="""Disable MIG when whole GPUs are wanted (nvidia-smi -mig 0, then reset the GPU); when MIG is intended, address
     instances by their MIG UUIDs (nvidia-smi -L).""",
 )
@@ -275,6 +276,19 @@ def mig_enabled(facts: Facts) -> Result:
               ("nvidia-smi -L", "sudo nvidia-smi -mig 0 && sudo nvidia-smi -r   # whole GPUs again"))
     on_text = (f"MIG is on for {', '.join(_label(d) for d in on)}: each process can use one MIG instance, addressed "
                f"by its MIG UUID (nvidia-smi -L)") if on else ""
+    # MIG on with no MIG device: CUDA enumerates MIG devices only (MIG user guide, "CUDA device enumeration"), so such
+    # a GPU offers nothing to run on until instances are created (or MIG is turned off)
+    empty = [d for d in on if d.get("mig_devices") == 0]
+    if empty:
+        evidence["mig_devices"] = {_label(d): d.get("mig_devices") for d in on}
+        names = ", ".join(_label(d) for d in empty)
+        return fail(f"MIG is on for {names} but no MIG instance exists there: CUDA (and Slurm's NVML autodetection) "
+                    "finds no device to run on", evidence,
+                    Fix("Create the MIG instances the node is meant to have, or turn MIG off for whole GPUs.",
+                        ("nvidia-smi mig -lgip   # the GPU instance profiles this GPU offers",
+                         "sudo nvidia-smi mig -cgi <profile ids> -C   # or: sudo nvidia-mig-parted apply",
+                         "sudo nvidia-smi -mig 0 && sudo nvidia-smi -r   # or whole GPUs again")),
+                    headline=f"MIG on, no MIG instance: {names}")
     if pending:
         parts = [on_text] if on_text else []
         parts.append(f"a MIG mode change is pending on {', '.join(_label(d) for d in pending)} (reset needed)")

@@ -13,10 +13,11 @@ from typing import Any, Dict
 
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 
-MESSAGES = {3: "Not Supported", 4: "Insufficient Permissions", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
+MESSAGES = {3: "Not Supported", 6: "Not Found", 4: "Insufficient Permissions", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
             18: "Driver/library version mismatch"}
 
 
@@ -128,6 +129,16 @@ class FakeNVML:
 
     def nvmlDeviceGetMigMode(self, h):
         return self._get(h, "mig")
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        if "mig_devices" not in h:  # a recording without MIG devices: as a driver that cannot say
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, i):
+        if i >= h["mig_devices"]:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return {"mig_of": h.get("uuid"), "index": i}
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used"]) for p in self._get(h, "processes")]

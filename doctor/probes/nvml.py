@@ -20,7 +20,9 @@ THROTTLE_REASONS = {
 }
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
+MAX_MIG_SLOTS = 16  # NVML's MIG device slots per GPU (7 on A100/H100): a bound on what a broken library can claim
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
 NVML_AGGREGATE_ECC = 1
@@ -125,6 +127,21 @@ def _device(nv: Any, error_type: Type[BaseException], index: int) -> Dict[str, A
     }
     mig = q("mig_mode", lambda: nv.nvmlDeviceGetMigMode(handle))
     dev["mig_mode"] = {"current": bool(mig[0]), "pending": bool(mig[1])} if mig else None
+    dev["mig_devices"] = None
+    if mig and mig[0]:
+        def count_mig() -> int:
+            # NVML numbers a GPU's MIG devices in slots up to nvmlDeviceGetMaxMigDeviceCount; an empty slot is
+            # NVML_ERROR_NOT_FOUND
+            found = 0
+            for i in range(min(int(nv.nvmlDeviceGetMaxMigDeviceCount(handle)), MAX_MIG_SLOTS)):
+                try:
+                    nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
+                    found += 1
+                except error_type as exc:
+                    if getattr(exc, "value", None) != NVML_ERROR_NOT_FOUND:
+                        raise
+            return found
+        dev["mig_devices"] = q("mig_devices", count_mig)
     procs = q("processes", lambda: nv.nvmlDeviceGetComputeRunningProcesses(handle))
     dev["processes"] = ([{"pid": int(p.pid), "used_memory_bytes": int(p.usedGpuMemory or 0)} for p in procs]
                         if procs is not None else None)
@@ -179,6 +196,8 @@ NVML_FACTS = obj(
             current=boolean("MIG is on"),
             pending=boolean("MIG is on after the next reset"),
         ),
+        mig_devices=count("the MIG devices that exist on it (MIG on only; null: MIG off, or NVML could not say)",
+                          since="0.2.0"),
         processes=array(obj(
             "",
             pid=integer("its process id"),

@@ -61,3 +61,20 @@ def test_every_health_state_reaches_its_check():
     assert findings["DLD-GPU-013"].status.value == "warn" and "PID 4242 (12.0 GiB)" in findings["DLD-GPU-013"].message
     healthy = {"gpu_pci": {"gpu_count": 8, "devices": []}, "nvml": collect_nvml(nv("p4d_healthy"))}
     assert {f.status.value for f in evaluate(snapshot(healthy), checks, compat_matrix.load(site=False))} == {"pass"}
+
+
+def test_mig_devices_are_counted_only_where_mig_is_on():
+    """NVML's MIG device slots: an empty one is NVML_ERROR_NOT_FOUND; a recording (or driver) that cannot say leaves
+    the count unknown (null), never zero."""
+    fake = nv("mig_a100_80gb")
+    out = collect_nvml(fake)
+    assert [d["mig_devices"] for d in out["devices"]] == [7] * 8
+    for dev in fake.rec["devices"]:
+        dev["mig_devices"] = 0
+    assert {d["mig_devices"] for d in collect_nvml(fake)["devices"]} == {0}
+    for dev in fake.rec["devices"]:
+        del dev["mig_devices"]
+    unknown = collect_nvml(fake)["devices"][0]
+    assert unknown["mig_devices"] is None and "mig_devices" in unknown["unsupported"]
+    off = collect_nvml(nv("p4d_healthy"))["devices"][0]
+    assert off["mig_devices"] is None and "mig_devices" not in off["unsupported"]
