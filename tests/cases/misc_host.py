@@ -82,3 +82,31 @@ def fastai_23(broken: bool) -> Machine:
     spec = healthy.dlami_ubuntu2404_g6()
     _nofile(spec, broken)
     return Machine(spec)
+
+
+def _oom_line(host: str, pid: int, comm: str, cgroup: bool) -> str:
+    """The kernel's OOM-killer report as the distro's kern.log keeps it (mm/oom_kill.c's 'Killed process' line)."""
+    prefix = "Memory cgroup out of memory" if cgroup else "Out of memory"
+    return (f"Nov 29 11:42:07 {host} kernel: [ 6127.518734] {prefix}: Killed process {pid} ({comm}) "
+            "total-vm:14119556kB, anon-rss:6538204kB, file-rss:80652kB, shmem-rss:16kB, UID:0 pgtables:13432kB "
+            "oom_score_adj:0")
+
+
+@case("opennmt-tutorial-6-dataloader-killed-cgroup-oom")
+def opennmt_tutorial_6(broken: bool) -> Machine:
+    """Training with OpenNMT's onmt_train entry point on a one-GPU VM: the memory cgroup's OOM killer took the
+    process (dmesg -T showed it), which the DataLoader reports as its worker killed by signal: Killed."""
+    spec = healthy.dlami_ubuntu2404_g6()
+    if broken:
+        spec["var/log/kern.log"] += _oom_line("ip-172-31-5-6", 629, "onmt_train", cgroup=True) + "\n"
+    return Machine(spec)
+
+
+@case("kraken-266-dataloader-killed-cluster-memory-limit")
+def kraken_266(broken: bool) -> Machine:
+    """kraken training on a university cluster node: the job exceeded its host-memory limit and the kernel's OOM
+    killer took the training process ('It was a resource limit on the cluster')."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    if broken:
+        spec["var/log/kern.log"] += _oom_line("ip-172-31-5-6", 22048, "ketos", cgroup=False) + "\n"
+    return Machine(spec)
