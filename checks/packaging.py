@@ -155,10 +155,14 @@ def pip_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
         extras = [""] + sorted(requested.get(name, ()))
         for r in reqs:
             uses_extra = r.marker is not None and "extra" in str(r.marker)
+            target = _norm(r.name)
             holds = _holds(r.marker, menvs, extras if uses_extra else ("",))
+            if holds is not True and uses_extra and target in IMPORT_ENFORCED.get(name, ()) \
+                    and target in dists and any(r.marker.evaluate({**menvs[0], "extra": x}) for x in _extras_of(r)):
+                # the requirer checks this one at import whichever extra installed it (jax and jaxlib)
+                holds = True
             if holds is not True:
                 continue
-            target = _norm(r.name)
             if target == name:
                 continue
             have, how, compiled = _installed(target, pk)
@@ -183,6 +187,11 @@ def pip_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
             out.append({"requirer": name, "requirer_version": d.get("version"), "requirement": str(r),
                         "target": target, "installed": have, "severity": sev})
     return out
+
+
+def _extras_of(r: Requirement) -> List[str]:
+    """The extras a requirement's marker names (``extra == "cuda12"``)."""
+    return re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(r.marker or ""))
 
 
 def _say(env: Dict[str, Any], c: Dict[str, Any]) -> str:
@@ -559,6 +568,10 @@ def file_owned_by_two(facts: Facts) -> Result:
             if s.get("compiled_differing"):
                 sev = "fail"
                 text += f"; {s['compiled_differing']} compiled file(s) differ between the two: one overwrote the other's"
+            elif s.get("mixed_dirs"):
+                sev = "fail"
+                text += (f"; both put compiled code in {', '.join(d.rsplit('/site-packages/', 1)[-1] for d in s['mixed_dirs'][:2])}: "
+                         "the package there is a mix of two builds")
             elif s.get("differing"):
                 sev = "warn"
                 text += f"; {s['differing']} differ between the two"

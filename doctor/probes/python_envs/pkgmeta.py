@@ -34,7 +34,7 @@ MAX_MODIFIED = 200
 # A wheel RECORD line's hash: sha256=urlsafe-base64 without padding (PEP 376 / the binary distribution format);
 # 43 characters for sha256. Anything else (a placeholder) reads as unknown, never as a mismatch.
 _HASH = re.compile(r"^sha256=([A-Za-z0-9_-]{43})$")
-EMPTY_SHA256 = base64.urlsafe_b64encode(hashlib.sha256(b"").digest()).rstrip(b"=").decode()
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # an ELF shared object or a Python extension module, by name
 _COMPILED = re.compile(r"\.so(\.[0-9][0-9A-Za-z.]*)?$")
 _DIST = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[^-]+?)\.(?P<kind>dist-info|egg-info)$")
@@ -100,7 +100,7 @@ def parse_record(text: str) -> List[Tuple[str, Optional[str], Optional[int]]]:
         if not row or not row[0] or len(row[0]) > 4096:
             continue
         m = _HASH.match(row[1].strip()) if len(row) > 1 else None
-        digest = m.group(1) if m else None
+        digest = base64.urlsafe_b64decode(m.group(1) + "=").hex() if m else None
         size: Optional[int] = None
         if len(row) > 2 and row[2].strip().isdigit() and len(row[2].strip()) < 16:
             size = int(row[2].strip())
@@ -125,11 +125,20 @@ def _conda_records(host: Host, prefix: str) -> Dict[str, Dict[str, Any]]:
         if not isinstance(doc, dict) or not isinstance(doc.get("name"), str):
             continue
         files = [f for f in doc.get("files") or [] if isinstance(f, str)]
+        hashes: Dict[str, Tuple[Optional[str], Optional[int]]] = {}
+        paths_data = doc.get("paths_data") if isinstance(doc.get("paths_data"), dict) else {}
+        for item in (paths_data.get("paths") or [])[:200000]:
+            if isinstance(item, dict) and isinstance(item.get("_path"), str):
+                digest = item.get("sha256") if isinstance(item.get("sha256"), str) and re.fullmatch(
+                    r"[0-9a-f]{64}", item.get("sha256") or "") else None
+                size = item.get("size_in_bytes") if isinstance(item.get("size_in_bytes"), int) else None
+                hashes[item["_path"]] = (digest, size if digest else None)
         out[doc["name"]] = {
             "version": str(doc.get("version") or ""), "build": str(doc.get("build") or ""),
             "depends": [str(d)[:300] for d in (doc.get("depends") or [])[:MAX_REQUIRES] if isinstance(d, str)],
             "constrains": [str(d)[:300] for d in (doc.get("constrains") or [])[:MAX_REQUIRES] if isinstance(d, str)],
-            "files": len(files), "compiled": any(compiled_path(f) for f in files), "_paths": files}
+            "files": len(files), "compiled": any(compiled_path(f) for f in files), "_paths": files,
+            "_hashes": hashes}
     return out
 
 
@@ -179,6 +188,7 @@ def collect(host: Host, env: Dict[str, Any], sites: List[str], python_version: O
     modified, integrity = _integrity(host, records, deep)
     for c in (conda or {}).values():
         c.pop("_paths", None)
+        c.pop("_hashes", None)
     for d in dists.values():
         d.pop("dist_info", None)
     return {"python_version": python_version, "platform_machine": arch,
@@ -201,7 +211,8 @@ def _shared_files(dists: Dict[str, Dict[str, Any]], records: Dict[str, List[Tupl
                     conda_owned_dist_infos.add(posixpath.normpath(f"{prefix}/{rel}").split(".dist-info/")[0])
                 if "__pycache__/" in rel or rel.endswith(".pyc"):
                     continue
-                owner_of.setdefault(posixpath.normpath(f"{prefix}/{rel}"), []).append(("conda", cname, None, None))
+                digest, size = (c.get("_hashes") or {}).get(rel, (None, None))
+                owner_of.setdefault(posixpath.normpath(f"{prefix}/{rel}"), []).append(("conda", cname, digest, size))
     for name, rows in records.items():
         d = dists[name]
         # a conda package's own dist-info (conda-forge python packages install one) is that package, not a second
@@ -218,6 +229,14 @@ def _shared_files(dists: Dict[str, Dict[str, Any]], records: Dict[str, List[Tupl
                 if any(o[0] == "conda" for o in owners):
                     continue
             owners.append(("pip", name, digest, size))
+    # where each owner has compiled files: two builds of one extension package in one directory (cv2/,
+    # onnxruntime/capi/) are a mix whichever file names differ
+    compiled_dirs: Dict[Tuple[str, str], set] = {}
+    for name, rows in records.items():
+        compiled_dirs[("pip", name)] = {posixpath.dirname(p) for p, _, _ in rows if compiled_path(p)}
+    for cname, c in (conda or {}).items():
+        compiled_dirs[("conda", cname)] = {posixpath.dirname(posixpath.normpath(f"{prefix}/{r}"))
+                                           for r in c.get("_paths") or [] if compiled_path(r)}
     pairs: Dict[Tuple[str, str, str, str], Dict[str, Any]] = {}
     for path, owners in owner_of.items():
         if len(owners) < 2:
@@ -232,9 +251,11 @@ def _shared_files(dists: Dict[str, Dict[str, Any]], records: Dict[str, List[Tupl
                 if entry is None:
                     if len(pairs) >= MAX_SHARED:
                         continue
+                    mixed = sorted(compiled_dirs.get(a[:2], set()) & compiled_dirs.get(b[:2], set()))
                     entry = pairs[key] = {"owners": [a[1], b[1]], "kinds": [a[0], b[0]], "files": 0,
                                           "differing": 0, "identical": 0, "unknown": 0, "compiled_differing": 0,
-                                          "compiled": 0, "init_only": True, "examples": []}
+                                          "compiled": 0, "init_only": True, "examples": [],
+                                          "mixed_dirs": mixed[:MAX_EXAMPLES]}
                 entry["files"] += 1
                 known = a[2] is not None and b[2] is not None
                 if known and (a[2] != b[2] or (a[3] is not None and b[3] is not None and a[3] != b[3])):
@@ -248,7 +269,8 @@ def _shared_files(dists: Dict[str, Dict[str, Any]], records: Dict[str, List[Tupl
                 if compiled_path(path):
                     entry["compiled"] += 1
                 if not (known and a[2] == b[2]):
-                    if posixpath.basename(path) != "__init__.py":
+                    # a namespace package's __init__.py (pkgutil or pkg_resources style) is a line or two
+                    if posixpath.basename(path) != "__init__.py" or (a[3] or 0) > 1024 or (b[3] or 0) > 1024:
                         entry["init_only"] = False
                     if len(entry["examples"]) < MAX_EXAMPLES:
                         entry["examples"].append(path)
@@ -313,4 +335,4 @@ def _sha256(host: Host, path: str) -> Optional[str]:
                 h.update(chunk)
     except OSError:
         return None
-    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
+    return h.hexdigest()

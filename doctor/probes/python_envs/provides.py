@@ -241,10 +241,12 @@ _PACKAGING = obj(
         files=integer("the files both list"),
         differing=integer("those whose two records give different hashes or sizes"),
         identical=integer("those whose two records give the same hash"),
-        unknown=integer("those a record gives no real hash for"),
+        unknown=integer("those a record gives no real hash for (conda-meta without paths_data)"),
         compiled=integer("those that are shared objects or extension modules"),
         compiled_differing=integer("compiled files whose two records differ"),
-        init_only=boolean("every file that is not identical by hash is an __init__.py"),
+        init_only=boolean("every file that is not identical by hash is a small __init__.py (1 KiB at most: a "
+                          "namespace package's)"),
+        mixed_dirs=array(string(), "directories where both owners install compiled files"),
         examples=array(string(), "some of the files (not identical by hash)"),
     ), "files two owners both list (namespace files identical by hash are counted, never judged)"),
     modified=array(obj(
