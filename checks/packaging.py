@@ -559,7 +559,8 @@ def file_owned_by_two(facts: Facts) -> Result:
             kinds = s.get("kinds") or ["pip", "pip"]
             if not (s.get("differing") or s.get("unknown")):
                 continue  # identical in both records: namespace files, by design
-            who = " and ".join(f"{k} package {o}" if k == "conda" else o for o, k in zip((a, b), kinds))
+            who = " and ".join(f"conda package {o} {_version(pk, o, k)}" if k == "conda" else f"{o} {_version(pk, o, k)}"
+                               for o, k in zip((a, b), kinds))
             ex = ", ".join(p.rsplit("/site-packages/", 1)[-1] for p in (s.get("examples") or [])[:3])
             text = f"{_label(env)}: {who} both install {s.get('files')} file(s) ({ex})"
             if s.get("init_only"):
@@ -594,6 +595,11 @@ def file_owned_by_two(facts: Facts) -> Result:
     return _result(problems, fixes, notes, {"environments": looked},
                    "Keep one of the two: uninstall both, then install the one you want.",
                    "no environment's packages were read", f"no file has two owners in {len(looked)} environment(s)")
+
+
+def _version(pk: Dict[str, Any], name: str, kind: str) -> str:
+    table = (pk.get("conda") if kind == "conda" else pk.get("distributions")) or {}
+    return str((table.get(name) or {}).get("version") or "")
 
 
 def _keep(a: str, b: str) -> str:

@@ -310,9 +310,10 @@ def making_it_rain_140(broken: bool) -> Machine:
 
 @case("keras-19390-keras3-under-tensorflow-2.13")
 def keras_19390(broken: bool) -> Machine:
-    """pip install keras brought Keras 3.1.1 under tensorflow 2.13.1, which requires keras<2.14,>=2.13.1."""
+    """pip install keras brought Keras 3.1.1 under TensorFlow 2.13.1, which requires keras<2.14,>=2.13.1 (a CPU
+    build host: tensorflow-cpu, the same package and pins)."""
     spec = venv_machine()
-    ext(spec, VENV_SITE, "tensorflow", "2.13.1", "tensorflow", "libtensorflow_framework.so.2",
+    ext(spec, VENV_SITE, "tensorflow-cpu", "2.13.1", "tensorflow", "libtensorflow_framework.so.2",
         requires=["absl-py>=1.0.0", "keras<2.14,>=2.13.1", "numpy<=1.24.3,>=1.22", "tensorboard<2.14,>=2.13",
                   "typing-extensions<4.6.0,>=3.6.6"], needed=["libstdc++.so.6", "libc.so.6"],
         tag="cp311-cp311-manylinux_2_17_x86_64")
@@ -337,13 +338,15 @@ def tf_pair(spec: Spec, site: str, version: str, first: str, second: Optional[st
                     None, needed=["libtensorflow_framework.so.1"] + needed, runpath=["$ORIGIN/.."]),
                 "tensorflow/python/platform/build_info.py":
                     f"is_cuda_build = {flavor.endswith('gpu')}\ncuda_version_number = '10.0'\n"}
-    reqs = ["absl-py>=0.7.0", "numpy<2.0,>=1.16.0", "protobuf>=3.6.1", f"tensorboard<{version[:3]}.1,>=1.14.0"]
+    major, minor = version.split(".")[:2]
+    reqs = ["absl-py>=0.7.0", "numpy<2.0,>=1.16.0", "protobuf>=3.6.1",
+            f"tensorboard<{major}.{int(minor) + 1}.0,>={major}.{minor}.0"]
     wheel(spec, site, first, version, files(first), reqs, tag="cp36-cp36m-manylinux1_x86_64",
           write=second is None)
     if second:
         wheel(spec, site, second, version, files(second), reqs, tag="cp36-cp36m-manylinux1_x86_64")
     for n, v, m in (("absl-py", "0.8.1", "absl"), ("protobuf", "3.10.0", "google/protobuf"),
-                    ("tensorboard", "1.14.0", None)):
+                    ("tensorboard", f"{major}.{minor}.0", None)):
         pure(spec, site, n, v, module=m)
 
 
@@ -363,7 +366,7 @@ def donkeycar_346(broken: bool) -> Machine:
     """tensorflow and tensorflow-gpu both installed (tensorflow last): TensorFlow runs on the CPU."""
     spec = venv_machine()
     tf_pair(spec, VENV_SITE, "1.10.0", "tensorflow-gpu", "tensorflow" if broken else None)
-    ext(spec, VENV_SITE, "numpy", "1.14.5", "numpy/core", "_multiarray_umath.cpython-312-x86_64-linux-gnu.so")
+    ext(spec, VENV_SITE, "numpy", "1.16.4", "numpy/core", "_multiarray_umath.cpython-312-x86_64-linux-gnu.so")
     return Machine(spec)
 
 
@@ -413,12 +416,15 @@ def ort_env(spec: Spec, site: str, version: str, order: Sequence[str], removed: 
     ext(spec, site, "numpy", "1.26.4", "numpy/core", f"_multiarray_umath.cpython-{py}-x86_64-linux-gnu.so")
 
 
+ORT_SITE = "opt/conda/envs/onnx/lib/python3.11/site-packages"  # frameworks_side_by_side's ONNX Runtime env
+
+
 def _ort(broken: bool, version: str, order: Sequence[str], removed: Sequence[str] = ()) -> Machine:
-    spec = venv_machine()
-    if broken:
-        ort_env(spec, VENV_SITE, version, order, removed)
-    else:
-        ort_env(spec, VENV_SITE, version, ["onnxruntime-gpu"])
+    """frameworks_side_by_side's onnx env (its CUDA 12 wheels) with these onnxruntime installs instead of its own."""
+    spec = healthy.frameworks_side_by_side()
+    for path in [p for p in spec if p.startswith((f"{ORT_SITE}/onnxruntime", f"{ORT_SITE}/numpy"))]:
+        del spec[path]
+    ort_env(spec, ORT_SITE, version, order if broken else ["onnxruntime-gpu"], removed if broken else (), py="311")
     return Machine(spec)
 
 
