@@ -542,6 +542,36 @@ def sygil_1808(broken: bool) -> Machine:
                 ("opencv-python", "4.8.0.76"))
 
 
+# -- a package built against NumPy 2's ABI says so: numpy>=2 ----------------------------------------------------------
+
+OPENCV_4_12_REQUIRES = ['numpy<2.0; python_version < "3.9"', 'numpy<2.3.0,>=2; python_version >= "3.9"']
+
+
+def _opencv_numpy(broken: bool, numpy_bad: str, numpy_good: str, headless: bool = True) -> Machine:
+    spec = venv_machine()
+    names = ["opencv-python"] + (["opencv-python-headless"] if headless else [])
+    for name in names:  # opencv-python installed, then opencv-python-headless of the same release (identical files
+        # but the GUI library: the later install's on disk)
+        wheel(spec, VENV_SITE, name, "4.12.0.88", cv2_files(name, "4.12.0.88"), OPENCV_4_12_REQUIRES,
+              tag="cp37-abi3-manylinux2014_x86_64", write=name == names[-1])
+    ext(spec, VENV_SITE, "numpy", numpy_bad if broken else numpy_good, "numpy/core",
+        "_multiarray_umath.cpython-312-x86_64-linux-gnu.so")
+    return Machine(spec)
+
+
+@case("opencv-python-1122-numpy2-build-with-numpy-1.26")
+def opencv_1122(broken: bool) -> Machine:
+    """opencv-python 4.12.0.88 is built against NumPy 2 (Requires-Dist numpy<2.3.0,>=2 on Python 3.9+); NumPy
+    1.26.0 stayed installed."""
+    return _opencv_numpy(broken, "1.26.0", "2.2.6", headless=False)
+
+
+@case("comfyui-11724-numpy-2.4-over-opencv-pin")
+def comfyui_11724(broken: bool) -> Machine:
+    """numpy 2.4.0 installed over opencv-python 4.12.0.88's numpy<2.3.0,>=2 pin."""
+    return _opencv_numpy(broken, "2.4.0", "2.2.6", headless=False)
+
+
 # -- conda: pip over conda's files -----------------------------------------------------------------------------------
 
 def conda_meta(spec: Spec, prefix: str, name: str, version: str, build: str, files: Dict[str, Any],
