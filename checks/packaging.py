@@ -112,11 +112,11 @@ def _requirements(d: Dict[str, Any]) -> List[Requirement]:
 def _installed(name: str, pk: Dict[str, Any]) -> Tuple[Optional[str], Optional[str], Optional[bool]]:
     """(version, how it is installed: pip|conda, compiled) of a requirement's target, or (None, None, None)."""
     d = (pk.get("distributions") or {}).get(name)
-    if d:
+    if isinstance(d, dict):
         return d.get("version"), "pip", d.get("compiled")
     for cname in (name,) + CONDA_NAMES.get(name, ()):
         c = (pk.get("conda") or {}).get(cname)
-        if c:
+        if isinstance(c, dict):
             return c.get("version"), "conda", c.get("compiled")
     return None, None, None
 
@@ -141,7 +141,7 @@ def pip_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
     menvs = marker_environments(pk)
     if not menvs:
         return []
-    dists = pk.get("distributions") or {}
+    dists = {k: v for k, v in (pk.get("distributions") or {}).items() if isinstance(v, dict)}
     parsed = {name: _requirements(d) for name, d in dists.items()}
     requested: Dict[str, set] = {}
     for name, reqs in parsed.items():
@@ -170,8 +170,9 @@ def pip_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
                 sev = _severity(name, d.get("compiled"), target, None, missing=True)
                 if conda_env:
                     sev = "note"  # a conda package of another name may provide it
-                out.append({"requirer": name, "requirer_version": d.get("version"), "requirement": str(r),
-                            "target": target, "installed": None, "severity": sev})
+                out.append({"requirer": name, "requirer_version": d.get("version"), "requirement": _bare(r),
+                            "marker": str(r.marker) if r.marker else None, "target": target, "installed": None,
+                            "severity": sev})
                 continue
             if not str(r.specifier):
                 continue
@@ -184,9 +185,15 @@ def pip_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
             sev = _severity(name, d.get("compiled"), target, compiled, missing=False)
             if how == "conda" and sev != "fail":
                 sev = "note"
-            out.append({"requirer": name, "requirer_version": d.get("version"), "requirement": str(r),
-                        "target": target, "installed": have, "severity": sev})
+            out.append({"requirer": name, "requirer_version": d.get("version"), "requirement": _bare(r),
+                        "marker": str(r.marker) if r.marker else None, "target": target, "installed": have,
+                        "severity": sev})
     return out
+
+
+def _bare(r: Requirement) -> str:
+    """The requirement without its marker, as pip names it (``torch==2.5.1``, ``jax-cuda12-plugin[with-cuda]``)."""
+    return r.name + (f"[{','.join(sorted(r.extras))}]" if r.extras else "") + str(r.specifier)
 
 
 def _extras_of(r: Requirement) -> List[str]:
@@ -449,7 +456,7 @@ def parse_match_spec(text: str) -> Optional[Tuple[str, str, Optional[str]]]:
 
 
 def conda_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
-    conda = (env["packaging"] or {}).get("conda") or {}
+    conda = {k: v for k, v in ((env["packaging"] or {}).get("conda") or {}).items() if isinstance(v, dict)}
     out = []
     for name, pkg in sorted(conda.items()):
         for kind in ("depends", "constrains"):
