@@ -129,7 +129,9 @@ def _severity(requirer: str, req_compiled: Optional[bool], target: str, tgt_comp
         # a companion without its framework cannot import; any other missing package is pip check's business
         return "warn" if req_compiled and target in ("torch", "tensorflow", "jaxlib") else "note"
     if req_compiled and tgt_compiled:
-        return "fail"
+        # an nvidia-* library wheel keeps its soname across a release series (NVIDIA's minor version
+        # compatibility): another build of it usually loads; the framework's own checks judge the libraries
+        return "warn" if target.startswith("nvidia-") else "fail"
     if req_compiled or tgt_compiled:
         return "warn"
     return "note"
@@ -183,12 +185,19 @@ def pip_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
             if ok:
                 continue
             sev = _severity(name, d.get("compiled"), target, compiled, missing=False)
-            if how == "conda" and sev != "fail":
-                sev = "note"
+            tgt = dists.get(target) or {}
+            if sev != "fail" and (how == "conda" or (_by_conda(d) and _by_conda(tgt))):
+                sev = "note"  # conda's solver chose the pair (its repodata patches relax what METADATA pins)
+            elif sev == "fail" and _by_conda(d) and _by_conda(tgt) and target not in IMPORT_ENFORCED.get(name, ()):
+                sev = "warn"
             out.append({"requirer": name, "requirer_version": d.get("version"), "requirement": _bare(r),
                         "marker": str(r.marker) if r.marker else None, "target": target, "installed": have,
                         "severity": sev})
     return out
+
+
+def _by_conda(d: Dict[str, Any]) -> bool:
+    return str(d.get("installer") or "").lower() == "conda"
 
 
 def _bare(r: Requirement) -> str:
@@ -573,7 +582,10 @@ def file_owned_by_two(facts: Facts) -> Result:
             if s.get("init_only"):
                 notes.append(text + ": namespace __init__.py files only")
                 continue
-            if s.get("compiled_differing"):
+            if kinds == ["conda", "conda"] and (s.get("compiled_differing") or s.get("differing")):
+                sev = "warn"  # conda's own path_conflict setting let one clobber the other (softlinks are left out)
+                text += f"; {s.get('differing')} differ between the two: the later install overwrote the other's"
+            elif s.get("compiled_differing"):
                 sev = "fail"
                 text += f"; {s['compiled_differing']} compiled file(s) differ between the two: one overwrote the other's"
             elif s.get("mixed_dirs"):
@@ -626,9 +638,10 @@ def _keep(a: str, b: str) -> str:
     tags=("python", "packaging"), requires=("python_envs",), applies=(needs_packaging,),
     what="""Holds every shared object and extension module a wheel's RECORD lists against the file there now: its
     size (a stat, by default), its sha256 (with --deep). RECORD lines without a real hash and size are not judged.""",
-    why="""A compiled file of another size than its RECORD says was overwritten after the install (by another
-    distribution of the same module, a manual copy, a partial upgrade) or is gone (pip uninstalled the other owner
-    of a shared file): the import fails with undefined symbols or a missing module, or loads another build.""",
+    why="""A compiled file gone since the install (pip uninstalled another owner of a shared file, a manual clean-up)
+    fails the import; one of another size or hash than its RECORD says was overwritten (by another distribution of
+    the same module, a manual copy, a partial upgrade) or patched after the install (patchelf, strip): the import
+    fails with undefined symbols, or loads another build. A missing file fails; a changed one warns.""",
     fix="""Reinstall the distribution named (pip install --force-reinstall --no-deps NAME==VERSION), after removing
     whatever else installs those files.""",
 )
@@ -658,8 +671,10 @@ def installed_file_modified(facts: Facts) -> Result:
                     said.append(f"{rel} is {m.get('size')} bytes, RECORD says {m.get('recorded_size')}")
             more = f" and {len(items) - 3} more" if len(items) > 3 else ""
             text = f"{_label(env)}: {name} {version}: " + ", ".join(said) + more
-            problems.append(("fail", text, {"distribution": name, "version": version, "files": items[:20],
-                                            "environment": env.get("prefix")}))
+            # a file gone cannot load; one of another size or hash was overwritten, or patched (patchelf, strip)
+            sev = "fail" if any(m.get("missing") for m in items) else "warn"
+            problems.append((sev, text, {"distribution": name, "version": version, "files": items[:20],
+                                         "environment": env.get("prefix")}))
             fixes.append(f"{_python(env)} install --force-reinstall --no-deps '{name}=={version}'")
     if not looked:
         return skip("no environment's packages were read")

@@ -38,6 +38,7 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # an ELF shared object or a Python extension module, by name
 _COMPILED = re.compile(r"\.so(\.[0-9][0-9A-Za-z.]*)?$")
 _DIST = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[^-]+?)\.(?P<kind>dist-info|egg-info)$")
+NOT_PIP = ("conda", "rpm", "debian", "dpkg", "apt", "spack", "nix", "portage")
 _TAG_ARCH = re.compile(r"(x86_64|aarch64|ppc64le|s390x)$")
 
 
@@ -126,9 +127,12 @@ def _conda_records(host: Host, prefix: str) -> Dict[str, Dict[str, Any]]:
             continue
         files = [f for f in doc.get("files") or [] if isinstance(f, str)]
         hashes: Dict[str, Tuple[Optional[str], Optional[int]]] = {}
+        softlinks: set = set()
         paths_data = doc.get("paths_data") if isinstance(doc.get("paths_data"), dict) else {}
         for item in (paths_data.get("paths") or [])[:200000]:
-            if isinstance(item, dict) and isinstance(item.get("_path"), str):
+            if isinstance(item, dict) and isinstance(item.get("_path"), str) and item.get("path_type") == "softlink":
+                softlinks.add(item["_path"])  # a link is where its target is: not a second copy of a file
+            elif isinstance(item, dict) and isinstance(item.get("_path"), str):
                 digest = item.get("sha256") if isinstance(item.get("sha256"), str) and re.fullmatch(
                     r"[0-9a-f]{64}", item.get("sha256") or "") else None
                 size = item.get("size_in_bytes") if isinstance(item.get("size_in_bytes"), int) else None
@@ -137,7 +141,8 @@ def _conda_records(host: Host, prefix: str) -> Dict[str, Dict[str, Any]]:
             "version": str(doc.get("version") or ""), "build": str(doc.get("build") or ""),
             "depends": [str(d)[:300] for d in (doc.get("depends") or [])[:MAX_REQUIRES] if isinstance(d, str)],
             "constrains": [str(d)[:300] for d in (doc.get("constrains") or [])[:MAX_REQUIRES] if isinstance(d, str)],
-            "files": len(files), "compiled": any(compiled_path(f) for f in files), "_paths": files,
+            "files": len(files), "compiled": any(compiled_path(f) for f in files),
+            "_paths": [f for f in files if f not in softlinks],
             "_hashes": hashes}
     return out
 
@@ -185,7 +190,10 @@ def collect(host: Host, env: Dict[str, Any], sites: List[str], python_version: O
     conda = _conda_records(host, prefix) if host.is_dir(f"{prefix}/conda-meta") else None
 
     shared = _shared_files(dists, records, conda, prefix)
-    modified, integrity = _integrity(host, records, deep)
+    # conda relocates prefixes inside binaries, distributions strip theirs: only what pip-like installers wrote
+    # is held to its RECORD
+    modified, integrity = _integrity(host, {n: r for n, r in records.items() if str(
+        dists[n].get("installer") or "").lower() not in NOT_PIP}, deep)
     for c in (conda or {}).values():
         c.pop("_paths", None)
         c.pop("_hashes", None)
