@@ -94,10 +94,22 @@ def test_missing_file_and_placeholders_are_unknown(tmp_path):
     d = tmp_path / SITE.lstrip("/") / "b-1.0.dist-info"
     d.mkdir(parents=True)
     (d / "RECORD").write_text("b/y.so,sha256=x,1\n")
+    (d / "INSTALLER").write_text("pip\n")
     pk = _collect(tmp_path)
     assert pk["modified"] == [{"distribution": "a", "path": f"{SITE}/a/x.so", "recorded_size": 3, "size": None,
                                "missing": True}]
     assert pk["integrity"]["unknown"] == 1
+
+
+def test_only_what_an_installer_wrote_is_held_to_its_record(tmp_path):
+    """Debian's dist-packages keep upstream's RECORD (no INSTALLER) for files the package build stripped."""
+    _wheel(tmp_path, "cryptography", "38.0.4", {"cryptography/_rust.abi3.so": b"unstripped build"})
+    site = tmp_path / SITE.lstrip("/")
+    (site / "cryptography/_rust.abi3.so").write_bytes(b"stripped")
+    (site / "cryptography-38.0.4.dist-info/INSTALLER").unlink()
+    assert _collect(tmp_path)["modified"] == []
+    (site / "cryptography-38.0.4.dist-info/INSTALLER").write_text("debian\n")
+    assert _collect(tmp_path)["modified"] == []
 
 
 def test_conda_meta_and_pip_over_conda(tmp_path):

@@ -190,10 +190,10 @@ def collect(host: Host, env: Dict[str, Any], sites: List[str], python_version: O
     conda = _conda_records(host, prefix) if host.is_dir(f"{prefix}/conda-meta") else None
 
     shared = _shared_files(dists, records, conda, prefix)
-    # conda relocates prefixes inside binaries, distributions strip theirs: only what pip-like installers wrote
-    # is held to its RECORD
-    modified, integrity = _integrity(host, {n: r for n, r in records.items() if str(
-        dists[n].get("installer") or "").lower() not in NOT_PIP}, deep)
+    # conda relocates prefixes inside binaries, distributions strip theirs (Debian's dist-packages keep upstream's
+    # RECORD, without an INSTALLER): only what an installer that says so (pip, uv...) wrote is held to its RECORD
+    modified, integrity = _integrity(host, {n: r for n, r in records.items() if dists[n].get("installer") and str(
+        dists[n].get("installer")).lower() not in NOT_PIP}, deep)
     for c in (conda or {}).values():
         c.pop("_paths", None)
         c.pop("_hashes", None)
