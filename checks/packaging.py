@@ -24,11 +24,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Any, Dict, Iterable, List, Optional, Tuple
-
-from packaging.markers import Marker
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import InvalidVersion, Version
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
@@ -49,6 +45,11 @@ CONDA_NAMES = {"torch": ("pytorch",), "opencv-python": ("py-opencv", "opencv"),
                "opencv-python-headless": ("py-opencv", "opencv"), "tensorflow": ("tensorflow", "tensorflow-base"),
                "jaxlib": ("jaxlib",), "tables": ("pytables",), "faiss-cpu": ("faiss-cpu", "faiss")}
 MACHINES = ("x86_64", "aarch64")
+
+if TYPE_CHECKING:  # packaging's parsers are imported where a requirement is evaluated (the start-up budget,
+    # tests/e2e/test_startup_imports.py)
+    from packaging.markers import Marker
+    from packaging.requirements import Requirement
 
 
 def _norm(name: str) -> str:
@@ -89,7 +90,7 @@ def marker_environments(pk: Dict[str, Any]) -> List[Dict[str, str]]:
              "platform_version": "", "extra": ""} for m in machines]
 
 
-def _holds(marker: Optional[Marker], envs: List[Dict[str, str]], extras: Iterable[str] = ("",)) -> Optional[bool]:
+def _holds(marker: "Optional[Marker]", envs: List[Dict[str, str]], extras: Iterable[str] = ("",)) -> Optional[bool]:
     """Whether the marker holds on every candidate environment for one of ``extras`` (None: cannot tell)."""
     if marker is None:
         return True
@@ -99,7 +100,9 @@ def _holds(marker: Optional[Marker], envs: List[Dict[str, str]], extras: Iterabl
         return None
 
 
-def _requirements(d: Dict[str, Any]) -> List[Requirement]:
+def _requirements(d: Dict[str, Any]) -> "List[Requirement]":
+    from packaging.requirements import InvalidRequirement, Requirement
+
     out = []
     for text in d.get("requires") or []:
         try:
@@ -178,6 +181,8 @@ def pip_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
                 continue
             if not str(r.specifier):
                 continue
+            from packaging.version import InvalidVersion, Version
+
             try:
                 ok = r.specifier.contains(Version(have), prereleases=True)
             except InvalidVersion:
@@ -200,12 +205,12 @@ def _by_conda(d: Dict[str, Any]) -> bool:
     return str(d.get("installer") or "").lower() == "conda"
 
 
-def _bare(r: Requirement) -> str:
+def _bare(r: "Requirement") -> str:
     """The requirement without its marker, as pip names it (``torch==2.5.1``, ``jax-cuda12-plugin[with-cuda]``)."""
     return r.name + (f"[{','.join(sorted(r.extras))}]" if r.extras else "") + str(r.specifier)
 
 
-def _extras_of(r: Requirement) -> List[str]:
+def _extras_of(r: "Requirement") -> List[str]:
     """The extras a requirement's marker names (``extra == "cuda12"``)."""
     return re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(r.marker or ""))
 
