@@ -162,8 +162,8 @@ def pip_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
             uses_extra = r.marker is not None and "extra" in str(r.marker)
             target = _norm(r.name)
             holds = _holds(r.marker, menvs, extras if uses_extra else ("",))
-            if holds is not True and uses_extra and target in IMPORT_ENFORCED.get(name, ()) \
-                    and target in dists and any(r.marker.evaluate({**menvs[0], "extra": x}) for x in _extras_of(r)):
+            if holds is not True and uses_extra and target in IMPORT_ENFORCED.get(name, ()) and target in dists \
+                    and _holds(r.marker, menvs, _extras_of(r)):
                 # the requirer checks this one at import whichever extra installed it (jax and jaxlib)
                 holds = True
             if holds is not True:
@@ -448,9 +448,9 @@ def parse_match_spec(text: str) -> Optional[Tuple[str, str, Optional[str]]]:
         return None
     name = parts[0]
     version, build = "", None
-    m = re.match(r"^([A-Za-z0-9_.\-]+)([<>=!~].*)$", name)
-    if m:
-        name, rest = m.group(1), m.group(2)
+    op = re.match(r"^([A-Za-z0-9_.\-]+)([<>=!~].*)$", name)
+    if op:
+        name, rest = op.group(1), op.group(2)
         if rest.startswith("=") and not rest.startswith("==") and rest.count("=") == 2:
             version, build = rest[1:].split("=", 1)
             version = "=" + version

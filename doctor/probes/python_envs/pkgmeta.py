@@ -128,7 +128,7 @@ def _conda_records(host: Host, prefix: str) -> Dict[str, Dict[str, Any]]:
         files = [f for f in doc.get("files") or [] if isinstance(f, str)]
         hashes: Dict[str, Tuple[Optional[str], Optional[int]]] = {}
         softlinks: set = set()
-        paths_data = doc.get("paths_data") if isinstance(doc.get("paths_data"), dict) else {}
+        paths_data: Dict[str, Any] = doc["paths_data"] if isinstance(doc.get("paths_data"), dict) else {}
         for item in (paths_data.get("paths") or [])[:200000]:
             if isinstance(item, dict) and isinstance(item.get("_path"), str) and item.get("path_type") == "softlink":
                 softlinks.add(item["_path"])  # a link is where its target is: not a second copy of a file
