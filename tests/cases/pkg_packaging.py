@@ -627,3 +627,39 @@ def conda_3353(broken: bool) -> Machine:
     if broken:
         conda_meta(spec, prefix, "ngs-utils", "1.2", "py_0", {"bin/fastq-grep": "#!/usr/bin/env python\nprint('ngs')\n"})
     return Machine(spec)
+
+
+@case("pytorch-cpu-feedstock-65-old-pytorch-cpu-beside-pytorch")
+def pytorch_cpu_65(broken: bool) -> Machine:
+    """conda-forge's old pytorch-cpu 1.1.0 (a full build, before it became a metapackage) solved in next to
+    pytorch 1.9.0: both packages install site-packages/torch/."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    prefix = "opt/conda/envs/allennlp"
+    site = healthy.conda_env(spec, "/" + prefix, python="3.7.10", build="hffdb5ce_100_cpython")
+    sp = "lib/python3.7/site-packages"
+
+    def torch_files(version: str, build_tag: str) -> Dict[str, Any]:
+        return {f"{sp}/torch/__init__.py": f"__version__ = '{version}'\n",
+                f"{sp}/torch/version.py": f"__version__ = '{version}'\ncuda = None\n",
+                f"{sp}/torch/_C.cpython-37m-x86_64-linux-gnu.so": healthy.elf(
+                    None, needed=["libtorch_python.so", "libc.so.6"], runpath=["$ORIGIN/lib"]),
+                f"{sp}/torch/lib/libtorch_python.so": healthy.elf("libtorch_python.so", needed=[
+                    "libtorch_cpu.so" if version >= "1.9" else "libtorch.so", "libc.so.6"]),
+                f"{sp}/torch-{version}.dist-info/INSTALLER": "conda\n",
+                f"{sp}/torch-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n\n",
+                f"{sp}/torch-{version}.dist-info/build_tag": build_tag}
+    old = torch_files("1.1.0", "py37h6de7cb9_0")
+    new = torch_files("1.9.0", "cpu_py37hc5e437f_1")
+    if broken:
+        conda_meta(spec, prefix, "pytorch-cpu", "1.1.0", "py37h6de7cb9_0", old,
+                   depends=["python >=3.7,<3.8.0a0", "numpy >=1.14.6,<2.0a0", "libgcc-ng >=7.3.0"], write=True)
+        for rel in [r for r in old if "dist-info" in r]:
+            spec.pop(f"{prefix}/{rel}", None)  # the later install's dist-info is the one left
+    else:
+        conda_meta(spec, prefix, "pytorch-cpu", "1.9.0", "cpu_py37h1a3d4e5_1", {}, depends=["pytorch 1.9.0 cpu*"])
+    conda_meta(spec, prefix, "pytorch", "1.9.0", "cpu_py37hc5e437f_1", new,
+               depends=["python >=3.7,<3.8.0a0", "numpy >=1.19.5,<2.0a0", "libgcc-ng >=9.3.0", "libstdcxx-ng >=9.3.0"])
+    conda_meta(spec, prefix, "numpy", "1.21.1", "py37h038b26d_0", {f"{sp}/numpy/__init__.py": "__version__ = '1.21.1'\n"},
+               depends=["python >=3.7,<3.8.0a0"])
+    del site
+    return Machine(spec)
