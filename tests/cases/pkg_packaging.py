@@ -663,3 +663,27 @@ def pytorch_cpu_65(broken: bool) -> Machine:
                depends=["python >=3.7,<3.8.0a0"])
     del site
     return Machine(spec)
+
+
+@case("pytorch-builder-958-tarball-without-its-cudatoolkit")
+def pytorch_builder_958(broken: bool) -> Machine:
+    """The smoke test installed the pytorch build's tarball directly (conda install PATH.tar.bz2 solves nothing):
+    its depends cudatoolkit >=11.1,<11.2 was not met by the environment's cudatoolkit, and the next conda command
+    found the environment inconsistent."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    prefix = "opt/conda/envs/testenv"
+    healthy.conda_env(spec, "/" + prefix, python="3.10.2", build="h12debd9_2_cpython")
+    sp = "lib/python3.10/site-packages"
+    conda_meta(spec, prefix, "cudatoolkit", "11.6.0" if broken else "11.1.74", "habf752d_9" if broken else "h6bb024c_0",
+               {"lib/libcudart.so.11.0": healthy.elf("libcudart.so.11.0")}, depends=["__glibc >=2.17"])
+    conda_meta(spec, prefix, "pytorch", "1.12.0.dev20220207", "py3.10_cuda11.1_cudnn8_0", {
+        f"{sp}/torch/__init__.py": "__version__ = '1.12.0.dev20220207'\n",
+        f"{sp}/torch/lib/libtorch_cuda.so": healthy.elf("libtorch_cuda.so", needed=["libcudart.so.11.0", "libc.so.6"],
+                                                        runpath=["$ORIGIN/../../../.."])},
+        depends=["blas * mkl", "cudatoolkit >=11.1,<11.2", "mkl >=2018", "ninja", "python >=3.10,<3.11.0a0",
+                 "pytorch-mutex 1.0 cuda", "typing_extensions"])
+    conda_meta(spec, prefix, "pytorch-mutex", "1.0", "cuda", {})
+    for name, version, build in (("blas", "1.0", "mkl"), ("mkl", "2021.4.0", "h06a4308_640"), ("ninja", "1.10.2", "h06a4308_5"),
+                                 ("typing_extensions", "4.1.1", "pyh06a4308_0")):
+        conda_meta(spec, prefix, name, version, build, {})
+    return Machine(spec)
