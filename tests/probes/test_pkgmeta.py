@@ -127,3 +127,8 @@ def test_conda_meta_and_pip_over_conda(tmp_path):
     assert "_paths" not in pk["conda"]["cytoolz"]
     pair = pk["shared_files"][0]
     assert pair["kinds"] == ["conda", "pip"] and pair["differing"] == 1 and pair["compiled_differing"] == 1
+
+
+def test_a_line_csv_refuses_costs_only_the_rows_after_it():
+    rows = pkgmeta.parse_record(_line("a.so", b"1") + "b" * 200000 + ",x,1\n" + _line("c.so", b"2") + "d\0,e\n")
+    assert rows[0][0] == "a.so"

@@ -25,6 +25,7 @@ MAX_REQUIRES = 200  # requirement lines kept per distribution
 MAX_METADATA = 256 << 10  # the header block of METADATA is read, within this
 MAX_RECORD = 16 << 20
 MAX_CONDA_META = 32 << 20
+MAX_TOTAL = 512 << 20  # RECORD and conda-meta bytes read per environment
 MAX_STATS = 50000  # compiled files stat()ed per environment
 MAX_HASH_BYTES = 8 << 30  # --deep: bytes hashed per environment
 MAX_SHARED = 200  # owner pairs kept
@@ -97,7 +98,15 @@ def egg_requires(text: str) -> List[str]:
 def parse_record(text: str) -> List[Tuple[str, Optional[str], Optional[int]]]:
     """A RECORD's rows: (path, sha256 or None where the line has no valid one, size or None)."""
     rows: List[Tuple[str, Optional[str], Optional[int]]] = []
-    for row in csv.reader(text.splitlines()):
+    try:
+        _rows(csv.reader(text.splitlines()), rows)
+    except csv.Error:  # a line csv refuses (a field over its limit, a NUL): the rows before it stand
+        pass
+    return rows
+
+
+def _rows(reader: Any, rows: List[Tuple[str, Optional[str], Optional[int]]]) -> None:
+    for row in reader:
         if not row or not row[0] or len(row[0]) > 4096:
             continue
         m = _HASH.match(row[1].strip()) if len(row) > 1 else None
@@ -110,15 +119,16 @@ def parse_record(text: str) -> List[Tuple[str, Optional[str], Optional[int]]]:
         elif digest == EMPTY_SHA256 and size not in (None, 0):
             digest, size = None, None  # the empty file's digest with a size: a placeholder, not a record
         rows.append((row[0], digest, size))
-    return rows
 
 
 def _conda_records(host: Host, prefix: str) -> Dict[str, Dict[str, Any]]:
     out: Dict[str, Dict[str, Any]] = {}
+    budget = MAX_TOTAL
     for entry in host.listdir(f"{prefix}/conda-meta")[:MAX_DISTS]:
-        if not entry.endswith(".json"):
+        if not entry.endswith(".json") or budget <= 0:
             continue
-        text = _read(host, f"{prefix}/conda-meta/{entry}", MAX_CONDA_META)
+        text = _read(host, f"{prefix}/conda-meta/{entry}", min(MAX_CONDA_META, budget))
+        budget -= len(text or "")
         try:
             doc = json.loads(text) if text else None
         except ValueError:
@@ -154,6 +164,7 @@ def collect(host: Host, env: Dict[str, Any], sites: List[str], python_version: O
     dists: Dict[str, Dict[str, Any]] = {}
     records: Dict[str, List[Tuple[str, Optional[str], Optional[int]]]] = {}
     truncated = False
+    budget = MAX_TOTAL
     arch: Optional[str] = None
     for site in sites:
         for entry in host.listdir(site):
@@ -176,7 +187,10 @@ def collect(host: Host, env: Dict[str, Any], sites: List[str], python_version: O
                     t = _TAG_ARCH.search(line.strip()) if line.startswith("Tag:") else None
                     if t and arch is None:
                         arch = t.group(1)
-                rows = parse_record(_read(host, f"{path}/RECORD", MAX_RECORD) or "")
+                record_text = _read(host, f"{path}/RECORD", min(MAX_RECORD, budget)) if budget > 0 else None
+                budget -= len(record_text or "")
+                truncated = truncated or budget <= 0
+                rows = parse_record(record_text or "")
                 records[name] = [(posixpath.normpath(f"{site}/{p}"), h, s) for p, h, s in rows]
                 d["compiled"] = any(compiled_path(p) for p, _, _ in rows)
                 d["record"] = bool(rows)

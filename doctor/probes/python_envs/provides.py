@@ -266,7 +266,7 @@ _PACKAGING = obj(
         deep=boolean("sha256 was compared (--deep)"),
         truncated=boolean("the per-environment budget stopped the comparison"),
     ),
-    truncated=boolean("more distributions than the per-environment cap"),
+    truncated=boolean("more distributions than the per-environment cap, or RECORDs past its byte budget"),
     since="0.2.0",
 )
 
