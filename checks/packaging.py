@@ -82,12 +82,13 @@ def marker_environments(pk: Dict[str, Any]) -> List[Dict[str, str]]:
     if not re.fullmatch(r"3\.\d+(\.\d+)?", py):
         return []
     mm = ".".join(py.split(".")[:2])
-    full = py if py.count(".") == 2 else mm + ".0"
+    # where only X.Y is known (a conda env's lib/pythonX.Y), every patch release it might be
+    fulls = [py] if py.count(".") == 2 else [mm + ".0", mm + ".99"]
     machines = [pk["platform_machine"]] if pk.get("platform_machine") else list(MACHINES)
     return [{"python_version": mm, "python_full_version": full, "os_name": "posix", "sys_platform": "linux",
              "platform_system": "Linux", "platform_machine": m, "platform_python_implementation": "CPython",
              "implementation_name": "cpython", "implementation_version": full, "platform_release": "",
-             "platform_version": "", "extra": ""} for m in machines]
+             "platform_version": "", "extra": ""} for m in machines for full in fulls]
 
 
 def _holds(marker: "Optional[Marker]", envs: List[Dict[str, str]], extras: Iterable[str] = ("",)) -> Optional[bool]:

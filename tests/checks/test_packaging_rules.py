@@ -45,3 +45,6 @@ def test_markers_are_the_environments_not_dl_doctors():
     assert p._holds(Marker('python_version < "3.9"'), envs) is True
     assert p._holds(Marker('platform_machine == "x86_64"'), envs) is False  # not on every machine it might be
     assert p.marker_environments({"python_version": None}) == []
+    # only X.Y known: a marker on the patch release holds only where it holds for every patch release
+    assert p._holds(Marker('python_full_version < "3.8.1"'), envs) is False
+    assert p._holds(Marker('python_full_version >= "3.8.0"'), envs) is True
