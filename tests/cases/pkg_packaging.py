@@ -687,3 +687,43 @@ def pytorch_builder_958(broken: bool) -> Machine:
                                  ("typing_extensions", "4.1.1", "pyh06a4308_0")):
         conda_meta(spec, prefix, name, version, build, {})
     return Machine(spec)
+
+
+@case("tensorflow-text-39-text-pinned-to-tf-2.0.0b0")
+def tensorflow_text_39(broken: bool) -> Machine:
+    """tensorflow-text 1.0.0b0 is built for (and pins) tensorflow==2.0.0b0; tensorflow 2.0.0b1 was installed over
+    it. TF Text's ops link TensorFlow's C++ ABI, which changes between releases."""
+    spec = venv_machine()
+    tf = "2.0.0b1" if broken else "2.0.0b0"
+    ext(spec, VENV_SITE, "tensorflow", tf, "tensorflow", "libtensorflow_framework.so.2",
+        requires=["absl-py>=0.7.0", "numpy<2.0,>=1.16.0", "protobuf>=3.6.1"], needed=["libstdc++.so.6", "libc.so.6"],
+        tag="cp36-cp36m-manylinux2010_x86_64")
+    ext(spec, VENV_SITE, "tensorflow-text", "1.0.0b0", "tensorflow_text/python/ops",
+        "_normalize_ops.so", requires=["tensorflow==2.0.0b0"],
+        needed=["libtensorflow_framework.so.2", "libstdc++.so.6", "libc.so.6"], tag="cp36-cp36m-manylinux1_x86_64")
+    for n, v, m in (("absl-py", "0.7.1", "absl"), ("protobuf", "3.8.0", "google/protobuf")):
+        pure(spec, VENV_SITE, n, v, module=m)
+    ext(spec, VENV_SITE, "numpy", "1.16.4", "numpy/core", "_multiarray_umath.cpython-312-x86_64-linux-gnu.so")
+    return Machine(spec)
+
+
+@case("caikit-nlp-147-accelerate-too-old-for-transformers")
+def caikit_147(broken: bool) -> Machine:
+    """caikit-nlp pinned accelerate 0.18.0; transformers 4.31.0 checks accelerate>=0.20.3 at import wherever
+    accelerate is installed (its Requires-Dist has the pin under the torch extra)."""
+    spec = venv_machine()
+    transformers_env(spec, VENV_SITE, "4.31.0", {"huggingface-hub": "<1.0,>=0.14.1",
+                                                 "tokenizers": "!=0.11.3,<0.14,>=0.11.1", "safetensors": ">=0.3.1"},
+                     {"huggingface-hub": "0.16.4", "tokenizers": "0.13.3", "safetensors": "0.3.2"})
+    meta = f"{VENV_SITE}/transformers-4.31.0.dist-info/METADATA"
+    spec[meta] = spec[meta].replace('Requires-Dist: torch; extra == "torch"\n',
+                                    'Requires-Dist: torch!=1.12.0,>=1.9; extra == "torch"\n'
+                                    'Requires-Dist: accelerate>=0.20.3; extra == "torch"\n')
+    record = f"{VENV_SITE}/transformers-4.31.0.dist-info/RECORD"
+    spec[record] = "".join(record_line("transformers-4.31.0.dist-info/METADATA", spec[meta])
+                           if line.startswith("transformers-4.31.0.dist-info/METADATA,") else line + "\n"
+                           for line in spec[record].splitlines())
+    pure(spec, VENV_SITE, "accelerate", "0.18.0" if broken else "0.21.0",
+         ["numpy>=1.17", "packaging>=20.0", "psutil", "pyyaml", "torch>=1.6.0"])
+    pure(spec, VENV_SITE, "psutil", "5.9.5")
+    return Machine(spec)
