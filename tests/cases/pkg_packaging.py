@@ -697,7 +697,8 @@ def tensorflow_text_39(broken: bool) -> Machine:
     tf = "2.0.0b1" if broken else "2.0.0b0"
     ext(spec, VENV_SITE, "tensorflow", tf, "tensorflow", "libtensorflow_framework.so.2",
         requires=["absl-py>=0.7.0", "numpy<2.0,>=1.16.0", "protobuf>=3.6.1"], needed=["libstdc++.so.6", "libc.so.6"],
-        tag="cp36-cp36m-manylinux2010_x86_64")
+        tag="cp36-cp36m-manylinux2010_x86_64",  # the 2.0 betas' tensorflow wheel is the CPU build
+        extra={"tensorflow/python/platform/build_info.py": "is_rocm_build = False\nis_cuda_build = False\n"})
     ext(spec, VENV_SITE, "tensorflow-text", "1.0.0b0", "tensorflow_text/python/ops",
         "_normalize_ops.so", requires=["tensorflow==2.0.0b0"],
         needed=["libtensorflow_framework.so.2", "libstdc++.so.6", "libc.so.6"], tag="cp36-cp36m-manylinux1_x86_64")
