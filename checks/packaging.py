@@ -192,9 +192,10 @@ def pip_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
                 continue
             sev = _severity(name, d.get("compiled"), target, compiled, missing=False)
             tgt = dists.get(target) or {}
-            if sev != "fail" and (how == "conda" or (_by_conda(d) and _by_conda(tgt))):
-                sev = "note"  # conda's solver chose the pair (its repodata patches relax what METADATA pins)
-            elif sev == "fail" and _by_conda(d) and _by_conda(tgt) and target not in IMPORT_ENFORCED.get(name, ()):
+            if sev != "fail" and (how == "conda" or (_managed(d) and _managed(tgt))):
+                # conda's solver, or the distribution's apt/dnf, chose the pair (they relax what METADATA pins)
+                sev = "note"
+            elif sev == "fail" and _managed(d) and _managed(tgt) and target not in IMPORT_ENFORCED.get(name, ()):
                 sev = "warn"
             out.append({"requirer": name, "requirer_version": d.get("version"), "requirement": _bare(r),
                         "marker": str(r.marker) if r.marker else None, "target": target, "installed": have,
@@ -202,8 +203,13 @@ def pip_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
     return out
 
 
-def _by_conda(d: Dict[str, Any]) -> bool:
-    return str(d.get("installer") or "").lower() == "conda"
+# installers whose own resolver chose the versions (their packages' METADATA keeps upstream's pins, which they relax);
+# a distribution without an INSTALLER (Debian's dist-packages, egg-info) is counted with them
+MANAGED = ("conda", "rpm", "debian", "dpkg", "apt", "spack", "nix", "portage")
+
+
+def _managed(d: Dict[str, Any]) -> bool:
+    return not d.get("installer") or str(d.get("installer")).lower() in MANAGED
 
 
 def _bare(r: "Requirement") -> str:
