@@ -17,7 +17,10 @@ The rules are pip's and conda's own:
 A conflict fails only where the loaded code needs the requirement: compiled code against compiled code (a companion
 or extension and the framework it links, a package built against NumPy 2's ABI with NumPy 1), or a requirement the
 requirer enforces at import (IMPORT_ENFORCED). Anything else is a warning where compiled code is involved, and a
-note (the check passes) between pure-Python packages, where conflicts are common and mostly harmless.
+note (the check passes) between pure-Python packages, where conflicts are common and mostly harmless, and between
+packages a resolver of their own installed (conda; apt or dnf: no INSTALLER), which relaxes what METADATA pins.
+Files: a file two owners list is judged only where the two records say its content differs (namespace files identical
+by hash are by design); a compiled file is held to its RECORD only where an installer that says so (pip, uv) wrote it.
 """
 
 from __future__ import annotations
@@ -259,7 +262,8 @@ def _result(problems: List[Tuple[str, str, Dict[str, Any]]], fixes: List[str], n
     tested for (pip warns once and installs anyway). Where the requirer's compiled code links the other package's
     (torchvision, xformers or vllm and torch; a package built against NumPy 2 and NumPy 1), or the requirer
     verifies the version at import (transformers and tokenizers or huggingface-hub; jax and jaxlib), the import
-    fails. Conflicts between pure-Python utilities are reported as notes only.""",
+    fails. Conflicts between pure-Python utilities are reported as notes only, and so are pairs conda or the
+    distribution's package manager installed (their resolvers relax what METADATA pins; a compiled pair warns).""",
     fix="""Install the version the requirer asks for (the command in the finding), or upgrade the requirer to a
     release that supports the installed one; install companions in one pip command so the resolver sees both.""",
 )
