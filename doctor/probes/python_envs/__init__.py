@@ -20,6 +20,7 @@ from dl_doctor.host.trust import python_startup_paths
 from dl_doctor.probes import ProbeContext, probe
 # the parts, and the names the tests and the verify probe import from here
 from dl_doctor.probes.python_envs.discovery import Discovery, _condarc_envs_dirs, discover  # noqa: F401
+from dl_doctor.probes.python_envs import pkgmeta
 from dl_doctor.probes.python_envs.provides import PYTHON_ENVS_FACTS
 from dl_doctor.probes.python_envs.live import live_in_process, run_deep, run_deep_consumer, run_live
 from dl_doctor.probes.python_envs.static import (_consumers, _read, inspect_static,  # noqa: F401
@@ -43,6 +44,11 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - one broken environment costs only itself
         out["error"] = f"static inspection failed: {type(exc).__name__}: {exc}"
         return out
+    try:  # what pip and conda recorded: requirements, file owners, the compiled files' integrity
+        out["packaging"] = pkgmeta.collect(host, env, out.get("site_packages") or [], out.get("python_version"),
+                                           deep=bool(ctx.options.get("deep")))
+    except Exception as exc:  # noqa: BLE001 - costs only its own facts
+        out["packaging_error"] = f"{type(exc).__name__}: {exc}"
     ld = [d for d in host.environ().get("LD_LIBRARY_PATH", "").split(":") if d]
     sites_key = (host.sysroot, tuple(host.tree_path(s) for s in out.get("site_packages") or []), tuple(ld))
     dists = host.cached(("python_envs:dists", env["prefix"], tuple(out.get("site_packages") or [])), dict)

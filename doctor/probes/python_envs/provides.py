@@ -211,6 +211,65 @@ _DEEP_CONSUMER = obj(
     error=string("why it stopped: cannot run, timed out, a crash"),
 )
 
+_PACKAGING = obj(
+    "what pip and conda recorded about the environment's packages (dl_doctor.probes.python_envs.pkgmeta)",
+    python_version=string("the Python version the requirements' markers are evaluated for"),
+    platform_machine=string("the machine the wheels were built for (their platform tags; null: not known)"),
+    platform_from=string("where platform_machine came from"),
+    distributions=map_of(obj(
+        "",
+        version=string("its version"),
+        location=string("the site directory it is in"),
+        installer=string("its INSTALLER (null: not recorded)"),
+        requires=array(string(), "its requirements as METADATA's Requires-Dist (egg-info: requires.txt) writes them"),
+        compiled=boolean("its RECORD lists shared objects or extension modules (null: no RECORD)"),
+        record=boolean("it has a RECORD with entries"),
+    ), "distribution (normalised name) -> its requirements and whether it ships compiled code"),
+    conda=map_of(obj(
+        "",
+        version=string("its version"),
+        build=string("its build string"),
+        depends=array(string(), "its depends, as conda MatchSpecs"),
+        constrains=array(string(), "its constrains, as conda MatchSpecs"),
+        files=integer("the files it lists"),
+        compiled=boolean("it lists shared objects"),
+    ), "a conda environment's conda-meta: package -> its depends and constrains (null: not conda)"),
+    shared_files=array(obj(
+        "",
+        owners=array(string(), "the two owners"),
+        kinds=array(string(), "what each is: pip (a dist-info RECORD) or conda (conda-meta files)"),
+        files=integer("the files both list"),
+        differing=integer("those whose two records give different hashes or sizes"),
+        identical=integer("those whose two records give the same hash"),
+        unknown=integer("those a record gives no real hash for (conda-meta without paths_data)"),
+        compiled=integer("those that are shared objects or extension modules"),
+        compiled_differing=integer("compiled files whose two records differ"),
+        init_only=boolean("every file that is not identical by hash is a small __init__.py (1 KiB at most: a "
+                          "namespace package's)"),
+        mixed_dirs=array(string(), "directories where both owners install compiled files"),
+        examples=array(string(), "some of the files (not identical by hash)"),
+    ), "files two owners both list (namespace files identical by hash are counted, never judged)"),
+    modified=array(obj(
+        "",
+        distribution=string("the distribution whose RECORD lists it"),
+        path=string("the file"),
+        recorded_size=integer("its size in RECORD"),
+        size=integer("its size now (null: missing)"),
+        missing=boolean("the file is gone"),
+        sha256=string("--deep: differs where its sha256 is not RECORD's"),
+    ), "compiled files that are not what their RECORD says"),
+    integrity=obj(
+        "how much was compared",
+        checked=integer("compiled files compared with their RECORD line"),
+        unknown=integer("compiled files whose RECORD line has no real hash and size (not judged)"),
+        hashed=integer("--deep: files whose sha256 was computed"),
+        deep=boolean("sha256 was compared (--deep)"),
+        truncated=boolean("the per-environment budget stopped the comparison"),
+    ),
+    truncated=boolean("more distributions than the per-environment cap, or RECORDs past its byte budget"),
+    since="0.2.0",
+)
+
 _ENVIRONMENT = obj(
     "",
     prefix=string("the environment's directory"),
@@ -240,6 +299,8 @@ _ENVIRONMENT = obj(
     cuda_libraries=map_of(array(_LIBRARY_COPY, "its copies"),
                           "cudart, cublas, cudnn, nccl, nvjitlink, cusparse -> the copies the environment holds "
                           "(nvidia-* wheels, torch/lib, conda's lib)"),
+    packaging=_PACKAGING,
+    packaging_error=string("why the packaging facts are missing", since="0.2.0"),
     live=_LIVE,
     deep=_DEEP,
     resolution=obj(
