@@ -1,0 +1,61 @@
+"""Reported failures of compile-and-load workflows (Triton, TorchInductor, torch cpp extensions, CuPy, DeepSpeed) in
+the directories they write kernels to and load them from: noexec mounts, caches the job's user cannot write."""
+
+from __future__ import annotations
+
+import healthy
+from cases import Machine, case
+from healthy import Spec
+from cases.load_plugins import env_of, set_env
+
+
+def add_mount(spec: Spec, line: str) -> None:
+    spec["proc/mounts"] = spec.get("proc/mounts", "") + line + "\n"
+
+
+@case("pytorch-123054-docker-tmpfs-tmp-noexec")
+def pytorch_123054(broken: bool) -> Machine:
+    """`docker run --tmpfs /tmp:mode=1777` mounts /tmp noexec (docker's default for --tmpfs): torch.compile writes
+    Triton's cuda_utils.so under /tmp/torchinductor_root/triton and cannot map it. The twin mounts the tmpfs with
+    exec."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    opts = "rw,nosuid,nodev,noexec,relatime" if broken else "rw,nosuid,nodev,relatime"
+    add_mount(spec, f"tmpfs /tmp tmpfs {opts},size=65536k,mode=1777,inode64 0 0")
+    spec["tmp"] = {"dir": True, "mode": 0o1777}
+    spec["tmp/torchinductor_root/triton/0/e5c3a6b1f0d2"] = {"dir": True, "mode": 0o755}
+    spec["tmp/torchinductor_root/triton/0/e5c3a6b1f0d2/cuda_utils.so"] = healthy.elf(None)
+    return Machine(spec)
+
+
+@case("sonar-458-triton-cache-home-not-writable")
+def sonar_458(broken: bool) -> Machine:
+    """aphrodite-engine's image sets HOME=/app/aphrodite-engine, a directory the job's user cannot write (root's, 0755,
+    with the container run as another user): Triton cannot create its cache, ~/.triton/cache. The tree shows the
+    user's view: the home directory without write permission for the user who runs the job. The twin's user can
+    write it (the reporter's workaround, the same image run as root, owner of the directory)."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    spec["app/aphrodite-engine/aphrodite/__init__.py"] = ""
+    spec["app/aphrodite-engine/aphrodite/common/__init__.py"] = ""
+    spec["app/aphrodite-engine"] = {"dir": True, "mode": 0o555 if broken else 0o755}
+    set_env(spec, HOME="/app/aphrodite-engine")
+    return Machine(spec)
+
+
+@case("cupy-2296-kernel-cache-home-read-only")
+def cupy_2296(broken: bool) -> Machine:
+    """An HPC system mounts home directories read-only on the compute nodes: CuPy's kernel cache, ~/.cupy/kernel_cache,
+    cannot be written. The twin points CUPY_CACHE_DIR at the node's scratch."""
+    spec = healthy.conda_forge_lab_server()
+    spec["proc/mounts"] = spec["proc/mounts"].replace("/dev/sdb1 /home ext4 rw,relatime",
+                                                      "nfs01:/export/home /home nfs4 ro,relatime,vers=4.2,rsize=1048576")
+    add_mount(spec, "/dev/nvme0n1 /scratch xfs rw,noatime 0 0")
+    spec["scratch"] = {"dir": True, "mode": 0o1777}
+    env = env_of(spec)
+    prefix = env.get("CONDA_PREFIX") or "/home/lab/miniforge3/envs/torch"
+    site = healthy.site_of(prefix, "3.11")
+    healthy.dist(spec, site, "cupy-cuda12x", "13.3.0", {"cupy/__init__.py": "__version__ = '13.3.0'\n",
+                                                         "cupy/_core/core.cpython-311-x86_64-linux-gnu.so": healthy.elf(
+                                                             None, needed=["libc.so.6"])})
+    if not broken:
+        set_env(spec, CUPY_CACHE_DIR="/scratch/lab/cupy")
+    return Machine(spec)

@@ -1,0 +1,136 @@
+"""Reported failures of plugins a host library opens by name (dlopen): NCCL's net and tuner plugins (aws-ofi-nccl on
+libfabric/EFA), ONNX Runtime's execution providers, cuDNN 9's sub-libraries, TensorRT's builder resource, PJRT."""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Sequence
+
+import healthy
+from cases import Machine, case
+from healthy import Spec, elf, environ, so
+
+
+def env_of(spec: Spec) -> Dict[str, str]:
+    """The tree's session environment (proc/self/environ) as a dict."""
+    raw = spec.get("proc/self/environ") or b""
+    out: Dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, v = item.decode().split("=", 1)
+            out[k] = v
+    return out
+
+
+def set_env(spec: Spec, **changes: str) -> None:
+    env = env_of(spec)
+    for k, v in changes.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    spec["proc/self/environ"] = environ(env)
+
+
+def fabric_versions(minor: int) -> List[str]:
+    """The version nodes libfabric.so.1 defines (FABRIC_1.0 ... FABRIC_1.minor), as its linker map adds one a release
+    series."""
+    return ["libfabric.so.1"] + [f"FABRIC_1.{n}" for n in range(minor + 1)]
+
+
+def libfabric(spec: Spec, directory: str, version: str, nodes: int, needed: Sequence[str] = ("libc.so.6",),
+              verneed=None) -> None:
+    """The EFA installer's libfabric (libfabric-aws) in /opt/amazon/efa/lib, with its version definitions."""
+    for path in [p for p in spec if p.startswith(f"{directory.strip('/')}/libfabric.so")]:
+        del spec[path]
+    so(spec, directory, f"libfabric.so.1.{version.split('.')[1]}.0", "libfabric.so.1", links=["libfabric.so"],
+       verdef=fabric_versions(nodes), needed=list(needed), verneed=verneed)
+
+
+@case("prime-rl-3454-libfabric-needs-newer-libefa")
+def prime_rl_3454(broken: bool) -> Machine:
+    """A CUDA image that copied /opt/amazon out of an EFA-installer build stage: libfabric needs libefa.so.1's EFA_1.4
+    (rdma-core 61, which the installer would have put in place), while the image keeps Ubuntu's rdma-core 50, whose
+    libefa stops at EFA_1.3, so NCCL cannot load libnccl-net-ofi.so. The twin ran the installer in place."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    libdir = healthy.LIBDIR["x86_64"]
+    efa_nodes = ["libefa.so.1", "EFA_1.0", "EFA_1.1", "EFA_1.2", "EFA_1.3"] + ([] if broken else ["EFA_1.4"])
+    rdma = "50.0" if broken else "61.0"
+    so(spec, libdir, f"libefa.so.1.{rdma.split('.')[0]}.0" if broken else "libefa.so.1.3.61.0", "libefa.so.1",
+       verdef=efa_nodes, needed=["libibverbs.so.1", "libc.so.6"])
+    so(spec, libdir, f"libibverbs.so.1.14.{rdma.split('.')[0]}.0", "libibverbs.so.1")
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("libc6", "2.35-0ubuntu3.8"), ("ibverbs-providers", f"{rdma}-2ubuntu0.2" if broken else f"{rdma}-1"),
+        ("libibverbs1", f"{rdma}-2ubuntu0.2" if broken else f"{rdma}-1"),
+        ("rdma-core", f"{rdma}-2ubuntu0.2" if broken else f"{rdma}-1")])
+    libfabric(spec, "opt/amazon/efa/lib", "1.22.0", 9, needed=["libefa.so.1", "libibverbs.so.1", "libc.so.6"],
+              verneed={"libefa.so.1": ["EFA_1.0", "EFA_1.4"]})
+    so(spec, "opt/amazon/ofi-nccl/lib", "libnccl-net-ofi.so", "libnccl-net-ofi.so",
+       needed=["libfabric.so.1", "libc.so.6"], runpath=["/opt/amazon/efa/lib"],
+       verneed={"libfabric.so.1": ["FABRIC_1.0"]})
+    spec["opt/amazon/efa_installed_packages"] = ("# EFA installer version: 1.43.1\n# Debug packages installed: no\n"
+                                                 "# Packages installed:\nlibfabric-aws-bin_2.1.0amzn5.0_amd64\n"
+                                                 "libfabric1-aws_2.1.0amzn5.0_amd64\nlibnccl-ofi_1.16.3-1_amd64\n")
+    set_env(spec, LD_LIBRARY_PATH="/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:/usr/local/nvidia/lib:"
+                                  "/usr/local/nvidia/lib64", NCCL_NET_PLUGIN="ofi", FI_PROVIDER="efa")
+    return Machine(spec)
+
+
+HALLO_SITE = "opt/conda/envs/pytorch/lib/python3.11/site-packages"
+
+
+def ort_cuda12(spec: Spec, site: str, version: str) -> None:
+    """onnxruntime-gpu's CUDA 12 build from PyPI (1.19 and later): the CUDA provider needs the .so.12 libraries and
+    cuDNN 9; its RUNPATH is $ORIGIN only."""
+    healthy.onnxruntime(spec, site)
+    for path in [p for p in spec if p.startswith(f"{site}/onnxruntime_gpu-1.21.0.dist-info")]:
+        del spec[path]
+    files = {p[len(site) + 1:]: spec.pop(p) for p in [p for p in spec if p.startswith(f"{site}/onnxruntime/")]}
+    files["onnxruntime/__init__.py"] = f"__version__ = '{version}'\n"
+    files["onnxruntime/capi/build_and_package_info.py"] = (f"package_name = 'onnxruntime-gpu'\n__version__ = '{version}'\n"
+                                                           "cuda_version = '12.2'\ncudnn_version = '9.1'\n")
+    healthy.dist(spec, site, "onnxruntime-gpu", version, files)
+
+
+def ort_cuda11(spec: Spec, site: str, version: str = "1.18.0") -> None:
+    """onnxruntime-gpu from PyPI before 1.19: the CUDA 11.8 build (cuDNN 8), its CUDA provider needing the .so.11
+    libraries."""
+    for path in [p for p in spec if p.startswith((f"{site}/onnxruntime/", f"{site}/onnxruntime_gpu-"))]:
+        del spec[path]
+    healthy.dist(spec, site, "onnxruntime-gpu", version, {
+        "onnxruntime/__init__.py": f"__version__ = '{version}'\n",
+        "onnxruntime/capi/onnxruntime_pybind11_state.so": elf(None, needed=["libstdc++.so.6", "libc.so.6"],
+                                                              runpath=["$ORIGIN"]),
+        "onnxruntime/capi/libonnxruntime_providers_shared.so": elf("libonnxruntime_providers_shared.so"),
+        "onnxruntime/capi/libonnxruntime_providers_cuda.so": elf(
+            "libonnxruntime_providers_cuda.so", runpath=["$ORIGIN"],
+            needed=["libonnxruntime_providers_shared.so", "libcublasLt.so.11", "libcublas.so.11", "libcudnn.so.8",
+                    "libcurand.so.10", "libcufft.so.10", "libcudart.so.11.0", "libstdc++.so.6", "libc.so.6"]),
+        "onnxruntime/capi/build_and_package_info.py": f"package_name = 'onnxruntime-gpu'\n__version__ = '{version}'\n"
+                                                     "cuda_version = '11.8'\ncudnn_version = '8.9'\n"})
+
+
+@case("hallo-203-onnxruntime-cuda11-build-on-cuda12")
+def hallo_203(broken: bool) -> Machine:
+    """requirements.txt pinned onnxruntime-gpu 1.18.0, PyPI's CUDA 11.8 build, into a CUDA 12 environment (torch
+    2.5.1+cu124 and its nvidia-*-cu12 wheels): the CUDA provider needs libcublasLt.so.11, which nothing provides. The
+    twin has onnxruntime-gpu 1.19.2, PyPI's CUDA 12 build."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    if broken:
+        ort_cuda11(spec, HALLO_SITE)
+    else:
+        ort_cuda12(spec, HALLO_SITE, "1.19.2")
+    return Machine(spec)
+
+
+@case("step-audio-editx-3-onnxruntime-1.17-cuda11-build")
+def step_audio_3(broken: bool) -> Machine:
+    """The project pinned onnxruntime-gpu 1.17.0 (PyPI's CUDA 11.8 build) into the pytorch/pytorch CUDA 12.4 image:
+    'Failed to create CUDAExecutionProvider' because its provider needs libcublasLt.so.11. The twin has 1.23.2."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    site = "opt/conda/lib/python3.11/site-packages"
+    if broken:
+        ort_cuda11(spec, site, "1.17.0")
+    else:
+        ort_cuda12(spec, site, "1.23.2")
+    return Machine(spec)
