@@ -9,6 +9,13 @@ from healthy import Spec
 from cases.load_plugins import env_of, set_env
 
 
+def status(uid: int) -> str:
+    """/proc/self/status of the job's process (captured with the tree): its real, effective, saved and filesystem
+    uids and gids."""
+    return (f"Name:\tpython\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nPid:\t4242\nPPid:\t1\n"
+            f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nGroups:\t\n")
+
+
 def add_mount(spec: Spec, line: str) -> None:
     spec["proc/mounts"] = spec.get("proc/mounts", "") + line + "\n"
 
@@ -29,15 +36,15 @@ def pytorch_123054(broken: bool) -> Machine:
 
 @case("sonar-458-triton-cache-home-not-writable")
 def sonar_458(broken: bool) -> Machine:
-    """aphrodite-engine's image sets HOME=/app/aphrodite-engine, a directory the job's user cannot write (root's, 0755,
-    with the container run as another user): Triton cannot create its cache, ~/.triton/cache. The tree shows the
-    user's view: the home directory without write permission for the user who runs the job. The twin's user can
-    write it (the reporter's workaround, the same image run as root, owner of the directory)."""
+    """aphrodite-engine's image sets HOME=/app/aphrodite-engine, a directory root owns (0755); the container runs as
+    uid 1000 (docker run --user), which cannot create Triton's cache, ~/.triton/cache. The twin is the reporter's
+    workaround: the same container run as root."""
     spec = healthy.docker_pytorch_nvidia_runtime()
     spec["app/aphrodite-engine/aphrodite/__init__.py"] = ""
     spec["app/aphrodite-engine/aphrodite/common/__init__.py"] = ""
     spec["app/aphrodite-engine"] = {"dir": True, "mode": 0o555 if broken else 0o755}
     set_env(spec, HOME="/app/aphrodite-engine")
+    spec["proc/self/status"] = status(1000 if broken else 0)
     return Machine(spec)
 
 
