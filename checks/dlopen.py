@@ -51,7 +51,8 @@ def _python(env: Mapping[str, Any]) -> str:
     return shlex.quote(str(env.get("python") or f"{env.get('prefix')}/bin/python"))
 
 
-def _judge(env: Dict[str, Any], matrix: Any) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], int]:
+def _judge(env: Dict[str, Any], matrix: Any, seen: Optional[set] = None
+           ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], int]:
     """(plugins not found that the host asks for, plugins found that cannot load or do not match, plugins judged)."""
     families = _families(matrix)
     hosts = replay(env.get("dlopen_plugins") or {}, matrix)
@@ -61,7 +62,7 @@ def _judge(env: Dict[str, Any], matrix: Any) -> Tuple[List[Dict[str, Any]], List
     missing: List[Dict[str, Any]] = []
     broken: List[Dict[str, Any]] = []
     judged = 0
-    seen = set()
+    seen = set() if seen is None else seen
     for h in hosts:
         fam = families.get(h["family"]) or {}
         when = fam.get("when")
@@ -140,8 +141,9 @@ def _who(item: Mapping[str, Any]) -> str:
 def dlopen_plugin_not_found(facts: Facts, matrix: Any) -> Result:
     items: List[Dict[str, Any]] = []
     judged = 0
+    seen: set = set()  # a system library is judged once, not once per environment
     for env in _envs(facts):
-        missing, _, n = _judge(env, matrix)
+        missing, _, n = _judge(env, matrix, seen)
         items += missing
         judged += n
     if not judged:
@@ -153,12 +155,21 @@ def dlopen_plugin_not_found(facts: Facts, matrix: Any) -> Result:
         h, p, fam, env = it["host"], it["plugin"], it["family"], it["env"]
         var = fam.get("variable")
         asked = f" ({var}={h.get('value')})" if var and h.get("value") else ""
+        beside = p.get("beside_host")
+        where = (f" ({beside} is beside it, but {posixpath.basename(h['host_real'])} has no RUNPATH there and the "
+                 f"directory is not on LD_LIBRARY_PATH, in ld.so.cache or a default directory)" if beside else "")
         msgs.append(f"{fam.get('component')} {p['plugin']}{asked} is not found by {_who(it)} in {env.get('name')} "
-                    f"({env.get('prefix')}): it tried {', '.join(p.get('names') or [])}; {fam.get('fallback') or ''}"
-                    .rstrip("; "))
+                    f"({env.get('prefix')}): it tried {', '.join(p.get('names') or [])}{where}; "
+                    f"{fam.get('fallback') or ''}".rstrip("; "))
         evidence.append({"host": h["host"], "plugin": p["plugin"], "names": p.get("names"),
                          "looked_in": (p.get("looked_in") or [])[:12], "variable": var, "value": h.get("value")})
-        if var:
+        if beside:
+            d = posixpath.dirname(beside)
+            cmds.append(f"export LD_LIBRARY_PATH={shlex.quote(d)}:$LD_LIBRARY_PATH   # in the job's environment "
+                        "(sudo drops it: sudo env LD_LIBRARY_PATH=... CMD)")
+            cmds.append(f"echo {shlex.quote(d)} | sudo tee /etc/ld.so.conf.d/{posixpath.basename(p['plugin'])}.conf "
+                        "&& sudo ldconfig   # or for every process")
+        elif var:
             cmds.append(f"export LD_LIBRARY_PATH=/path/to/plugin/dir:$LD_LIBRARY_PATH   # the directory holding "
                         f"{(p.get('names') or [''])[-1]}; or {var}=/absolute/path/to/it")
             cmds.append(f"unset {var}   # to use {fam.get('fallback', 'the built-in implementation').split(' (')[0]}")
@@ -194,8 +205,9 @@ def dlopen_plugin_not_found(facts: Facts, matrix: Any) -> Result:
 def dlopen_plugin_cannot_load(facts: Facts, matrix: Any) -> Result:
     items: List[Dict[str, Any]] = []
     judged = 0
+    seen: set = set()
     for env in _envs(facts):
-        _, broken, n = _judge(env, matrix)
+        _, broken, n = _judge(env, matrix, seen)
         items += broken
         judged += n
     if not judged:

@@ -88,6 +88,12 @@ def resolve(view: Any, ld_library_path: Sequence[str], family: Mapping[str, Any]
         return out
     host_objects = {o.path for o in loader.objects}
     groups, asked = names_for(family, value, host_version)
+    floor = family.get("host_min_version")
+    if floor and (version_parts(host_version) is None or
+                  tuple(int(x) for x in version_parts(host_version) or ()) <
+                  tuple(int(x) for x in str(floor).split("."))):
+        groups = []  # an older (or unknown) release has no such plugins
+        out["unjudged"] = f"{posixpath.basename(host)} {host_version or '(version unknown)'}: before {floor}"
     out["asked"] = asked
     search = family.get("search") or "dlopen"
     for plugin, names in groups:
@@ -113,6 +119,8 @@ def resolve(view: Any, ld_library_path: Sequence[str], family: Mapping[str, Any]
         row: Dict[str, Any] = {"plugin": plugin, "names": tried, "found": found, "via": how,
                                "optional": any(fnmatch.fnmatchcase(plugin, p) for p in family.get("optional") or [])}
         if found is None:
+            there = [posixpath.join(posixpath.dirname(view.real(host)), n) for n in tried if "/" not in n]
+            row["beside_host"] = next((t for t in there if view.is_file(t)), None)  # there, but not searched
             row["looked_in"] = ([posixpath.dirname(view.real(host)) + " (the host's directory)"]
                                 if search in ("beside", "path") else []) + \
                 (loader.search_order(host)[:16] if search != "path" else [])

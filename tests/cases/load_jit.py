@@ -66,3 +66,51 @@ def cupy_2296(broken: bool) -> Machine:
     if not broken:
         set_env(spec, CUPY_CACHE_DIR="/scratch/lab/cupy")
     return Machine(spec)
+
+
+def drop_dist(spec: Spec, site: str, name: str) -> None:
+    for path in [p for p in spec if p.startswith((f"{site}/{name}/", f"{site}/{name}-"))]:
+        del spec[path]
+
+
+def cupy(spec: Spec, site: str, version: str = "13.3.0") -> None:
+    healthy.dist(spec, site, "cupy-cuda12x", version, {
+        "cupy/__init__.py": f"__version__ = '{version}'\n",
+        "cupy/_core/core.cpython-311-x86_64-linux-gnu.so": healthy.elf(None, needed=["libc.so.6"])})
+
+
+@case("accelerated-computing-hub-263-shared-cupy-cache-dir")
+def ach_263(broken: bool) -> Machine:
+    """The tutorial image forces CUPY_CACHE_DIR=/tmp/cupy_cache for every process; `docker compose exec` (root)
+    compiled a kernel first, so the directory is root's (0755) and the notebook user, uid 1000, cannot write its
+    cubins. The twin is the fix: no CUPY_CACHE_DIR, each user's ~/.cupy/kernel_cache."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    site = "opt/conda/lib/python3.11/site-packages"
+    cupy(spec, site)
+    drop_dist(spec, site, "triton")
+    spec["etc/passwd"] = "root:x:0:0:root:/root:/bin/bash\njovyan:x:1000:100::/home/jovyan:/bin/bash\n"
+    spec["home/jovyan/work/.keep"] = ""
+    spec["home/jovyan"] = {"dir": True, "mode": 0o777}  # the user's own home (the tree's owner is not the user)
+    spec["tmp"] = {"dir": True, "mode": 0o1777}
+    spec["tmp/cupy_cache/72f86c41c8573e998064b7a8fdab240eba823b7e.cubin"] = b"\x7fELF"
+    spec["tmp/cupy_cache"] = {"dir": True, "mode": 0o755}
+    set_env(spec, HOME="/home/jovyan", USER="jovyan", CUPY_CACHE_DIR="/tmp/cupy_cache" if broken else None)
+    spec["proc/self/status"] = status(1000)
+    return Machine(spec)
+
+
+@case("ilab-on-ocp-26-home-root-torch-extensions-cache")
+def ilab_26(broken: bool) -> Machine:
+    """InstructLab training on OpenShift runs as an arbitrary uid with HOME=/: DeepSpeed's JIT ops go to torch's
+    extension root, $XDG_CACHE_HOME or ~/.cache (/.cache/torch_extensions), and / is not writable. The twin is the
+    PR's fix, XDG_CACHE_HOME=/tmp (with Triton's cache moved there as well)."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    site = "opt/conda/lib/python3.11/site-packages"
+    healthy.dist(spec, site, "deepspeed", "0.14.4", {"deepspeed/__init__.py": "__version__ = '0.14.4'\n",
+                                                    "deepspeed/ops/op_builder/__init__.py": ""},
+                 requires=["torch", "ninja"], tag="py3-none-any")
+    spec["tmp"] = {"dir": True, "mode": 0o1777}
+    set_env(spec, HOME="/", XDG_CACHE_HOME=None if broken else "/tmp",
+            TRITON_CACHE_DIR=None if broken else "/tmp/triton")
+    spec["proc/self/status"] = status(1000680000)
+    return Machine(spec)

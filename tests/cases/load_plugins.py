@@ -134,3 +134,87 @@ def step_audio_3(broken: bool) -> Machine:
     else:
         ort_cuda12(spec, site, "1.23.2")
     return Machine(spec)
+
+
+@case("sd-webui-reactor-503-onnxruntime-1.16-cuda11-build")
+def reactor_503(broken: bool) -> Machine:
+    """The webui's venv got onnxruntime-gpu 1.16.3 from PyPI (the CUDA 11.8 build) on a CUDA 12.1 machine whose torch
+    and nvidia-*-cu12 wheels are CUDA 12: the CUDA provider needs libcublasLt.so.11. The twin has a CUDA 12 build of
+    onnxruntime-gpu (1.19.2, cuDNN 9 as torch's wheels)."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    if broken:
+        ort_cuda11(spec, HALLO_SITE, "1.16.3")
+    else:
+        ort_cuda12(spec, HALLO_SITE, "1.19.2")
+    return Machine(spec)
+
+
+@case("champ-95-onnxruntime-cuda11-build-dwpose")
+def champ_95(broken: bool) -> Machine:
+    """champ's DWPose preprocessing runs ONNX Runtime; the environment (torch 2.5.1+cu124, CUDA 12 wheels) has
+    onnxruntime-gpu 1.17.1, PyPI's CUDA 11.8 build, whose CUDA provider needs libcublasLt.so.11. The twin installed
+    the CUDA 12 build, as the maintainer advised."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    site = "opt/conda/lib/python3.11/site-packages"
+    if broken:
+        ort_cuda11(spec, site, "1.17.1")
+    else:
+        ort_cuda12(spec, site, "1.20.1")
+    return Machine(spec)
+
+
+def tensorrt_tar(spec: Spec, root: str, version: str) -> None:
+    """A TensorRT tar package unpacked (TensorRT-X.Y.Z.B/lib): libnvinfer and its builder resource, no RUNPATH
+    (TensorRT 8.4.1 and later)."""
+    lib = f"{root.strip('/')}/lib"
+    short = ".".join(version.split(".")[:3])
+    major = version.split(".")[0]
+    needed = ["libdl.so.2", "libpthread.so.0", "librt.so.1", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1",
+              "libc.so.6"]
+    for name in ("libnvinfer", "libnvinfer_plugin", "libnvonnxparser", "libnvparsers"):
+        so(spec, lib, f"{name}.so.{short}", f"{name}.so.{major}", links=[f"{name}.so"],
+           needed=needed if name == "libnvinfer" else [f"libnvinfer.so.{major}"] + needed)
+    spec[f"{lib}/libnvinfer_builder_resource.so.{short}"] = elf(f"libnvinfer_builder_resource.so.{short}")
+    spec[f"{root.strip('/')}/include/NvInferVersion.h"] = (
+        f"#define NV_TENSORRT_MAJOR {major}\n#define NV_TENSORRT_MINOR {version.split('.')[1]}\n"
+        f"#define NV_TENSORRT_PATCH {version.split('.')[2]}\n#define NV_TENSORRT_BUILD {version.split('.')[3]}\n")
+
+
+@case("tensorrt-pro-118-builder-resource-not-on-library-path")
+def tensorrt_pro_118(broken: bool) -> Machine:
+    """tensorRT_Pro built against the TensorRT 8.4.1.5 tar package finds libnvinfer through its executable's RPATH, but
+    TensorRT 8.4.1 has no RUNPATH and dlopens libnvinfer_builder_resource.so.8.4.1 by name: without the package's
+    lib/ on LD_LIBRARY_PATH the builder cannot be created. The twin has it on LD_LIBRARY_PATH (the maintainer's
+    answer)."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    trt = "home/ubuntu/TensorRT-8.4.1.5"
+    tensorrt_tar(spec, trt, "8.4.1.5")
+    spec["home/ubuntu/tensorRT_Pro/workspace/pro"] = elf(None, needed=["libnvinfer.so.8", "libnvinfer_plugin.so.8",
+                                                                       "libnvonnxparser.so.8", "libstdc++.so.6",
+                                                                       "libc.so.6"],
+                                                         rpath=[f"/{trt}/lib", "/usr/local/cuda/lib64"])
+    env = env_of(spec)
+    if not broken:
+        set_env(spec, LD_LIBRARY_PATH=f"/{trt}/lib:" + env.get("LD_LIBRARY_PATH", ""))
+    return Machine(spec)
+
+
+@case("tensorrtx-1205-builder-resource-sudo-drops-ld-library-path")
+def tensorrtx_1205(broken: bool) -> Machine:
+    """yolov5_det linked against /opt/TensorRT-8.4.1.5/lib was run with sudo, which drops LD_LIBRARY_PATH (set in
+    ~/.bashrc): libnvinfer (no RUNPATH) cannot dlopen libnvinfer_builder_resource.so.8.4.1. The twin runs with
+    LD_LIBRARY_PATH exported in the session."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    trt = "opt/TensorRT-8.4.1.5"
+    tensorrt_tar(spec, trt, "8.4.1.5")
+    spec["home/ubuntu/tensorrtx/yolov5/build/yolov5_det"] = elf(
+        None, needed=["libnvinfer.so.8", "libcudart.so.12", "libstdc++.so.6", "libc.so.6"],
+        rpath=[f"/{trt}/lib", "/usr/local/cuda/lib64"])
+    spec["home/ubuntu/.bashrc"] = f"# ~/.bashrc\nexport LD_LIBRARY_PATH=/{trt}/lib:$LD_LIBRARY_PATH\n"
+    env = env_of(spec)
+    if broken:  # sudo's env_reset: LD_LIBRARY_PATH is not passed on
+        set_env(spec, LD_LIBRARY_PATH=None, SUDO_USER="ubuntu", SUDO_UID="1000", SUDO_GID="1000",
+                SUDO_COMMAND="../yolov5_det -s best.wts best.engine s")
+    else:
+        set_env(spec, LD_LIBRARY_PATH=f"/{trt}/lib:" + env.get("LD_LIBRARY_PATH", ""))
+    return Machine(spec)

@@ -28,20 +28,23 @@ def scan(host: Host, env: Mapping[str, Any], ld_library_path: Sequence[str], own
     seen = set()
     for family in families:
         for pattern in family.get("hosts") or []:
-            bases = sites if "{site}" in pattern else ([prefix] if prefix and "{prefix}" in pattern else [])
+            bases = sites if "{site}" in pattern else ([prefix] if prefix and "{prefix}" in pattern else
+                                                       [] if "{" in pattern else [""])
             for base in bases:
-                path = pattern.replace("{site}", base).replace("{prefix}", base)
-                if (family["name"], path) in seen or not host.is_file(path) or len(hosts) >= MAX_HOSTS:
-                    continue
-                seen.add((family["name"], path))
-                dyn = view.dynamic(path)
-                unless = family.get("host_unless_needed")
-                if dyn is None or (unless and not path.endswith("/" + unless) and unless in dyn["needed"]):
-                    continue
-                var = family.get("variable")
-                value = environ.get(var) if var else None
-                resolve(view, ld_library_path, family, path, value, wheel_dirs)
-                hosts.append({"family": family["name"], "host": path, "value": value})
+                expanded = pattern.replace("{site}", base).replace("{prefix}", base)
+                paths = sorted(host.glob(expanded))[:4] if any(c in expanded for c in "*?[") else [expanded]
+                for path in paths:
+                    if (family["name"], path) in seen or not host.is_file(path) or len(hosts) >= MAX_HOSTS:
+                        continue
+                    seen.add((family["name"], path))
+                    dyn = view.dynamic(path)
+                    unless = family.get("host_unless_needed")
+                    if dyn is None or (unless and not path.endswith("/" + unless) and unless in dyn["needed"]):
+                        continue
+                    var = family.get("variable")
+                    value = environ.get(var) if var else None
+                    resolve(view, ld_library_path, family, path, value, wheel_dirs)
+                    hosts.append({"family": family["name"], "host": path, "value": value})
     if not hosts:
         return None
     record = view.record()
