@@ -88,7 +88,9 @@ def _judge(env: Dict[str, Any], matrix: Any, seen: Optional[set] = None
             for m in lost[:3]:
                 faults.append(f"it needs {m['soname']}" + (f" (for {posixpath.basename(m['needed_by'])})"
                                                           if m.get("needed_by") and m["needed_by"] != p.get("real")
-                                                          else "") + ", which is not found")
+                                                          else "") + ", which is not found" +
+                              (f" ({m['elsewhere']} is installed, in a directory no search looks in)"
+                               if m.get("elsewhere") else ""))
             for u in (p.get("unmet_versions") or [])[:3]:
                 faults.append(f"{posixpath.basename(u['object'])} needs {u['file']} version {u['version']}, which "
                               f"{u['provider']} does not define")
@@ -232,6 +234,10 @@ def dlopen_plugin_cannot_load(facts: Facts, matrix: Any) -> Result:
             cmds += ["curl -O https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz",
                      "tar -xf aws-efa-installer-latest.tar.gz && cd aws-efa-installer && sudo ./efa_installer.sh -y"
                      "   # in a container image: run it in the final stage (it upgrades rdma-core in place)"]
+        elif any(m.get("elsewhere") for m in p.get("missing") or []):
+            d = posixpath.dirname(next(m["elsewhere"] for m in p["missing"] if m.get("elsewhere")))
+            cmds.append(f"export LD_LIBRARY_PATH={shlex.quote(d)}:$LD_LIBRARY_PATH   # where the library it needs is "
+                        "installed")
         elif owner and it.get("major") and it.get("env_major"):
             cmds.append(f"{_python(env)} -m pip install --upgrade {shlex.quote(owner[0])}   # a CUDA "
                         f"{it['env_major']} build (onnxruntime-gpu on PyPI: CUDA 12 from 1.19)")

@@ -74,10 +74,12 @@ def _beside(loader: Loader, view: Any, host: str, name: str) -> Optional[str]:
 
 
 def resolve(view: Any, ld_library_path: Sequence[str], family: Mapping[str, Any], host: str, value: Optional[str],
-            wheel_dirs: Sequence[str] = ()) -> Dict[str, Any]:
+            wheel_dirs: Sequence[str] = (), sites: Sequence[str] = ()) -> Dict[str, Any]:
     """One host's plugins: which file each name finds (and how), what that file needs that does not load, the symbol
     versions it needs that the copy loaded does not define, and its version."""
-    loader = Loader(view, ld_library_path=list(ld_library_path))
+    machine = getattr(view, "machine", None) or "EM_X86_64"
+    loader = Loader(view, ld_library_path=list(ld_library_path), machine=machine if isinstance(machine, str) else
+                    "EM_X86_64")
     root = loader.load(host, via="host")
     host_version, host_version_from = view.version(view.real(host))
     out: Dict[str, Any] = {"family": family.get("name"), "host": host, "host_real": view.real(host),
@@ -139,7 +141,12 @@ def resolve(view: Any, ld_library_path: Sequence[str], family: Mapping[str, Any]
                 if soname in DRIVER_LIBRARIES:
                     continue
                 in_wheels = next((f"{d}/{soname}" for d in wheel_dirs if view.is_file(f"{d}/{soname}")), None)
-                missing.append({"soname": soname, "needed_by": requester, "in_wheels": in_wheels})
+                # installed in the environment, but where no search looks (a package's own lib directory)
+                elsewhere = None if in_wheels else next(
+                    (hit for site in sites[:4] for pattern in (f"{site}/*/{soname}", f"{site}/*/lib/{soname}")
+                     for hit in view.glob(pattern)[:1]), None)
+                missing.append({"soname": soname, "needed_by": requester, "in_wheels": in_wheels,
+                                "elsewhere": elsewhere})
             row["missing"] = missing[:16]
             row["unmet_versions"] = [{"object": o, "file": f, "version": v, "provider": p}
                                      for o, f, v, p in loader.unmet_versions() if o not in host_objects][:16]
@@ -159,10 +166,11 @@ def replay(record: Mapping[str, Any], matrix: Any) -> List[Dict[str, Any]]:
     view = RecordedView(record)
     ld = [d for d in record.get("ld_library_path") or [] if isinstance(d, str)]
     wheels = [d for d in record.get("wheel_dirs") or [] if isinstance(d, str)]
+    sites = [d for d in record.get("sites") or [] if isinstance(d, str)]
     out = []
     for h in record.get("hosts") or []:
         if not isinstance(h, Mapping) or h.get("family") not in families or not isinstance(h.get("host"), str):
             continue
         value = h.get("value") if isinstance(h.get("value"), str) else None
-        out.append(resolve(view, ld, families[h["family"]], h["host"], value, wheels))
+        out.append(resolve(view, ld, families[h["family"]], h["host"], value, wheels, sites))
     return out

@@ -218,3 +218,94 @@ def tensorrtx_1205(broken: bool) -> Machine:
     else:
         set_env(spec, LD_LIBRARY_PATH=f"/{trt}/lib:" + env.get("LD_LIBRARY_PATH", ""))
     return Machine(spec)
+
+
+def efa_in_image(spec: Spec, hwloc: bool) -> None:
+    """The EFA installer's libfabric (2.x) and aws-ofi-nccl copied into a CUDA image; libnccl-net-ofi.so needs
+    libhwloc.so.15, a distro package the installer's stage pulled in."""
+    libdir = healthy.LIBDIR["x86_64"]
+    so(spec, libdir, "libefa.so.1.3.61.0", "libefa.so.1", verdef=["libefa.so.1", "EFA_1.0", "EFA_1.1", "EFA_1.2",
+                                                                  "EFA_1.3", "EFA_1.4"],
+       needed=["libibverbs.so.1", "libc.so.6"])
+    so(spec, libdir, "libibverbs.so.1.14.61.0", "libibverbs.so.1")
+    if hwloc:
+        so(spec, libdir, "libhwloc.so.15.6.4", "libhwloc.so.15", needed=["libudev.so.1", "libc.so.6"])
+        so(spec, libdir, "libudev.so.1.7.2", "libudev.so.1")
+    libfabric(spec, "opt/amazon/efa/lib", "1.22.0", 9, needed=["libefa.so.1", "libibverbs.so.1", "libc.so.6"],
+              verneed={"libefa.so.1": ["EFA_1.0", "EFA_1.4"]})
+    so(spec, "opt/amazon/ofi-nccl/lib", "libnccl-net-ofi.so", "libnccl-net-ofi.so",
+       needed=["libfabric.so.1", "libhwloc.so.15", "libc.so.6"], runpath=["/opt/amazon/efa/lib"],
+       verneed={"libfabric.so.1": ["FABRIC_1.0"]})
+    spec["opt/amazon/efa_installed_packages"] = ("# EFA installer version: 1.43.1\n# Debug packages installed: no\n"
+                                                 "# Packages installed:\nlibfabric-aws-bin_2.1.0amzn5.0_amd64\n"
+                                                 "libfabric1-aws_2.1.0amzn5.0_amd64\nlibnccl-ofi_1.16.3-1_amd64\n")
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([("libc6", "2.35-0ubuntu3.8"), ("rdma-core", "61.0-1"),
+                                                       ("libibverbs1", "61.0-1")] +
+                                                      ([("libhwloc15", "2.7.0-2ubuntu1")] if hwloc else []))
+    set_env(spec, LD_LIBRARY_PATH="/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:/usr/local/nvidia/lib:"
+                                  "/usr/local/nvidia/lib64", NCCL_NET_PLUGIN="ofi", FI_PROVIDER="efa")
+
+
+@case("prime-rl-3452-ofi-nccl-needs-libhwloc")
+def prime_rl_3452(broken: bool) -> Machine:
+    """The runtime stage copied only /opt/amazon from the EFA-installer stage: NCCL finds libnccl-net-ofi.so
+    (NCCL_NET_PLUGIN=ofi) but cannot load it, libhwloc.so.15 (the distro's libhwloc15) is missing, and falls back to
+    sockets. The twin installs libhwloc15 in the runtime stage."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    efa_in_image(spec, hwloc=not broken)
+    return Machine(spec)
+
+
+@case("onnxruntime-25609-cudnn-wheel-not-on-library-path")
+def ort_25609(broken: bool) -> Machine:
+    """onnxruntime-gpu 1.22.0 used alone (no torch) with nvidia-cudnn-cu12 and the other CUDA 12 wheels installed:
+    the CUDA provider (RUNPATH $ORIGIN) needs libcudnn.so.9, which is in the wheels but not on the loader's path
+    unless preload_dlls() runs first or LD_LIBRARY_PATH names them. The twin exports the wheels' directories."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    prefix = "home/ubuntu/ort-venv"
+    spec[f"{prefix}/pyvenv.cfg"] = "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.10.12\n"
+    spec[f"{prefix}/bin/python3"] = {"symlink": "/usr/bin/python3.10"}
+    spec[f"{prefix}/bin/python"] = {"symlink": "python3"}
+    site = f"{prefix}/lib/python3.10/site-packages"
+    pins = {k: v for k, v in healthy.TORCH_251_CU124.items()
+            if k in ("nvidia-cuda-runtime-cu12", "nvidia-cublas-cu12", "nvidia-cudnn-cu12", "nvidia-cufft-cu12",
+                     "nvidia-curand-cu12")}
+    pins["nvidia-cudnn-cu12"] = "9.10.2.21"
+    healthy.cu12_wheels(spec, site, pins)
+    ort_cuda12(spec, site, "1.22.0")
+    provider = f"{site}/onnxruntime/capi/libonnxruntime_providers_cuda.so"
+    spec[provider] = elf("libonnxruntime_providers_cuda.so", runpath=["$ORIGIN"],
+                         needed=["libonnxruntime_providers_shared.so", "libcublasLt.so.12", "libcublas.so.12",
+                                 "libcudnn.so.9", "libcurand.so.10", "libcufft.so.11", "libcudart.so.12",
+                                 "libstdc++.so.6", "libc.so.6"])
+    record = f"{site}/onnxruntime_gpu-1.22.0.dist-info/RECORD"
+    env = env_of(spec)
+    set_env(spec, VIRTUAL_ENV=f"/{prefix}", PATH=f"/{prefix}/bin:" + env.get("PATH", ""),
+            CONDA_PREFIX=None, CONDA_DEFAULT_ENV=None)
+    if not broken:
+        dirs = ":".join(f"/{site}/nvidia/{d}/lib" for d in ("cudnn", "cublas", "cuda_runtime", "cufft", "curand"))
+        set_env(spec, LD_LIBRARY_PATH=dirs + ":" + env.get("LD_LIBRARY_PATH", ""))
+    assert record in spec
+    return Machine(spec)
+
+
+@case("gr00t-195-tensorrt-10.7-builder-resource-missing")
+def gr00t_195(broken: bool) -> Machine:
+    """An aarch64 Ubuntu host with TensorRT 10.7's libnvinfer.so.10.7.0 in /usr/lib/aarch64-linux-gnu but without
+    libnvinfer_builder_resource.so.10.7.0 (an incomplete TensorRT install; the corpus has no Jetson image, the
+    fault is in TensorRT's files only): converting the policy ONNX to an engine cannot create a builder.
+    Re-downloading TensorRT 10.7 (the twin: its builder resource beside libnvinfer) fixed it."""
+    spec = healthy.grace_hopper()
+    libdir = healthy.LIBDIR["aarch64"]
+    needed = ["libdl.so.2", "libpthread.so.0", "librt.so.1", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1",
+              "libc.so.6"]
+    so(spec, libdir, "libnvinfer.so.10.7.0", "libnvinfer.so.10", links=["libnvinfer.so"], machine="aarch64",
+       needed=needed)
+    so(spec, libdir, "libnvonnxparser.so.10.7.0", "libnvonnxparser.so.10", machine="aarch64",
+       needed=["libnvinfer.so.10"] + needed)
+    if not broken:
+        spec[f"{libdir}/libnvinfer_builder_resource.so.10.7.0"] = elf("libnvinfer_builder_resource.so.10.7.0",
+                                                                      machine="aarch64")
+    spec["usr/include/aarch64-linux-gnu/NvInferVersion.h"] = ("#define NV_TENSORRT_MAJOR 10\n#define NV_TENSORRT_MINOR 7\n"
+                                                             "#define NV_TENSORRT_PATCH 0\n#define NV_TENSORRT_BUILD 23\n")
+    return Machine(spec)

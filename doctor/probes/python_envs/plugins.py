@@ -43,10 +43,11 @@ def scan(host: Host, env: Mapping[str, Any], ld_library_path: Sequence[str], own
                         continue
                     var = family.get("variable")
                     value = environ.get(var) if var else None
-                    resolve(view, ld_library_path, family, path, value, wheel_dirs)
+                    resolve(view, ld_library_path, family, path, value, wheel_dirs, sites)
                     hosts.append({"family": family["name"], "host": path, "value": value})
     if not hosts:
         return None
     record = view.record()
-    record.update(ld_library_path=list(ld_library_path), wheel_dirs=wheel_dirs, machine=machine, hosts=hosts)
+    record.update(ld_library_path=list(ld_library_path), wheel_dirs=wheel_dirs, sites=sites, machine=machine,
+                  hosts=hosts)
     return record

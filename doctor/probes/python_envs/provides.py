@@ -269,6 +269,7 @@ _ENVIRONMENT = obj(
         ), "each host library found"),
         ld_library_path=array(string(), "LD_LIBRARY_PATH, split"),
         wheel_dirs=array(string(), "the nvidia/*/lib directories of the wheels on sys.path"),
+        sites=array(string(), "the environment's site directories (where a missing library may be installed)"),
         machine=string("the interpreter's ELF machine"),
         files=map_of(_DYNAMIC, "every existing file the search looked at -> its dynamic section"),
         links=map_of(string("where it points"), "a path the search met -> the file it resolves to"),
