@@ -75,7 +75,8 @@ def _judge(env: Dict[str, Any], matrix: Any, seen: Optional[set] = None
             seen.add(key)
             base = {"env": env, "host": h, "family": fam, "plugin": p}
             if not p.get("found"):
-                if when == "present" or (when == "named" and not h.get("asked")):
+                if when == "present" or (when == "named" and not h.get("asked")) or \
+                        p.get("plugin") in (fam.get("if_present") or []):
                     continue
                 if fam.get("also") and found_by_host.get((h["host"], fam["also"])):
                     continue

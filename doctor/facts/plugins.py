@@ -98,6 +98,12 @@ def resolve(view: Any, ld_library_path: Sequence[str], family: Mapping[str, Any]
         out["unjudged"] = f"{posixpath.basename(host)} {host_version or '(version unknown)'}: before {floor}"
     out["asked"] = asked
     search = family.get("search") or "dlopen"
+    since = family.get("if_present_from")
+    if since:
+        parts = version_parts(host_version)
+        known = parts is not None and tuple(int(x) for x in parts[:2]) >= tuple(int(x) for x in str(since).split(".")[:2])
+        if not known:  # a release not known to load them: they are not looked for
+            groups = [(p, n) for p, n in groups if p not in (family.get("if_present") or [])]
     for plugin, names in groups:
         found, how, tried = None, None, []
         for name in names:

@@ -309,3 +309,71 @@ def gr00t_195(broken: bool) -> Machine:
     spec["usr/include/aarch64-linux-gnu/NvInferVersion.h"] = ("#define NV_TENSORRT_MAJOR 10\n#define NV_TENSORRT_MINOR 7\n"
                                                              "#define NV_TENSORRT_PATCH 0\n#define NV_TENSORRT_BUILD 23\n")
     return Machine(spec)
+
+
+CUDNN9_SUBS = ("libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv", "libcudnn_engines_precompiled",
+               "libcudnn_engines_runtime_compiled", "libcudnn_heuristic", "libcudnn_engines_tensor_ir")
+
+
+def cudnn_cu13_wheel(spec: Spec, site: str, version: str, with_tensor_ir: bool) -> None:
+    """nvidia-cudnn-cu13: libcudnn.so.9 and its sub-libraries in nvidia/cudnn/lib (RUNPATH $ORIGIN)."""
+    files = {"nvidia/__init__.py": "", "nvidia/cudnn/__init__.py": "", "nvidia/cudnn/lib/__init__.py": ""}
+    for name in ("libcudnn",) + CUDNN9_SUBS:
+        if name == "libcudnn_engines_tensor_ir" and not with_tensor_ir:
+            continue
+        files[f"nvidia/cudnn/lib/{name}.so.9"] = elf(f"{name}.so.9", needed=["libc.so.6"], runpath=["$ORIGIN"])
+    healthy.dist(spec, site, "nvidia-cudnn-cu13", version, files, tag="py3-none-manylinux_2_27_x86_64")
+
+
+def torch_nightly_metadata(spec: Spec, site: str, version: str, cudnn: str, build_info: bool = True) -> None:
+    """torch's distribution as pip recorded it (its pins); its objects are not what these cases are about."""
+    files = {"torch/__init__.py": ""}
+    if build_info:
+        files["torch/version.py"] = f"__version__ = '{version}'\ncuda = '13.0'\n"
+    healthy.dist(spec, site, "torch", version, files, requires=[f"nvidia-cudnn-cu13=={cudnn}"],
+                 tag="cp310-cp310-manylinux_2_28_x86_64")
+
+
+@case("pytorch-188892-cudnn-cu13-wheel-lacks-tensor-ir")
+def pytorch_188892(broken: bool) -> Machine:
+    """torch's cu130 build pins nvidia-cudnn-cu13 9.20.0.48, whose wheel lacks libcudnn_engines_tensor_ir.so.9:
+    libcudnn.so.9 from the wheel then finds the system cuDNN's (9.21.0, libcudnn9-cuda-13 in
+    /usr/lib/x86_64-linux-gnu) through ld.so.cache, another release: CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH. The
+    twin's wheel carries its own tensor_ir sub-library."""
+    spec = healthy.dlami_ubuntu2404_g6()
+    libdir = healthy.LIBDIR["x86_64"]
+    healthy.cudnn_system(spec, libdir, "9.21.0")
+    so(spec, libdir, "libcudnn_engines_tensor_ir.so.9.21.0", "libcudnn_engines_tensor_ir.so.9")
+    prefix = "home/ubuntu/nightly"
+    spec[f"{prefix}/pyvenv.cfg"] = "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n"
+    spec[f"{prefix}/bin/python3"] = {"symlink": "/usr/bin/python3.12"}
+    spec[f"{prefix}/bin/python"] = {"symlink": "python3"}
+    site = f"{prefix}/lib/python3.12/site-packages"
+    cudnn_cu13_wheel(spec, site, "9.20.0.48", with_tensor_ir=not broken)
+    # (torch's own objects and build information are left out: the host's 550 driver is not this case)
+    torch_nightly_metadata(spec, site, "2.13.0", "9.20.0.48", build_info=False)
+    env = env_of(spec)
+    set_env(spec, VIRTUAL_ENV=f"/{prefix}", PATH=f"/{prefix}/bin:" + env.get("PATH", ""), CONDA_PREFIX=None,
+            CONDA_DEFAULT_ENV=None)
+    return Machine(spec)
+
+
+@case("pytorch-185512-cudnn-tensor-ir-from-wsl-system")
+def pytorch_185512(broken: bool) -> Machine:
+    """WSL2 Ubuntu with a system cuDNN (libcudnn9 9.21.0 in /lib/x86_64-linux-gnu) and a conda env with the cu130
+    nightly's nvidia-cudnn-cu13: every sub-library loads from the wheel except libcudnn_engines_tensor_ir.so.9, which
+    the wheel lacks and which comes from the system (LD_DEBUG=libs showed it): F.conv2d fails with
+    CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH. The twin removed the system cuDNN (the reporter's workaround)."""
+    spec = healthy.wsl2()
+    libdir = "lib/x86_64-linux-gnu"
+    if broken:
+        healthy.cudnn_system(spec, libdir, "9.21.0")
+        so(spec, libdir, "libcudnn_engines_tensor_ir.so.9.21.0", "libcudnn_engines_tensor_ir.so.9")
+    prefix = "home/xyt19/miniconda3/envs/debug"
+    site = healthy.conda_env(spec, "/" + prefix, python="3.10.14")
+    cudnn_cu13_wheel(spec, site, "9.20.0.48", with_tensor_ir=False)
+    torch_nightly_metadata(spec, site, "2.11.0.dev20260520+cu130", "9.20.0.48")
+    env = env_of(spec)
+    set_env(spec, CONDA_PREFIX=f"/{prefix}", CONDA_DEFAULT_ENV="debug", VIRTUAL_ENV=None,
+            PATH=f"/{prefix}/bin:" + env.get("PATH", ""))
+    return Machine(spec)
