@@ -122,7 +122,8 @@ def _who(item: Mapping[str, Any]) -> str:
     h = item["host"]
     host = posixpath.basename(h["host"])
     v = f" {h['host_version']}" if h.get("host_version") else ""
-    return f"{host}{v}"
+    src = str(h.get("host_version_from") or "")
+    return f"{host}{v}" + (f" ({src})" if src.startswith("wheel ") and "nvidia-" not in src else "")
 
 
 @check(

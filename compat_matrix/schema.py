@@ -112,7 +112,8 @@ TABLES: Dict[str, Table] = {
         "variable": "str", "default": ("list", "str"), "named": ("list", "str"), "off": ("list", "str"),
         "plugins": ("list", "str"), "versioned": ("list", "str"), "search": ("enum", ("dlopen", "beside", "path")),
         "when": ("enum", ("named", "present", "always")), "same_version": "bool", "optional": ("list", "str"),
-        "fallback": "str", "also": "str", "host_min_version": "version", "if_present": ("list", "str"), "if_present_from": "version"},
+        "fallback": "str", "also": "str", "host_min_version": "version", "if_present": ("list", "str"), "if_present_from": "version", "host_max_version": "version",
+        "host_dists": ("list", "str")},
         ("name", "hosts", "search", "when")),
     # directories compile-and-load workflows write code to and load it from (compat_matrix/data/loading.toml)
     "jit_dir": Table(("name",), {

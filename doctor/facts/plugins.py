@@ -74,7 +74,8 @@ def _beside(loader: Loader, view: Any, host: str, name: str) -> Optional[str]:
 
 
 def resolve(view: Any, ld_library_path: Sequence[str], family: Mapping[str, Any], host: str, value: Optional[str],
-            wheel_dirs: Sequence[str] = (), sites: Sequence[str] = ()) -> Dict[str, Any]:
+            wheel_dirs: Sequence[str] = (), sites: Sequence[str] = (), version: Optional[str] = None,
+            version_dist: Optional[str] = None) -> Dict[str, Any]:
     """One host's plugins: which file each name finds (and how), what that file needs that does not load, the symbol
     versions it needs that the copy loaded does not define, and its version."""
     machine = getattr(view, "machine", None) or "EM_X86_64"
@@ -82,6 +83,8 @@ def resolve(view: Any, ld_library_path: Sequence[str], family: Mapping[str, Any]
                     "EM_X86_64")
     root = loader.load(host, via="host")
     host_version, host_version_from = view.version(view.real(host))
+    if version:  # the release of the distribution that installed the host (its file name names none)
+        host_version, host_version_from = version, f"wheel {version_dist}" if version_dist else "its distribution"
     out: Dict[str, Any] = {"family": family.get("name"), "host": host, "host_real": view.real(host),
                            "host_version": host_version, "host_version_from": host_version_from, "value": value,
                            "plugins": []}
@@ -90,12 +93,14 @@ def resolve(view: Any, ld_library_path: Sequence[str], family: Mapping[str, Any]
         return out
     host_objects = {o.path for o in loader.objects}
     groups, asked = names_for(family, value, host_version)
-    floor = family.get("host_min_version")
-    if floor and (version_parts(host_version) is None or
-                  tuple(int(x) for x in version_parts(host_version) or ()) <
-                  tuple(int(x) for x in str(floor).split("."))):
-        groups = []  # an older (or unknown) release has no such plugins
-        out["unjudged"] = f"{posixpath.basename(host)} {host_version or '(version unknown)'}: before {floor}"
+    floor, ceiling = family.get("host_min_version"), family.get("host_max_version")
+    release = tuple(int(x) for x in version_parts(host_version) or ())
+    if (floor or ceiling) and (not release or (floor and release < tuple(int(x) for x in str(floor).split("."))) or
+                               (ceiling and release[:len(str(ceiling).split("."))] >
+                                tuple(int(x) for x in str(ceiling).split(".")))):
+        groups = []  # a release outside the one the rule was seen for, or an unknown one: not judged
+        out["unjudged"] = f"{posixpath.basename(host)} {host_version or '(version unknown)'}: outside " \
+                          f"{floor or ''}..{ceiling or ''}"
     out["asked"] = asked
     search = family.get("search") or "dlopen"
     since = family.get("if_present_from")
@@ -178,5 +183,7 @@ def replay(record: Mapping[str, Any], matrix: Any) -> List[Dict[str, Any]]:
         if not isinstance(h, Mapping) or h.get("family") not in families or not isinstance(h.get("host"), str):
             continue
         value = h.get("value") if isinstance(h.get("value"), str) else None
-        out.append(resolve(view, ld, families[h["family"]], h["host"], value, wheels, sites))
+        version = h.get("version") if isinstance(h.get("version"), str) else None
+        dist = h.get("version_dist") if isinstance(h.get("version_dist"), str) else None
+        out.append(resolve(view, ld, families[h["family"]], h["host"], value, wheels, sites, version, dist))
     return out

@@ -432,3 +432,56 @@ def deface_53(broken: bool) -> Machine:
     if not broken:
         set_env(spec, LD_LIBRARY_PATH=f"/{site}/tensorrt_libs:" + env.get("LD_LIBRARY_PATH", ""))
     return Machine(spec)
+
+
+def tensorrt_wheels(spec: Spec, site: str, version: str, with_win: bool) -> None:
+    """pip's tensorrt 10.x: tensorrt-cu12-libs puts libnvinfer.so.10 and its builder resources in tensorrt_libs/."""
+    short = ".".join(version.split(".")[:3])
+    libs = {"tensorrt_libs/__init__.py": ""}
+    for name in ("libnvinfer", "libnvinfer_plugin", "libnvonnxparser", "libnvinfer_lean", "libnvinfer_dispatch"):
+        libs[f"tensorrt_libs/{name}.so.10"] = elf(f"{name}.so.10", needed=["libc.so.6"])
+    libs[f"tensorrt_libs/libnvinfer_builder_resource.so.{short}"] = elf(f"libnvinfer_builder_resource.so.{short}")
+    if with_win:
+        libs[f"tensorrt_libs/libnvinfer_builder_resource_win.so.{short}"] = elf(
+            f"libnvinfer_builder_resource_win.so.{short}")
+    healthy.dist(spec, site, "tensorrt-cu12-libs", version, libs, tag="py2.py3-none-manylinux_2_17_x86_64")
+    healthy.dist(spec, site, "tensorrt-cu12-bindings", version, {
+        "tensorrt_bindings/__init__.py": "", "tensorrt_bindings/tensorrt.so": elf(None, needed=["libc.so.6"])},
+        tag="cp311-none-manylinux_2_17_x86_64")
+    healthy.dist(spec, site, "tensorrt-cu12", version, {"tensorrt/__init__.py": f"__version__ = '{short}'\n"},
+                 requires=[f"tensorrt-cu12-libs=={version}", f"tensorrt-cu12-bindings=={version}"], tag="py3-none-any")
+
+
+@case("tensorrt-3983-10.2.0-wheel-lacks-builder-resource-win")
+def tensorrt_3983(broken: bool) -> Machine:
+    """`pip install tensorrt==10.2.0` on Ubuntu 22.04 with an RTX 4090: building an engine fails, the 10.2.0 wheel has
+    no libnvinfer_builder_resource_win.so.10.2.0 (10.0 and 10.1 built fine). The twin has 10.2.0.post1, which ships
+    it."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    tensorrt_wheels(spec, HALLO_SITE, "10.2.0" if broken else "10.2.0.post1", with_win=not broken)
+    return Machine(spec)
+
+
+@case("cog-triton-51-tensorrt-10.2.0-builder-resource-win")
+def cog_triton_51(broken: bool) -> Machine:
+    """cog-triton's TRT-LLM 0.12 pre-release image built against TensorRT 10.2.0 from pip: its wheel lacks
+    libnvinfer_builder_resource_win.so.10.2.0 and the engine build fails; the maintainer fixed it by upgrading to
+    10.2.0.post1 (the twin)."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    tensorrt_wheels(spec, "opt/conda/lib/python3.11/site-packages", "10.2.0" if broken else "10.2.0.post1",
+                    with_win=not broken)
+    return Machine(spec)
+
+
+@case("torch-tensorrt-2986-tensorrt-10.2.0-builder-resource-win")
+def torch_tensorrt_2986(broken: bool) -> Machine:
+    """Torch-TensorRT 2.3.0 pulls tensorrt 10.2.0, whose wheel lacks libnvinfer_builder_resource_win.so.10.2.0: the
+    dynamo compile's engine build fails on Ubuntu (triaged as not a Torch-TensorRT bug). The twin has the
+    10.2.0.post1 wheels."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    site = "opt/conda/envs/pytorch_p311_jupyter/lib/python3.11/site-packages"
+    version = "10.2.0" if broken else "10.2.0.post1"
+    tensorrt_wheels(spec, site, version, with_win=not broken)
+    healthy.dist(spec, site, "torch-tensorrt", "2.3.0", {"torch_tensorrt/__init__.py": "__version__ = '2.3.0'\n"},
+                 requires=["torch>=2.3.0,<2.4.0", "tensorrt==10.0.1"], tag="cp311-cp311-linux_x86_64")
+    return Machine(spec)

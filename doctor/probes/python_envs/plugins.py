@@ -43,8 +43,12 @@ def scan(host: Host, env: Mapping[str, Any], ld_library_path: Sequence[str], own
                         continue
                     var = family.get("variable")
                     value = environ.get(var) if var else None
-                    resolve(view, ld_library_path, family, path, value, wheel_dirs, sites)
-                    hosts.append({"family": family["name"], "host": path, "value": value})
+                    dists = env.get("distributions") if isinstance(env.get("distributions"), Mapping) else {}
+                    dist = next((d for d in family.get("host_dists") or [] if dists.get(d)), None)
+                    version = str(dists[dist]) if dist else None
+                    resolve(view, ld_library_path, family, path, value, wheel_dirs, sites, version, dist)
+                    hosts.append({"family": family["name"], "host": path, "value": value, "version": version,
+                                  "version_dist": dist})
     if not hosts:
         return None
     record = view.record()

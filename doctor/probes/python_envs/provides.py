@@ -266,6 +266,9 @@ _ENVIRONMENT = obj(
             family=string("the dlopen_plugin family"),
             host=string("the host library's path"),
             value=string("the session's value of the family's variable (NCCL_NET_PLUGIN...; null: unset)"),
+            version=string("the release of the distribution that installed the host (the family's host_dists; "
+                           "null: its file's own)"),
+            version_dist=string("that distribution"),
         ), "each host library found"),
         ld_library_path=array(string(), "LD_LIBRARY_PATH, split"),
         wheel_dirs=array(string(), "the nvidia/*/lib directories of the wheels on sys.path"),
