@@ -53,7 +53,7 @@ def _dirs(facts: Facts, matrix: Any) -> List[Tuple[Dict[str, Any], str]]:
     for d in facts.get("jit_dirs.dirs") or []:
         if not isinstance(d, dict) or not isinstance(d.get("path"), str):
             continue
-        entry = entries.get(d.get("name")) or {}
+        entry = entries.get(str(d.get("name"))) or {}
         user = _in_use(d, entry, installed) or (("the directory exists" if d.get("exists") else None)
                                                 if d.get("name") == "torch-extensions" and installed.get("torch") else None)
         if user is None or d["path"] in seen:

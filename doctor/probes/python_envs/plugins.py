@@ -20,7 +20,7 @@ def scan(host: Host, env: Mapping[str, Any], ld_library_path: Sequence[str], own
     sites = [s for s in env.get("site_packages") or [] if isinstance(s, str) and s.startswith("/")]
     prefix = env.get("prefix") if isinstance(env.get("prefix"), str) else None
     environ = host.environ()
-    loader_rec = env.get("loader") if isinstance(env.get("loader"), Mapping) else {}
+    loader_rec: Mapping[str, Any] = env["loader"] if isinstance(env.get("loader"), Mapping) else {}
     machine = loader_rec.get("machine") if isinstance(loader_rec.get("machine"), str) else "EM_X86_64"
     wheel_dirs = [d for d in loader_rec.get("wheel_dirs") or [] if isinstance(d, str)]
     view = HostView(host, owned, machine=machine, version_of=lib_version)
@@ -43,7 +43,8 @@ def scan(host: Host, env: Mapping[str, Any], ld_library_path: Sequence[str], own
                         continue
                     var = family.get("variable")
                     value = environ.get(var) if var else None
-                    dists = env.get("distributions") if isinstance(env.get("distributions"), Mapping) else {}
+                    dists: Mapping[str, Any] = env["distributions"] if isinstance(env.get("distributions"),
+                                                                                   Mapping) else {}
                     dist = next((d for d in family.get("host_dists") or [] if dists.get(d)), None)
                     version = str(dists[dist]) if dist else None
                     resolve(view, ld_library_path, family, path, value, wheel_dirs, sites, version, dist)
