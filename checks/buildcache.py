@@ -10,7 +10,7 @@ import shlex
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from dl_doctor import versions
-from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip
+from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
 
 def _installed(facts: Facts) -> Dict[str, str]:
@@ -140,8 +140,12 @@ def jit_dir_noexec(facts: Facts, matrix: Any) -> Result:
     for mp in mps:
         cmds.append(f"sudo mount -o remount,exec {shlex.quote(mp)}   # or drop noexec in /etc/fstab (docker: "
                     f"--tmpfs {mp}:exec)")
-    return fail("; ".join(msgs), {"dirs": [{"path": d["path"], "tool": d.get("tool"), "mountpoint": m["mountpoint"],
-                                            "options": m.get("options")} for d, _, m in bad]},
+    # a directory already there (the tool has run) or named by its variable is in use: the next compile fails; one
+    # not yet created fails the first torch.compile / kernel launch (a warning)
+    result = fail if any(d.get("exists") or d.get("set_by") for d, _, _ in bad) else warn
+    return result("; ".join(msgs), {"dirs": [{"path": d["path"], "tool": d.get("tool"), "mountpoint": m["mountpoint"],
+                                              "options": m.get("options"), "exists": d.get("exists")}
+                                             for d, _, m in bad]},
                 Fix("Move the kernel caches to an exec-capable filesystem, or remount without noexec.",
                     tuple(dict.fromkeys(cmds))),
                 headline=f"{mps[0]} is mounted noexec under {bad[0][0]['path']}")
@@ -194,11 +198,11 @@ def jit_dir_not_writable(facts: Facts, matrix: Any) -> Result:
         leaf = d["path"].rstrip("/").split("/")[-1]
         if var:
             cmds.append(f"export {var}=/tmp/$(id -un)/{leaf}   # a directory the job's user owns")
-        if not str(why).startswith(("/", d["path"])) or "read-only" not in why:
-            if "mode" in str(why) and user.get("name"):
-                cmds.append(f"sudo chown -R {shlex.quote(str(user['name']))}: {shlex.quote(d['checked'])}   # or give "
-                            "the user its own directory")
-    return fail("; ".join(msgs), {"user": {"name": user.get("name"), "uid": user.get("uid"),
+        if " is mode " in str(why) and user.get("name"):
+            cmds.append(f"sudo chown -R {shlex.quote(str(user['name']))}: {shlex.quote(d['checked'])}   # or give "
+                        "the user its own directory")
+    result = fail if any(d.get("exists") or d.get("set_by") for d, _, _ in bad) else warn
+    return result("; ".join(msgs), {"user": {"name": user.get("name"), "uid": user.get("uid"),
                                            "source": user.get("source")},
                                   "dirs": [{"path": d["path"], "tool": d.get("tool"), "checked": d.get("checked"),
                                             "mode": d.get("mode"), "uid": d.get("uid"), "reason": w}
