@@ -93,7 +93,9 @@ def ach_263(broken: bool) -> Machine:
     spec["home/jovyan"] = {"dir": True, "mode": 0o777}  # the user's own home (the tree's owner is not the user)
     spec["tmp"] = {"dir": True, "mode": 0o1777}
     spec["tmp/cupy_cache/72f86c41c8573e998064b7a8fdab240eba823b7e.cubin"] = b"\x7fELF"
-    spec["tmp/cupy_cache"] = {"dir": True, "mode": 0o755}
+    # root's 0755 directory, as the notebook user sees it: no write bit for it (0555 keeps that true whatever uid
+    # builds the tree, the user's own included)
+    spec["tmp/cupy_cache"] = {"dir": True, "mode": 0o555}
     set_env(spec, HOME="/home/jovyan", USER="jovyan", CUPY_CACHE_DIR="/tmp/cupy_cache" if broken else None)
     spec["proc/self/status"] = status(1000)
     return Machine(spec)
