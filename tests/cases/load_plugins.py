@@ -79,7 +79,7 @@ def prime_rl_3454(broken: bool) -> Machine:
 HALLO_SITE = "opt/conda/envs/pytorch/lib/python3.11/site-packages"
 
 
-def ort_cuda12(spec: Spec, site: str, version: str) -> None:
+def ort_cuda12(spec: Spec, site: str, version: str, cudnn: str = "9.1") -> None:
     """onnxruntime-gpu's CUDA 12 build from PyPI (1.19 and later): the CUDA provider needs the .so.12 libraries and
     cuDNN 9; its RUNPATH is $ORIGIN only."""
     healthy.onnxruntime(spec, site)
@@ -88,7 +88,7 @@ def ort_cuda12(spec: Spec, site: str, version: str) -> None:
     files = {p[len(site) + 1:]: spec.pop(p) for p in [p for p in spec if p.startswith(f"{site}/onnxruntime/")]}
     files["onnxruntime/__init__.py"] = f"__version__ = '{version}'\n"
     files["onnxruntime/capi/build_and_package_info.py"] = (f"package_name = 'onnxruntime-gpu'\n__version__ = '{version}'\n"
-                                                           "cuda_version = '12.2'\ncudnn_version = '9.1'\n")
+                                                           f"cuda_version = '12.2'\ncudnn_version = '{cudnn}'\n")
     healthy.dist(spec, site, "onnxruntime-gpu", version, files)
 
 
@@ -484,4 +484,17 @@ def torch_tensorrt_2986(broken: bool) -> Machine:
     tensorrt_wheels(spec, site, version, with_win=not broken)
     healthy.dist(spec, site, "torch-tensorrt", "2.3.0", {"torch_tensorrt/__init__.py": "__version__ = '2.3.0'\n"},
                  requires=["torch>=2.3.0,<2.4.0", "tensorrt==10.0.1"], tag="cp311-cp311-linux_x86_64")
+    return Machine(spec)
+
+
+@case("onnxruntime-20745-cuda12-feed-missing-py311-wheel")
+def ort_20745(broken: bool) -> Machine:
+    """`pip install onnxruntime-gpu --extra-index-url .../onnxruntime-cuda-12/...` on Python 3.11 when the CUDA 12 feed
+    had 1.18.0 only for Python 3.9: pip took PyPI's 1.18.0 (the CUDA 11.8 build) into the CUDA 12 environment, whose
+    provider needs libcublasLt.so.11. The twin has the CUDA 12 build once the feed published it for 3.11."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    if broken:
+        ort_cuda11(spec, HALLO_SITE, "1.18.0")
+    else:
+        ort_cuda12(spec, HALLO_SITE, "1.18.0", cudnn="8.9")
     return Machine(spec)
