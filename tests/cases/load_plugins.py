@@ -498,3 +498,43 @@ def ort_20745(broken: bool) -> Machine:
     else:
         ort_cuda12(spec, HALLO_SITE, "1.18.0", cudnn="8.9")
     return Machine(spec)
+
+
+def cuda11_runtime_libs(spec: Spec, libdir: str) -> None:
+    """The CUDA 11 math libraries an onnxruntime-gpu CUDA 11.8 build's provider needs, installed system-wide."""
+    for real, soname in (("libcublas.so.11.7.4.6", "libcublas.so.11"), ("libcublasLt.so.11.7.4.6", "libcublasLt.so.11"),
+                         ("libcudart.so.11.5.117", "libcudart.so.11.0"), ("libcufft.so.10.6.0.107", "libcufft.so.10"),
+                         ("libcurand.so.10.2.7.107", "libcurand.so.10")):
+        so(spec, libdir, real, soname)
+
+
+@case("facefusion-online-ports-10-colab-cuda11-libs-missing")
+def facefusion_ports_10(broken: bool) -> Machine:
+    """A Colab A100 runtime (CUDA 12 only, cuDNN 8 preinstalled) with PyPI's onnxruntime-gpu, the CUDA 11.8 build:
+    its provider needs libcublasLt.so.11. The reporter's fix, the twin: Ubuntu's nvidia-cuda-toolkit (CUDA 11.5),
+    whose libcublasLt.so.11 and friends land in /usr/lib/x86_64-linux-gnu."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    libdir = healthy.LIBDIR["x86_64"]
+    so(spec, libdir, "libcudnn.so.8.9.6", "libcudnn.so.8")
+    ort_cuda11(spec, HALLO_SITE, "1.16.3")
+    if not broken:
+        cuda11_runtime_libs(spec, libdir)
+        spec["var/lib/dpkg/status"] = spec.get("var/lib/dpkg/status", "") + healthy.dpkg_status([
+            ("nvidia-cuda-toolkit", "11.5.1-1ubuntu1"), ("libcublaslt11", "11.7.4.6~11.5.1-1ubuntu1"),
+            ("libcublas11", "11.7.4.6~11.5.1-1ubuntu1"), ("libcudart11.0", "11.5.117~11.5.1-1ubuntu1")])
+    return Machine(spec)
+
+
+@case("facefusion-colab-7-cuda11-toolkit-for-onnxruntime")
+def facefusion_colab_7(broken: bool) -> Machine:
+    """FaceFusion on Google Colab (CUDA 12.2, cuDNN 8) with onnxruntime-gpu's CUDA 11.8 build: the CUDA provider cannot
+    load. The reporter's fix, the twin: the CUDA 11.8 toolkit's libraries in /usr/local/cuda-11.8/lib64, registered
+    with the loader (ld.so.conf.d)."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    so(spec, healthy.LIBDIR["x86_64"], "libcudnn.so.8.9.6", "libcudnn.so.8")
+    ort_cuda11(spec, HALLO_SITE, "1.16.3")
+    if not broken:
+        cuda11_runtime_libs(spec, "usr/local/cuda-11.8/lib64")
+        spec["usr/local/cuda-11.8/version.json"] = '{"cuda": {"name": "CUDA SDK", "version": "11.8.20220929"}}\n'
+        spec["etc/ld.so.conf.d/cuda-11-8.conf"] = "/usr/local/cuda-11.8/lib64\n"
+    return Machine(spec)
