@@ -109,6 +109,8 @@ def job_user(host: Host, environ: Dict[str, str]) -> Dict[str, Any]:
                     name = name or row[0]
             if not name and uid is not None and uid in by_uid:
                 name = by_uid[uid][0]
+    if not name and uid is not None and uid in by_uid:  # getpass.getuser(): the password database's name
+        name = by_uid[uid][0]
     row = by_name.get(name or "") or (by_uid.get(uid) if uid is not None else None)
     primary = int(row[3]) if row and row[3].isdigit() else (gids[0] if gids else None)
     gids = list(dict.fromkeys(gids + _groups_of(host, name, primary)))
