@@ -93,6 +93,32 @@ def writable_by(user: Mapping[str, Any], d: Mapping[str, Any]) -> Optional[str]:
             f"{user.get('name') or 'the user'} (uid {uid}) is {cls} there, without write and search permission")
 
 
+PROCESS_IDENTITY = ("process", "SUDO_UID", "/proc/self/status")
+
+
+def _nameless(facts: Facts, user: Mapping[str, Any]) -> Optional[Result]:
+    """TorchInductor names its default cache directory after getpass.getuser(): a process whose uid has no name (no
+    LOGNAME/USER/LNAME/USERNAME, no /etc/passwd entry: `docker run --user N`, OpenShift's arbitrary uids) makes torch
+    raise KeyError: 'getpwuid(): uid not found: N'. Judged only for an identity read from the process itself."""
+    torch_v = _installed(facts).get("torch")
+    if user.get("source") not in PROCESS_IDENTITY or user.get("getuser") or not isinstance(user.get("uid"), int) \
+            or user.get("root") or not torch_v or versions.release(torch_v)[:1] < (2,):
+        return None
+    uid = user["uid"]
+    set_dir = any(isinstance(d, dict) and d.get("name") == "torchinductor" and d.get("set_by")
+                  for d in facts.get("jit_dirs.dirs") or [])
+    msg = (f"the job runs as uid {uid}, which has no name: no LOGNAME/USER/LNAME/USERNAME in its environment and no "
+           f"/etc/passwd entry, so getpass.getuser() raises KeyError: 'getpwuid(): uid not found: {uid}' where "
+           f"TorchInductor (torch {torch_v}) derives its cache directory, /tmp/torchinductor_<user>")
+    fix = Fix("Give the job's uid a name (USER in its environment, or an /etc/passwd entry), or name the cache.",
+              (f"export USER=uid{uid}   # in the container's entrypoint or the pod's env (getpass.getuser reads it "
+               "first)", "export TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor   # some torch releases still call "
+               "getpass.getuser() at import", f"echo 'app:x:{uid}:0::/tmp:/sbin/nologin' >> /etc/passwd   # at image "
+               "build or in the entrypoint (OpenShift: a writable /etc/passwd or nss_wrapper)"))
+    return (warn if set_dir else fail)(msg, {"uid": uid, "identity_from": user.get("source"), "torch": torch_v},
+                                       fix, headline=f"uid {uid} has no user name: getpass.getuser() raises KeyError")
+
+
 def _who(user: Mapping[str, Any]) -> str:
     return f"{user.get('name') or 'the job user'} (uid {user.get('uid')})"
 
@@ -170,6 +196,9 @@ def jit_dir_not_writable(facts: Facts, matrix: Any) -> Result:
     user = facts.get("jit_dirs.user") or {}
     mounts = [m for m in facts.get("mounts.entries") or [] if isinstance(m, dict)]
     dirs = _dirs(facts, matrix)
+    nameless = _nameless(facts, user)
+    if nameless:
+        return nameless
     if not dirs:
         return skip("no tool here caches compiled code (Triton, TorchInductor, torch extensions, CuPy)")
     if not isinstance(user.get("uid"), int) and not user.get("root"):

@@ -47,6 +47,9 @@ JIT_FACTS = obj(
         home=string("HOME"),
         root=boolean("the user is root (permission bits do not stop it; a read-only mount does)"),
         source=string("where the identity was read: process, SUDO_UID, /proc/self/status, owner of HOME"),
+        getuser=string("what Python's getpass.getuser() returns for it (LOGNAME, USER, LNAME, USERNAME, then "
+                       "/etc/passwd); null: nothing (it raises KeyError)"),
+        getuser_from=string("where that name comes from"),
     ),
     tempdir=string("what Python's tempfile.gettempdir() resolves to (TMPDIR, TEMP, TMP, /tmp, /var/tmp, /usr/tmp)"),
     dirs=array(_DIR, "each directory of the matrix's jit_dir table, resolved"),
@@ -109,6 +112,11 @@ def job_user(host: Host, environ: Dict[str, str]) -> Dict[str, Any]:
                     name = name or row[0]
             if not name and uid is not None and uid in by_uid:
                 name = by_uid[uid][0]
+    # getpass.getuser(), as the tools call it: LOGNAME, USER, LNAME, USERNAME, then the password database
+    getuser_from = next((v for v in ("LOGNAME", "USER", "LNAME", "USERNAME") if environ.get(v)), None)
+    getuser = environ.get(getuser_from) if getuser_from else None
+    if getuser is None and uid is not None and uid in by_uid:
+        getuser, getuser_from = by_uid[uid][0], "/etc/passwd"
     if not name and uid is not None and uid in by_uid:  # getpass.getuser(): the password database's name
         name = by_uid[uid][0]
     row = by_name.get(name or "") or (by_uid.get(uid) if uid is not None else None)
@@ -118,7 +126,8 @@ def job_user(host: Host, environ: Dict[str, str]) -> Dict[str, Any]:
     root = name == "root" if name else uid == 0
     if source == "/proc/self/status" or host.live:
         root = uid == 0
-    return {"name": name, "uid": uid, "gids": gids[:64], "home": home, "root": root, "source": source}
+    return {"name": name, "uid": uid, "gids": gids[:64], "home": home, "root": root, "source": source,
+            "getuser": getuser, "getuser_from": getuser_from}
 
 
 def tempdir(host: Host, environ: Dict[str, str]) -> str:

@@ -116,3 +116,54 @@ def ilab_26(broken: bool) -> Machine:
             TRITON_CACHE_DIR=None if broken else "/tmp/triton")
     spec["proc/self/status"] = status(1000680000)
     return Machine(spec)
+
+
+def nameless_container(spec: Spec, uid: int, broken: bool, home: str = "/workspace") -> None:
+    """The container runs as a uid its image's /etc/passwd does not name (docker run --user, OpenShift's arbitrary
+    uids), with HOME on a writable mount; the twin gives the uid a name through USER (the usual fix)."""
+    spec[home.strip("/")] = {"dir": True, "mode": 0o777}
+    spec["tmp"] = {"dir": True, "mode": 0o1777}
+    set_env(spec, HOME=home, USER=None if broken else "app", LOGNAME=None)
+    spec["proc/self/status"] = status(uid)
+
+
+@case("hindsight-3934-docker-user-uid-without-passwd-entry")
+def hindsight_3934(broken: bool) -> Machine:
+    """The docs recommended `docker run --user $(id -u):$(id -g)`: the image names only uid 1000, so uid 1042 has no
+    /etc/passwd entry and torch's inductor cache setup (getpass.getuser()) raises at startup. The twin sets USER."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    spec["etc/passwd"] = "root:x:0:0:root:/root:/bin/bash\nhindsight:x:1000:1000::/home/hindsight:/bin/bash\n"
+    nameless_container(spec, 1042, broken, home="/home/hindsight")
+    return Machine(spec)
+
+
+@case("llm-d-benchmark-1573-openshift-uid-no-user")
+def llm_d_1573(broken: bool) -> Machine:
+    """vLLM on OpenShift's restricted-v2 SCC runs as an arbitrary uid (1002700000) with no /etc/passwd entry and no USER
+    in the standalone container's env: vLLM's import of torch's inductor calls getpass.getuser() and the pod
+    crash-loops. The twin sets USER, as the modelservice pods already did."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    site = "opt/conda/lib/python3.11/site-packages"
+    healthy.dist(spec, site, "vllm", "0.23.0", {"vllm/__init__.py": "__version__ = '0.23.0'\n"},
+                 requires=["torch==2.5.1"], tag="cp38-abi3-manylinux1_x86_64")
+    nameless_container(spec, 1002700000, broken, home="/home/vllm")
+    return Machine(spec)
+
+
+@case("tesseract-core-460-uid-not-found-at-torch-import")
+def tesseract_460(broken: bool) -> Machine:
+    """Tesseract containers run as the host user's uid (501, a macOS user) which the image does not know: importing
+    torch's dynamo calls getpass.getuser() and fails with KeyError. The twin runs with USER set for that uid."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    nameless_container(spec, 501, broken, home="/tesseract")
+    return Machine(spec)
+
+
+@case("pytorch-140765-default-cache-dir-keyerror")
+def pytorch_140765(broken: bool) -> Machine:
+    """A production container forced to run as an ordinary uid that was never created with useradd: TorchInductor's
+    default_cache_dir() calls getpass.getuser(), which raises KeyError. Setting a name for the uid (USER) is the twin;
+    the reporter's TORCHINDUCTOR_CACHE_DIR works around the same thing."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    nameless_container(spec, 10001, broken, home="/srv")
+    return Machine(spec)
