@@ -96,7 +96,7 @@ def writable_by(user: Mapping[str, Any], d: Mapping[str, Any]) -> Optional[str]:
 PROCESS_IDENTITY = ("process", "SUDO_UID", "/proc/self/status")
 
 
-def _nameless(facts: Facts, user: Mapping[str, Any]) -> Optional[Result]:
+def _nameless(facts: Facts, user: Mapping[str, Any], matrix: Any) -> Optional[Result]:
     """TorchInductor names its default cache directory after getpass.getuser(): a process whose uid has no name (no
     LOGNAME/USER/LNAME/USERNAME, no /etc/passwd entry: `docker run --user N`, OpenShift's arbitrary uids) makes torch
     raise KeyError: 'getpwuid(): uid not found: N'. Judged only for an identity read from the process itself."""
@@ -104,18 +104,27 @@ def _nameless(facts: Facts, user: Mapping[str, Any]) -> Optional[Result]:
     if user.get("source") not in PROCESS_IDENTITY or user.get("getuser") or not isinstance(user.get("uid"), int) \
             or user.get("root") or not torch_v or versions.release(torch_v)[:1] < (2,):
         return None
+    entry = _entries(matrix).get("torchinductor") or {}
+    span = [versions.release(str(v))[:2] for v in entry.get("unnamed_at_import") or []]
+    release = versions.release(torch_v)[:2]
+    if len(span) == 2 and release >= span[1]:
+        return None  # the releases that no longer raise
+    at_import = len(span) == 2 and span[0] <= release < span[1]
     uid = user["uid"]
     set_dir = any(isinstance(d, dict) and d.get("name") == "torchinductor" and d.get("set_by")
                   for d in facts.get("jit_dirs.dirs") or [])
     msg = (f"the job runs as uid {uid}, which has no name: no LOGNAME/USER/LNAME/USERNAME in its environment and no "
            f"/etc/passwd entry, so getpass.getuser() raises KeyError: 'getpwuid(): uid not found: {uid}' where "
-           f"TorchInductor (torch {torch_v}) derives its cache directory, /tmp/torchinductor_<user>")
+           f"TorchInductor (torch {torch_v}) derives its cache directory, /tmp/torchinductor_<user>" +
+           (" (at import in this release)" if at_import else " (at the first torch.compile)"))
     fix = Fix("Give the job's uid a name (USER in its environment, or an /etc/passwd entry), or name the cache.",
               (f"export USER=uid{uid}   # in the container's entrypoint or the pod's env (getpass.getuser reads it "
                "first)", "export TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor   # some torch releases still call "
                "getpass.getuser() at import", f"echo 'app:x:{uid}:0::/tmp:/sbin/nologin' >> /etc/passwd   # at image "
                "build or in the entrypoint (OpenShift: a writable /etc/passwd or nss_wrapper)"))
-    return (warn if set_dir else fail)(msg, {"uid": uid, "identity_from": user.get("source"), "torch": torch_v},
+    if set_dir and not at_import:
+        return None  # the directory is named: getpass.getuser() is not asked
+    return (fail if at_import else warn)(msg, {"uid": uid, "identity_from": user.get("source"), "torch": torch_v},
                                        fix, headline=f"uid {uid} has no user name: getpass.getuser() raises KeyError")
 
 
@@ -196,10 +205,8 @@ def jit_dir_not_writable(facts: Facts, matrix: Any) -> Result:
     user = facts.get("jit_dirs.user") or {}
     mounts = [m for m in facts.get("mounts.entries") or [] if isinstance(m, dict)]
     dirs = _dirs(facts, matrix)
-    nameless = _nameless(facts, user)
-    if nameless:
-        return nameless
-    if not dirs:
+    nameless = _nameless(facts, user, matrix)
+    if not dirs and not nameless:
         return skip("no tool here caches compiled code (Triton, TorchInductor, torch extensions, CuPy)")
     if not isinstance(user.get("uid"), int) and not user.get("root"):
         return skip("the user who runs the job is not known")
@@ -215,10 +222,15 @@ def jit_dir_not_writable(facts: Facts, matrix: Any) -> Result:
             why = writable_by(user, d)
         if why:
             bad.append((d, used_by, why))
+    if not bad and nameless:
+        return nameless
     if not bad:
         return passed(f"{len(dirs)} cache director{'y' if len(dirs) == 1 else 'ies'} writable by {_who(user)}",
                       dirs=[d["path"] for d, _ in dirs])
     msgs, cmds = [], []
+    if nameless is not None:  # both: the nameless uid first, the directories it cannot write after
+        msgs.append(nameless.message)
+        cmds += list(nameless.fix.commands if nameless.fix else ())
     for d, used_by, why in bad:
         msgs.append(f"{d['tool']} ({used_by}) cache {d['path']} is not writable by {_who(user)}: {why}")
         var = {"torchinductor": "TORCHINDUCTOR_CACHE_DIR", "triton-under-inductor": "TRITON_CACHE_DIR",

@@ -118,7 +118,8 @@ TABLES: Dict[str, Table] = {
     # directories compile-and-load workflows write code to and load it from (compat_matrix/data/loading.toml)
     "jit_dir": Table(("name",), {
         "name": "str", "tool": "str", "distributions": ("list", "str"), "variable": "str", "default": "str",
-        "loads_code": "bool", "min_version": "version", "max_version": "version"},
+        "loads_code": "bool", "min_version": "version", "max_version": "version",
+        "unnamed_at_import": ("list", "version")},
         ("name", "tool", "distributions", "default", "loads_code")),
     "cuda_library": Table(("soname", "cuda_major"), {
         "soname": "str", "cuda_major": "int", "wheel": "str", "version_follows_cuda": "bool", "pin": "str"},

@@ -115,6 +115,8 @@ def ilab_26(broken: bool) -> Machine:
     set_env(spec, HOME="/", XDG_CACHE_HOME=None if broken else "/tmp",
             TRITON_CACHE_DIR=None if broken else "/tmp/triton")
     spec["proc/self/status"] = status(1000680000)
+    # the image's entrypoint gives OpenShift's arbitrary uid a name (a writable /etc/passwd), as UBI images do
+    spec["etc/passwd"] = spec["etc/passwd"] + "default:x:1000680000:0:Default Application User:/:/sbin/nologin\n"
     return Machine(spec)
 
 
@@ -127,16 +129,6 @@ def nameless_container(spec: Spec, uid: int, broken: bool, home: str = "/workspa
     spec["proc/self/status"] = status(uid)
 
 
-@case("hindsight-3934-docker-user-uid-without-passwd-entry")
-def hindsight_3934(broken: bool) -> Machine:
-    """The docs recommended `docker run --user $(id -u):$(id -g)`: the image names only uid 1000, so uid 1042 has no
-    /etc/passwd entry and torch's inductor cache setup (getpass.getuser()) raises at startup. The twin sets USER."""
-    spec = healthy.docker_pytorch_nvidia_runtime()
-    spec["etc/passwd"] = "root:x:0:0:root:/root:/bin/bash\nhindsight:x:1000:1000::/home/hindsight:/bin/bash\n"
-    nameless_container(spec, 1042, broken, home="/home/hindsight")
-    return Machine(spec)
-
-
 @case("llm-d-benchmark-1573-openshift-uid-no-user")
 def llm_d_1573(broken: bool) -> Machine:
     """vLLM on OpenShift's restricted-v2 SCC runs as an arbitrary uid (1002700000) with no /etc/passwd entry and no USER
@@ -147,15 +139,6 @@ def llm_d_1573(broken: bool) -> Machine:
     healthy.dist(spec, site, "vllm", "0.23.0", {"vllm/__init__.py": "__version__ = '0.23.0'\n"},
                  requires=["torch==2.5.1"], tag="cp38-abi3-manylinux1_x86_64")
     nameless_container(spec, 1002700000, broken, home="/home/vllm")
-    return Machine(spec)
-
-
-@case("tesseract-core-460-uid-not-found-at-torch-import")
-def tesseract_460(broken: bool) -> Machine:
-    """Tesseract containers run as the host user's uid (501, a macOS user) which the image does not know: importing
-    torch's dynamo calls getpass.getuser() and fails with KeyError. The twin runs with USER set for that uid."""
-    spec = healthy.docker_pytorch_nvidia_runtime()
-    nameless_container(spec, 501, broken, home="/tesseract")
     return Machine(spec)
 
 
