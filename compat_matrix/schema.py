@@ -106,6 +106,21 @@ TABLES: Dict[str, Table] = {
         "preload_call": "str", "optional_objects": ("list", "str"), "optional_libraries": ("list", "str"),
         "dlopen_by": ("list", "str"), "dlopen": ("map", ("list", "str")), "install": ("list", "str")},
         ("name", "preload")),
+    # plugins a host library opens by name at run time (compat_matrix/data/loading.toml)
+    "dlopen_plugin": Table(("name",), {
+        "name": "str", "component": "str", "hosts": ("list", "str"), "host_unless_needed": "str",
+        "variable": "str", "default": ("list", "str"), "named": ("list", "str"), "off": ("list", "str"),
+        "plugins": ("list", "str"), "versioned": ("list", "str"), "search": ("enum", ("dlopen", "beside", "path")),
+        "when": ("enum", ("named", "present", "always")), "same_version": "bool", "optional": ("list", "str"),
+        "fallback": "str", "also": "str", "host_min_version": "version", "if_present": ("list", "str"), "if_present_from": "version", "host_max_version": "version",
+        "host_dists": ("list", "str")},
+        ("name", "hosts", "search", "when")),
+    # directories compile-and-load workflows write code to and load it from (compat_matrix/data/loading.toml)
+    "jit_dir": Table(("name",), {
+        "name": "str", "tool": "str", "distributions": ("list", "str"), "variable": "str", "default": "str",
+        "loads_code": "bool", "min_version": "version", "max_version": "version",
+        "unnamed_at_import": ("list", "version")},
+        ("name", "tool", "distributions", "default", "loads_code")),
     "cuda_library": Table(("soname", "cuda_major"), {
         "soname": "str", "cuda_major": "int", "wheel": "str", "version_follows_cuda": "bool", "pin": "str"},
         ("soname", "cuda_major", "wheel")),

@@ -19,6 +19,7 @@ from typing import Any, Dict, List
 from dl_doctor.host.trust import python_startup_paths
 from dl_doctor.probes import ProbeContext, probe
 # the parts, and the names the tests and the verify probe import from here
+from dl_doctor.probes.python_envs.plugins import scan as plugin_scan
 from dl_doctor.probes.python_envs.discovery import Discovery, _condarc_envs_dirs, discover  # noqa: F401
 from dl_doctor.probes.python_envs import pkgmeta
 from dl_doctor.probes.python_envs.provides import PYTHON_ENVS_FACTS
@@ -96,6 +97,12 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
             out["consumers"], out["loader"] = early["value"]
     except Exception as exc:  # noqa: BLE001 - the consumer model costs only its own facts
         out["consumers_error"] = f"{type(exc).__name__}: {exc}"
+    try:  # the plugins its host libraries open by name (dl_doctor.facts.plugins): costs only its own facts
+        plugins = plugin_scan(host, out, ld, owned, ctx.matrix)
+        if plugins:
+            out["dlopen_plugins"] = plugins
+    except Exception as exc:  # noqa: BLE001
+        out["dlopen_plugins_error"] = f"{type(exc).__name__}: {exc}"
     if ctx.options.get("deep") and host.live and python and host.is_file(python) and out.get("consumers") \
             and env["kind"] != "user-site":
         startup = python_startup_paths(host, env.get("prefix") if env["kind"] in ("venv", "conda") else None,

@@ -318,6 +318,33 @@ _ENVIRONMENT = obj(
                                " its build and what it needs (which file loads is judged from ``loader``; facts of "
                                "0.2 development builds also carry their prediction here)", since="0.2.0"),
     consumers_error=string("why the consumer model could not be built for this environment", since="0.2.0"),
+    dlopen_plugins=obj(
+        "the plugins this environment's host libraries open by name (NCCL's net and tuner plugins, ONNX Runtime's "
+        "providers, cuDNN 9's sub-libraries: the matrix's dlopen_plugin), as the loader's raw inputs recorded while "
+        "the probe resolved them (dl_doctor.facts.plugins replays them; DLD-LOAD-*); the keys of ``loader`` plus:",
+        hosts=array(obj(
+            "",
+            family=string("the dlopen_plugin family"),
+            host=string("the host library's path"),
+            value=string("the session's value of the family's variable (NCCL_NET_PLUGIN...; null: unset)"),
+            version=string("the release of the distribution that installed the host (the family's host_dists; "
+                           "null: its file's own)"),
+            version_dist=string("that distribution"),
+        ), "each host library found"),
+        ld_library_path=array(string(), "LD_LIBRARY_PATH, split"),
+        wheel_dirs=array(string(), "the nvidia/*/lib directories of the wheels on sys.path"),
+        sites=array(string(), "the environment's site directories (where a missing library may be installed)"),
+        machine=string("the interpreter's ELF machine"),
+        files=map_of(_DYNAMIC, "every existing file the search looked at -> its dynamic section"),
+        links=map_of(string("where it points"), "a path the search met -> the file it resolves to"),
+        cache=map_of(array(string()), "a soname looked up in /etc/ld.so.cache -> its entries"),
+        globs=map_of(array(string()), "(unused here)"),
+        versions=map_of(array(string(null=True)), "a library file -> [its version, where that came from]"),
+        owners=map_of(array(string()), "a library file a wheel installed -> [the wheel, its version]"),
+        searched=array(string(), "every name the search looked for"),
+        since="0.2.0",
+    ),
+    dlopen_plugins_error=string("why the plugins could not be resolved for this environment", since="0.2.0"),
     deep_consumers=map_of(_DEEP_CONSUMER, "--deep: distribution -> what happened when its package was imported and "
                                           "its objects loaded (the truth that wins over the prediction)"),
     path=string("not written by the probe: an environment's directory as some hand-written facts name it (prefix "
