@@ -48,8 +48,15 @@ def test_record_rows_and_placeholders():
     assert rows[0] == ("a.so", None, None)
     assert rows[1] == ("b.so", None, None)
     assert rows[2] == ("c.so", None, None)
-    assert rows[3] == ("d.so", hashlib.sha256(b"abc").hexdigest(), 3)
-    assert rows[4] == ("e,f.py", hashlib.sha256(b"").hexdigest(), 0)
+    # digests stay as RECORD writes them (urlsafe base64 without padding)
+    assert rows[3] == ("d.so", _b64(b"abc"), 3)
+    assert rows[4] == ("e,f.py", _b64(b""), 0)
+    assert pkgmeta._same(_b64(b"abc"), hashlib.sha256(b"abc").hexdigest())  # against conda's hex
+    assert not pkgmeta._same(_b64(b"abc"), hashlib.sha256(b"abd").hexdigest())
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def test_metadata_header_only_and_egg_requires():
