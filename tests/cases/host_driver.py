@@ -1,0 +1,464 @@
+"""Reported failures of the NVIDIA kernel module, its packaging, the GPUs' bring-up and the container runtimes
+(issue 27, the host area), each rebuilt as the machine it happened on, with its healthy twin."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import healthy
+from cases import Machine, case, nvml_fixture
+
+Spec = Dict[str, object]
+
+
+# -- kernel modules as the kernel's build writes them ----------------------------------------------------------------
+
+def ko(name: str, version: str, kernel: str, depends: Sequence[str] = (), license: str = "NVIDIA",
+       signed: bool = False, extra: Sequence[Tuple[str, str]] = ()) -> bytes:
+    """A relocatable ELF64 kernel module with a real ``.modinfo`` section (the strings modpost writes: license,
+    version, depends, retpoline, name, vermagic, NUL-separated) and ``.gnu.linkonce.this_module``; a signed module
+    ends with the appended-signature trailer."""
+    fields = [("license", license), ("version", version)] + list(extra) + [
+        ("srcversion", "A9C7B0E5D1F3A2C4B6D8E0F"), ("depends", ",".join(depends)), ("retpoline", "Y"),
+        ("name", name), ("vermagic", f"{kernel} SMP preempt mod_unload modversions ")]
+    modinfo = b"".join(f"{k}={v}".encode() + b"\0" for k, v in fields)
+    this_module = name.encode().ljust(56, b"\0") + b"\0" * 8
+    shstr = b"\0.modinfo\0.gnu.linkonce.this_module\0.shstrtab\0"
+    body = [modinfo, this_module, shstr]
+    offsets, off = [], 64
+    for blob in body:
+        offsets.append(off)
+        off += len(blob)
+    shoff = (off + 7) & ~7
+    header = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8 + struct.pack(
+        "<HHIQQQIHHHHHH", 1, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 4, 3)
+    sections = [struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)]
+    for (nm, flags, align), blob, at in zip(((1, 2, 1), (10, 3, 64), (36, 0, 1)), body, offsets):
+        kind = 3 if nm == 36 else 1
+        sections.append(struct.pack("<IIQQQQIIQQ", nm, kind, flags, 0, at, len(blob), 0, 0, align, 0))
+    data = header + b"".join(body)
+    data += b"\0" * (shoff - len(data)) + b"".join(sections)
+    if signed:
+        data += b"\x30\x82" + b"\x5a" * 600 + struct.pack(">BBBBBxxxI", 0, 0, 2, 0, 0, 602) + \
+            b"~Module signature appended~\n"
+    return data
+
+
+def modules_dep(entries: Iterable[Tuple[str, Sequence[str]]]) -> str:
+    """/lib/modules/KERNEL/modules.dep: ``path: dep dep`` per module, paths relative to the kernel's directory."""
+    return "".join(f"{path}:{''.join(' ' + d for d in deps)}\n" for path, deps in entries)
+
+
+# the in-tree modules of an Ubuntu -generic kernel that the NVIDIA modules can depend on (a part of modules.dep)
+def ubuntu_kernel_modules(k: str, with_ipmi: bool = True, with_drm: bool = True,
+                          with_ib: bool = False) -> List[Tuple[str, Sequence[str]]]:
+    z = ".ko.zst" if k.startswith("6.") else ".ko"
+    drm = f"kernel/drivers/gpu/drm/drm{z}"
+    out: List[Tuple[str, Sequence[str]]] = [
+        (f"kernel/drivers/video/fbdev/core/fb_sys_fops{z}", ()),
+        (f"kernel/drivers/i2c/algos/i2c-algo-bit{z}", ()),
+        (f"kernel/drivers/net/ethernet/intel/e1000e/e1000e{z}", ()),
+        (f"kernel/drivers/nvme/host/nvme{z}", (f"kernel/drivers/nvme/host/nvme-core{z}",)),
+        (f"kernel/drivers/nvme/host/nvme-core{z}", ()),
+        (f"kernel/sound/pci/hda/snd-hda-intel{z}", ()),
+    ]
+    if with_drm:
+        out += [(drm, ()), (f"kernel/drivers/gpu/drm/drm_kms_helper{z}", (drm,))]
+    if with_ipmi:
+        out += [(f"kernel/drivers/char/ipmi/ipmi_msghandler{z}", ()),
+                (f"kernel/drivers/char/ipmi/ipmi_devintf{z}", (f"kernel/drivers/char/ipmi/ipmi_msghandler{z}",))]
+    if with_ib:
+        out += [(f"kernel/drivers/infiniband/core/ib_core{z}", ()),
+                (f"kernel/drivers/infiniband/core/ib_uverbs{z}", (f"kernel/drivers/infiniband/core/ib_core{z}",))]
+    return out
+
+
+MODULES_BUILTIN = ("kernel/arch/x86/crypto/aesni-intel.ko\nkernel/drivers/pci/pcie/portdrv.ko\n"
+                   "kernel/fs/ext4/ext4.ko\nkernel/drivers/char/tpm/tpm.ko\nkernel/drivers/video/backlight/backlight.ko\n")
+
+
+def syslog_lines(host: str, stamp: str, lines: Sequence[Tuple[float, str]], source: str = "kernel") -> str:
+    """Lines as rsyslog writes them on Debian/Ubuntu (/var/log/kern.log, syslog): ``Mon DD HH:MM:SS host kernel:
+    [   4.009675] text``."""
+    return "".join(f"{stamp} {host} {source}: [{t:12.6f}] {text}\n" for t, text in lines)
+
+
+def kern_boot(host: str, k: str) -> List[Tuple[float, str]]:
+    return [(0.0, f"Linux version {k} (buildd@lcy02-amd64-047) (x86_64-linux-gnu-gcc-12 (Ubuntu 12.3.0-1ubuntu1~22.04) "
+                  f"12.3.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #91-Ubuntu SMP"),
+            (0.0, f"Command line: BOOT_IMAGE=/boot/vmlinuz-{k} root=UUID=3a1b ro quiet splash vt.handoff=7")]
+
+
+def drop(spec: Spec, *prefixes: str) -> None:
+    for path in [p for p in spec if p.startswith(prefixes)]:
+        del spec[path]
+
+
+def unload_nvidia(spec: Spec) -> None:
+    """The machine came up without the nvidia module loaded: no /proc/driver/nvidia, nothing in /proc/modules."""
+    drop(spec, "proc/driver/nvidia", "sys/module/nvidia")
+    spec["proc/modules"] = "".join(l + "\n" for l in str(spec.get("proc/modules", "")).splitlines()
+                                   if not l.startswith("nvidia"))
+    for key in [k for k in spec if k.lstrip("/").startswith("sys/devices/pci") and k.endswith("/driver")]:
+        del spec[key]
+
+
+# -- 1. a module's dependency is not loaded first: Unknown symbol ------------------------------------------------------
+
+@case("batocera-7222-nvidia-390-needs-ipmi-msghandler")
+def batocera_7222(broken: bool) -> Machine:
+    """The 390 legacy driver's nvidia.ko needs the kernel's IPMI message handler (its .modinfo says
+    depends=ipmi_msghandler); the kernel's modules.dep lists nvidia.ko without it, so `modprobe nvidia` inserts it
+    alone and the kernel refuses it: 'nvidia: Unknown symbol ipmi_create_user (err -2)'."""
+    driver, k, host = "390.157", "5.15.0-91-generic", "batocera"
+    spec = healthy.geforce_workstation()
+    old = str(spec["proc/sys/kernel/osrelease"]).strip()
+    drop(spec, f"lib/modules/{old}", f"boot/vmlinuz-{old}", "lib/firmware/nvidia/", "usr/lib/x86_64-linux-gnu/libcuda",
+         "usr/lib/x86_64-linux-gnu/libnvidia")
+    spec["etc/os-release"] = healthy.OS_RELEASE["ubuntu2204"]
+    spec["etc/debian_version"] = "bookworm/sid\n"
+    spec["sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"] = b"\x06\x00\x00\x00\x00"
+    spec["boot/vmlinuz"] = {"symlink": f"vmlinuz-{k}"}
+    spec[f"boot/vmlinuz-{k}"] = ""
+    spec["proc/sys/kernel/osrelease"] = k + "\n"
+    spec["proc/cmdline"] = f"BOOT_IMAGE=/boot/vmlinuz-{k} root=UUID=3a1b ro quiet splash vt.handoff=7\n"
+    # a 390 machine has no CUDA 12 toolkit, no torch env for it, no 40-series NCCL settings
+    drop(spec, "usr/local/cuda", "etc/ld.so.conf.d/988_cuda-12.conf", "home/alice/miniforge3/envs/torch")
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/games", "HOME": "/root",
+           "USER": "root", "LANG": "en_US.UTF-8"}
+    spec["proc/self/environ"] = healthy.environ(env)
+    spec["var/lib/dpkg/status"] = ""
+    healthy.driver_userspace(spec, healthy.LIBDIR["x86_64"], driver)
+    spec["sys/module/nvidia/version"] = driver + "\n"
+    spec["proc/driver/nvidia/version"] = healthy.nvrm(driver, "proprietary")
+    # a GeForce GTX 570 (Fermi): the 390 branch is its last driver; no GSP, no open modules
+    for key in [key for key in spec if "/sys/devices/pci0000:00/" in "/" + key and key.endswith("/device")]:
+        spec[key] = "0x1081\n"
+    base = f"lib/modules/{k}"
+    mods = {"nvidia": ko("nvidia", driver, k, depends=("ipmi_msghandler",)),
+            "nvidia-modeset": ko("nvidia-modeset", driver, k, depends=("nvidia",)),
+            "nvidia-uvm": ko("nvidia-uvm", driver, k, depends=("nvidia",)),
+            "nvidia-drm": ko("nvidia-drm", driver, k, depends=("drm", "drm_kms_helper", "nvidia-modeset"))}
+    for name, blob in mods.items():
+        spec[f"{base}/updates/dkms/{name}.ko"] = blob
+    drm = "kernel/drivers/gpu/drm/drm.ko"
+    nv = "updates/dkms/nvidia.ko"
+    ipmi = "kernel/drivers/char/ipmi/ipmi_msghandler.ko"
+    entries = ubuntu_kernel_modules(k) + [
+        (nv, (ipmi,) if not broken else ()),
+        ("updates/dkms/nvidia-modeset.ko", (nv,) + ((ipmi,) if not broken else ())),
+        ("updates/dkms/nvidia-uvm.ko", (nv,) + ((ipmi,) if not broken else ())),
+        ("updates/dkms/nvidia-drm.ko", ("updates/dkms/nvidia-modeset.ko", nv, "kernel/drivers/gpu/drm/drm_kms_helper.ko",
+                                        drm) + ((ipmi,) if not broken else ()))]
+    spec[f"{base}/modules.dep"] = modules_dep(entries)
+    spec[f"{base}/modules.builtin"] = MODULES_BUILTIN
+    spec[f"var/lib/dkms/nvidia/{driver}/{k}/x86_64/module/nvidia.ko"] = b""
+    spec[f"var/lib/dkms/nvidia/{driver}/source"] = {"symlink": f"/usr/src/nvidia-{driver}"}
+    spec[f"usr/src/nvidia-{driver}/dkms.conf"] = (f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{driver}"\n'
+                                                  'AUTOINSTALL="yes"\nBUILT_MODULE_NAME[0]="nvidia"\n'
+                                                  'DEST_MODULE_LOCATION[0]="/updates/dkms"\n')
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("nvidia-driver-390", f"{driver}-0ubuntu0.22.04.2"), ("nvidia-dkms-390", f"{driver}-0ubuntu0.22.04.2"),
+        ("nvidia-kernel-source-390", f"{driver}-0ubuntu0.22.04.2"), ("libnvidia-compute-390", f"{driver}-0ubuntu0.22.04.2"),
+        ("dkms", "2.8.7-2ubuntu2.2"), (f"linux-image-{k}", "5.15.0-91.101"), (f"linux-modules-{k}", "5.15.0-91.101"),
+        ("libc6", "2.35-0ubuntu3.6")])
+    boot = kern_boot(host, k) + [(3.921, "nvidia: loading out-of-tree module taints kernel."),
+                                 (3.921, "nvidia: module license 'NVIDIA' taints kernel.")]
+    if broken:
+        unload_nvidia(spec)
+        boot += [(4.009675, "nvidia: Unknown symbol ipmi_create_user (err -2)"),
+                 (4.009800, "nvidia: Unknown symbol ipmi_destroy_user (err -2)"),
+                 (4.009865, "nvidia: Unknown symbol ipmi_validate_addr (err -2)"),
+                 (4.009889, "nvidia: Unknown symbol ipmi_free_recv_msg (err -2)"),
+                 (4.009927, "nvidia: Unknown symbol ipmi_set_my_address (err -2)"),
+                 (4.009954, "nvidia: Unknown symbol ipmi_request_settime (err -2)"),
+                 (4.009968, "nvidia: Unknown symbol ipmi_set_gets_events (err -2)")]
+    else:
+        boot += [(3.930, "IPMI message handler: version 39.2"),
+                 (3.990, f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {driver}  Wed Nov 16 20:05:59 UTC 2022"),
+                 (4.120, f"nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms  {driver}")]
+    spec["var/log/kern.log"] = syslog_lines(host, "Oct  8 14:02:11", boot)
+    return Machine(spec)
+
+
+# -- a bare-metal or cloud Ubuntu 22.04 GPU host, as the NVIDIA .run installer or the distro packages leave it --------
+
+def ubuntu_gpu_host(host: str, k: str, driver: str, device: str, buses: Sequence[str], instance: Optional[str] = None,
+                    vendor: str = "Amazon EC2", runfile: bool = False) -> Spec:
+    spec: Spec = {}
+    healthy.deb_host(spec, "ubuntu2204", host)
+    spec["proc/sys/kernel/osrelease"] = k + "\n"
+    spec["proc/version"] = f"Linux version {k} (buildd@lcy02-amd64-047) (gcc 11.4.0) #88-Ubuntu SMP\n"
+    spec["proc/driver/nvidia/version"] = healthy.nvrm(driver, "proprietary").replace(
+        "gcc version 8.5.0 20210514 (Red Hat 8.5.0-22) (GCC)", "gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04)")
+    spec["proc/modules"] = healthy.PROC_MODULES_NVIDIA + "ena 143360 0 - Live 0x0\next4 1 1 - Live 0x0\n"
+    spec["sys/module/nvidia/version"] = driver + "\n"
+    spec["proc/cmdline"] = f"BOOT_IMAGE=/boot/vmlinuz-{k} root=PARTUUID=9c3f0a1b-01 ro console=tty1 console=ttyS0\n"
+    spec["proc/mounts"] = ("/dev/root / ext4 rw,relatime,discard,errors=remount-ro 0 0\n"
+                           "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n"
+                           "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate,memory_recursiveprot 0 0\n"
+                           "tmpfs /dev/shm tmpfs rw,nosuid,nodev,inode64 0 0\n")
+    spec["sys/fs/cgroup/cgroup.controllers"] = "cpuset cpu io memory hugetlb pids rdma misc\n"
+    spec["proc/meminfo"] = healthy.MEMINFO["1152G"]
+    spec["sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"] = b"\x06\x00\x00\x00\x00"
+    if instance:
+        healthy.dmi(spec, instance, vendor=vendor)
+    healthy.gpus(spec, device, buses)
+    libdir = healthy.LIBDIR["x86_64"]
+    healthy.driver_userspace(spec, libdir, driver)
+    healthy.glibc(spec, libdir)
+    base = f"lib/modules/{k}"
+    where = "kernel/drivers/video" if runfile else f"kernel/nvidia-{driver.split('.')[0]}srv"
+    names = ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem")
+    deps = {"nvidia": (), "nvidia-modeset": ("nvidia",), "nvidia-uvm": ("nvidia",),
+            "nvidia-drm": ("drm", "drm_kms_helper", "nvidia-modeset"), "nvidia-peermem": ("ib_core", "nvidia")}
+    for name in names:
+        spec[f"{base}/{where}/{name}.ko"] = ko(name, driver, k, depends=deps[name], signed=not runfile)
+    nv = f"{where}/nvidia.ko"
+    ib = "kernel/drivers/infiniband/core/ib_core.ko"
+    spec[f"{base}/modules.dep"] = modules_dep(ubuntu_kernel_modules(k, with_ib=True) + [
+        (nv, ()), (f"{where}/nvidia-modeset.ko", (nv,)), (f"{where}/nvidia-uvm.ko", (nv,)),
+        (f"{where}/nvidia-drm.ko", (f"{where}/nvidia-modeset.ko", nv, "kernel/drivers/gpu/drm/drm_kms_helper.ko",
+                                    "kernel/drivers/gpu/drm/drm.ko")),
+        (f"{where}/nvidia-peermem.ko", (ib, nv))])
+    spec[f"{base}/modules.builtin"] = MODULES_BUILTIN
+    spec[f"boot/vmlinuz-{k}"] = ""
+    spec["boot/vmlinuz"] = {"symlink": f"vmlinuz-{k}"}
+    for fw in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
+        spec[f"lib/firmware/nvidia/{driver}/{fw}"] = b"\0"
+    spec["etc/modprobe.d/blacklist-nouveau.conf"] = "blacklist nouveau\noptions nouveau modeset=0\n"
+    spec["usr/bin/nvidia-smi"] = healthy.elf(None)
+    spec["usr/bin/nvidia-persistenced"] = healthy.elf(None)
+    if runfile:
+        spec["usr/bin/nvidia-uninstall"] = healthy.elf(None)
+        spec["var/log/nvidia-installer.log"] = (f"nvidia-installer log file '/var/log/nvidia-installer.log'\n"
+                                                f"creation time: Tue Nov 26 09:12:31 2024\ninstaller version: {driver}\n")
+    return spec
+
+
+def persistenced_unit(spec: Spec, enabled: bool, where: str = "lib/systemd/system") -> None:
+    """The unit the .run installer writes (nvidia-installer's sample), enabled or not (its multi-user.target.wants
+    link)."""
+    spec[f"{where}/nvidia-persistenced.service"] = (
+        "# NVIDIA Persistence Daemon Init Script\n#\n# Copyright (c) 2013 NVIDIA Corporation\n#\n\n[Unit]\n"
+        "Description=NVIDIA Persistence Daemon\nWants=syslog.target\n\n[Service]\nType=forking\n"
+        "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced\n"
+        "ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced\n\n[Install]\nWantedBy=multi-user.target\n")
+    if enabled:
+        spec["etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service"] = {
+            "symlink": f"/{where}/nvidia-persistenced.service"}
+
+
+def containerd_node(spec: Spec, systemd_cgroup: bool = True, nvidia_runtime: bool = True,
+                    default_nvidia: bool = True) -> None:
+    """A Kubernetes node's containerd (1.7) with the NVIDIA container toolkit's runtime, as `nvidia-ctk runtime
+    configure --runtime=containerd` writes it."""
+    runtime = ('\n        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+               '          privileged_without_host_devices = false\n          runtime_engine = ""\n'
+               '          runtime_root = ""\n          runtime_type = "io.containerd.runc.v2"\n\n'
+               '          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+               '            BinaryName = "/usr/bin/nvidia-container-runtime"\n'
+               f'            SystemdCgroup = {"true" if systemd_cgroup else "false"}\n') if nvidia_runtime else ""
+    spec["etc/containerd/config.toml"] = (
+        'disabled_plugins = []\nimports = ["/etc/containerd/conf.d/*.toml"]\nversion = 2\n\n[plugins]\n\n'
+        '  [plugins."io.containerd.grpc.v1.cri"]\n    sandbox_image = "registry.k8s.io/pause:3.9"\n\n'
+        '    [plugins."io.containerd.grpc.v1.cri".containerd]\n'
+        f'      default_runtime_name = "{"nvidia" if nvidia_runtime and default_nvidia else "runc"}"\n\n'
+        '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\n' + runtime +
+        '\n        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+        '          runtime_type = "io.containerd.runc.v2"\n\n'
+        '          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        f'            SystemdCgroup = {"true" if systemd_cgroup else "false"}\n')
+    spec["usr/bin/containerd"] = healthy.elf(None)
+    spec["usr/bin/kubelet"] = healthy.elf(None)
+    spec["var/lib/kubelet/config.yaml"] = ("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+                                           f"cgroupDriver: {'systemd' if systemd_cgroup else 'cgroupfs'}\n")
+    for b in ("nvidia-container-toolkit", "nvidia-container-runtime", "nvidia-ctk", "nvidia-container-cli"):
+        spec[f"usr/bin/{b}"] = healthy.elf(None)
+    spec["etc/nvidia-container-runtime/config.toml"] = (
+        '#accept-nvidia-visible-devices-as-volume-mounts = false\ndisable-require = false\n'
+        'supported-driver-capabilities = "compat32,compute,display,graphics,ngx,utility,video"\n\n'
+        '[nvidia-container-cli]\nenvironment = []\nldconfig = "@/sbin/ldconfig.real"\nload-kmods = true\n\n'
+        '[nvidia-container-runtime]\nlog-level = "info"\nmode = "auto"\nruntimes = ["docker-runc", "runc", "crun"]\n')
+
+
+def dev_char(spec: Spec, gpus: int, nvidia: bool) -> None:
+    """/dev/char as devtmpfs/udev leave it on a running host (captured with the tree): MAJOR:MINOR links for every
+    character device udev knows; the NVIDIA nodes, which nvidia-modprobe creates outside udev, have links only where
+    something made them (nvidia-ctk system create-dev-char-symlinks)."""
+    for link, target in (("1:1", "../mem"), ("1:3", "../null"), ("1:5", "../zero"), ("1:8", "../random"),
+                         ("1:9", "../urandom"), ("4:0", "../tty0"), ("5:0", "../tty"), ("5:1", "../console"),
+                         ("5:2", "../pts/ptmx"), ("10:229", "../fuse"), ("10:183", "../hwrng")):
+        spec[f"dev/char/{link}"] = {"symlink": target}
+    if nvidia:
+        for n in range(gpus):
+            spec[f"dev/char/195:{n}"] = {"symlink": f"../nvidia{n}"}
+        spec["dev/char/195:255"] = {"symlink": "../nvidiactl"}
+        spec["dev/char/195:254"] = {"symlink": "../nvidia-modeset"}
+        spec["dev/char/507:0"] = {"symlink": "../nvidia-uvm"}
+        spec["dev/char/507:1"] = {"symlink": "../nvidia-uvm-tools"}
+
+
+def nodes_for(gpus: int) -> List[str]:
+    return ["nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"] + [f"nvidia{n}" for n in range(gpus)] + ["nvidiactl"]
+
+
+P5 = ("0000:53:00.0", "0000:64:00.0", "0000:75:00.0", "0000:86:00.0", "0000:97:00.0", "0000:a8:00.0", "0000:b9:00.0",
+      "0000:ca:00.0")
+P4D = ("0000:10:1c.0", "0000:10:1d.0", "0000:20:1c.0", "0000:20:1d.0", "0000:90:1c.0", "0000:90:1d.0", "0000:a0:1c.0",
+       "0000:a0:1d.0")
+
+
+# -- 2. persistence off: the daemon's unit is installed but not enabled ----------------------------------------------
+
+@case("aks-gpu-105-persistenced-not-running-slow-nvidia-smi")
+def aks_gpu_105(broken: bool) -> Machine:
+    """An AKS 8x A100 node whose driver the .run installer put in (aks-gpu): nvidia-installer writes the
+    nvidia-persistenced unit, nothing enables it; with no daemon the GPUs drop persistence, every nvidia-smi
+    re-initialises all eight (30 s instead of 2), and the node's provisioning timed out."""
+    driver, k = "535.104.05", "5.15.0-1073-azure"
+    spec = ubuntu_gpu_host("aks-nd96asr-39370903-vmss000002", k, driver, "20b0", P4D, "Virtual Machine",
+                           vendor="Microsoft Corporation", runfile=True)
+    containerd_node(spec)
+    persistenced_unit(spec, enabled=not broken)
+    dev_char(spec, 8, nvidia=True)
+    nvml = nvml_fixture("p4d_healthy", devices={"persistence": 0 if broken else 1})
+    return Machine(spec, nvml=nvml, device_nodes=nodes_for(8))
+
+
+# -- 4. a GPU the driver could not initialise -------------------------------------------------------------------------
+
+WORKER_BUSES = ("0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:00.0", "0000:09:00.0", "0000:0a:00.0",
+                "0000:0b:00.0", "0000:0c:00.0")
+
+
+@case("gpu-operator-1146-rminitadapter-failed-one-gpu")
+def gpu_operator_1146(broken: bool) -> Machine:
+    """A bare-metal Kubernetes worker with 8 GPUs: the driver loads, and one GPU (0000:0a:00.0, minor 5) fails to
+    initialise again and again ('RmInitAdapter failed! (0x24:0x72:1568)'): NVML lists seven, and the operator's CUDA
+    validator, which uses every GPU, crashes on that node."""
+    driver, k, host = "535.104.05", "5.15.0-91-generic", "worker4"
+    spec = ubuntu_gpu_host(host, k, driver, "20b0", WORKER_BUSES)
+    containerd_node(spec)
+    persistenced_unit(spec, enabled=True)
+    dev_char(spec, 8, nvidia=True)
+    lines = kern_boot(host, k) + [
+        (5.120, "nvidia: loading out-of-tree module taints kernel."),
+        (5.311, f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {driver}  Sat Aug 19 01:15:15 UTC 2023"),
+        (5.402, "nvidia-uvm: Loaded the UVM driver, major device number 507.")]
+    if broken:
+        for t in (885.242168, 926.232044, 1015.260402, 1172.496983, 3669.298927):
+            lines += [(t, "NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)"),
+                      (t + 0.000270, "NVRM: GPU 0000:0a:00.0: rm_init_adapter failed, device minor number 5")]
+    spec["var/log/kern.log"] = syslog_lines(host, "Dec  2 11:49:53", lines)
+    nvml = nvml_fixture("p4d_healthy")
+    for dev, bus in zip(nvml["devices"], WORKER_BUSES):
+        dev["bus_id"] = "0000" + bus.upper()
+    if broken:
+        nvml["devices"] = [d for d in nvml["devices"] if not d["bus_id"].endswith("0A:00.0")]
+    return Machine(spec, nvml=nvml, device_nodes=nodes_for(8))
+
+
+# -- 6. systemd manages the containers' cgroups and /dev/char has no NVIDIA links --------------------------------------
+
+@case("nvidia-container-toolkit-932-systemd-cgroup-no-dev-char-links")
+def nct_932(broken: bool) -> Machine:
+    """A Kubernetes node moved to cgroup v2 and the systemd cgroup driver (containerd SystemdCgroup = true, kubelet
+    cgroupDriver: systemd), the toolkit alone (no GPU operator): the NVIDIA device nodes have no /dev/char links, so
+    after a systemd daemon-reload pods lose their GPUs ('Failed to initialize NVML: Unknown Error')."""
+    driver, k, host = "550.54.15", "5.15.0-1071-aws", "ip-10-0-12-34"
+    spec = ubuntu_gpu_host(host, k, driver, "2330", P5, "p5.48xlarge")
+    containerd_node(spec, systemd_cgroup=True)
+    persistenced_unit(spec, enabled=True)
+    dev_char(spec, 8, nvidia=not broken)
+    if not broken:
+        spec["lib/udev/rules.d/71-nvidia-dev-char.rules"] = (
+            'ACTION=="add", DEVPATH=="/bus/pci/drivers/nvidia", RUN+="/usr/bin/nvidia-ctk system '
+            'create-dev-char-symlinks --create-all"\n')
+    nvml = nvml_fixture("p5_healthy")
+    return Machine(spec, nvml=nvml, device_nodes=nodes_for(8))
+
+
+# -- containers -------------------------------------------------------------------------------------------------------
+
+def without_runtime_injection(spec: Spec) -> None:
+    """The same container started without --gpus: nothing bind-mounted from the host (no driver libraries, no
+    nvidia-smi, no /dev/nvidia*), /proc/driver/nvidia not there (the host's module is loaded, but the runtime's mask
+    of it is not), the mount table only the container's own."""
+    libdir = healthy.LIBDIR["x86_64"]
+    drop(spec, f"{libdir}/libcuda", f"{libdir}/libnvidia", f"{libdir}/libcudadebugger", "usr/bin/nvidia-",
+         "proc/driver/nvidia/gpus")
+    spec["proc/self/mountinfo"] = healthy.mountinfo(healthy.CONTAINER_BASE)
+    spec["proc/mounts"] = healthy.CONTAINER_MOUNTS.format(shm="65536k")
+
+
+# -- 5. a container started without the GPUs --------------------------------------------------------------------------
+
+@case("anomalib-584-container-run-without-gpus")
+def anomalib_584(broken: bool) -> Machine:
+    """A CUDA image (nvidia/cuda base: NVIDIA_VISIBLE_DEVICES=all and CUDA_VERSION in its ENV) run with plain
+    `docker run -it IMAGE` on a GPU host: no --gpus, so the NVIDIA runtime injected nothing: no /dev/nvidia*, no
+    libcuda, no nvidia-smi ('nvidia-smi: command not found', torch.cuda.is_available() False)."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    if broken:
+        without_runtime_injection(spec)
+        return Machine(spec, device_nodes=[])
+    return Machine(spec, device_nodes=nodes_for(8))
+
+
+# -- 3. the image's cuda-compat libcuda mounted over the driver's on a GeForce GPU ------------------------------------
+
+def geforce_container(driver: str, device: str, compat: Optional[str], cuda: str = "12.1.1") -> Spec:
+    """A CUDA 12.1 image (nvidia/cuda:12.1.1-devel-ubuntu22.04 base, cuda-compat-12-1 in /usr/local/cuda-12.1/compat)
+    run with --gpus all on a desktop with one GeForce GPU. With ``compat``, nvidia-container-cli also bind-mounted the
+    image's own forward-compatibility libcuda into the library directory (its CUDA compat mode, taken when the
+    image's compat driver is newer than the host's), and its ldconfig pointed libcuda.so.1 at it."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    libdir = healthy.LIBDIR["x86_64"]
+    drop(spec, f"{libdir}/libcuda", f"{libdir}/libnvidia", f"{libdir}/libcudadebugger", "proc/driver/nvidia",
+         "sys/module/nvidia", "/sys/devices/pci", "sys/bus/pci", "sys/class/dmi")
+    injected, info, mounts = healthy.runtime_injected(driver, libdir, devices=(0,),
+                                                      source_libdir="/usr/lib/x86_64-linux-gnu")
+    spec.update(injected)
+    root = "usr/local/cuda-12.1"
+    compat_version = "530.30.02"
+    healthy.so(spec, f"{root}/compat", f"libcuda.so.{compat_version}", "libcuda.so.1", links=["libcuda.so"])
+    healthy.so(spec, f"{root}/compat", f"libnvidia-ptxjitcompiler.so.{compat_version}", "libnvidia-ptxjitcompiler.so.1")
+    spec[f"{root}/compat/libnvidia-nvvm.so.{compat_version}"] = healthy.elf("libnvidia-nvvm.so.4")
+    spec[f"{root}/version.json"] = json.dumps({"cuda": {"name": "CUDA SDK", "version": cuda}})
+    spec["usr/local/cuda"] = {"symlink": "/usr/local/cuda-12.1"}
+    spec["etc/ld.so.conf.d/000_cuda.conf"] = "/usr/local/cuda/lib64\n"
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("cuda-compat-12-1", f"{compat_version}-1"), ("cuda-cudart-12-1", "12.1.105-1"), ("libc6", "2.35-0ubuntu3.1")])
+    if compat:
+        for name in (f"libcuda.so.{compat_version}", f"libnvidia-ptxjitcompiler.so.{compat_version}"):
+            spec[f"{libdir}/{name}"] = spec[f"{root}/compat/{name}"]
+            info += healthy.mountinfo([(f"/{libdir}/{name}", "overlay", "overlay", f"/{root}/compat/{name}")]).replace(
+                "1000 998", "1900 998")
+            mounts += f"overlay /{libdir}/{name} overlay ro,nosuid,nodev,relatime 0 0\n"
+        spec[f"{libdir}/libcuda.so.1"] = {"symlink": f"libcuda.so.{compat_version}"}
+    spec["proc/self/mountinfo"] = healthy.mountinfo(healthy.CONTAINER_BASE) + info
+    spec["proc/mounts"] = healthy.CONTAINER_MOUNTS.format(shm="16777216k") + mounts  # compose: shm_size 16gb
+    healthy._container_kernel(spec, driver, kernel="6.2.0-35-generic", devices=(0,), buses=("0000:01:00.0",),
+                              model="NVIDIA GeForce GTX 1050 Ti")
+    import machines
+    machines.pci(spec, "0000:01:00.0", device, cls="0x030000")
+    spec["proc/meminfo"] = healthy.MEMINFO["96G"]
+    env = dict(healthy.PYTORCH_IMAGE_ENV)
+    env.update({"CUDA_VERSION": cuda, "NV_CUDA_COMPAT_PACKAGE": "cuda-compat-12-1",
+                "NVIDIA_REQUIRE_CUDA": "cuda>=12.1 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526",
+                "LD_LIBRARY_PATH": "/usr/local/nvidia/lib:/usr/local/nvidia/lib64"})
+    spec["proc/self/environ"] = healthy.environ(env)
+    return spec
+
+
+@case("textgen-4407-cuda-compat-mounted-on-geforce")
+def textgen_4407(broken: bool) -> Machine:
+    """oobabooga's CUDA 12.1 image on a GTX 1050 Ti with driver 525.125.06 (CUDA 12.0): the container runtime mounted
+    the image's cuda-compat libcuda 530.30.02 in the driver's place, and GeForce GPUs do not support forward
+    compatibility: 'Error 804: forward compatibility was attempted on non supported HW'. With the driver upgraded to
+    535.113.01 (CUDA 12.2, newer than the image's compat driver) the runtime mounts the host's libcuda alone."""
+    return Machine(geforce_container("525.125.06" if broken else "535.113.01", "1c82", compat="530.30.02" if broken
+                                     else None), device_nodes=nodes_for(1))
