@@ -58,6 +58,27 @@ def _unit(ctx: ProbeContext, name: str) -> Dict[str, Any]:
     return out
 
 
+PRESET_DIRS = ("/etc/systemd/system-preset", "/usr/lib/systemd/system-preset", "/lib/systemd/system-preset")
+
+
+def _preset(host, name: str) -> Optional[str]:
+    """The first systemd preset line naming the unit (systemd.preset: files sorted by name across the directories,
+    the first match wins), as 'FILE: enable|disable UNIT'; None where none names it."""
+    files: Dict[str, str] = {}
+    for d in PRESET_DIRS:
+        for f in host.listdir(d)[:256]:
+            if f.endswith(".preset"):
+                files.setdefault(f, f"{d}/{f}")
+    import fnmatch
+
+    for f in sorted(files):
+        for line in (host.try_read(files[f], 65536) or "").splitlines()[:2000]:
+            words = line.split("#", 1)[0].split()
+            if len(words) >= 2 and words[0] in ("enable", "disable") and fnmatch.fnmatchcase(name, words[1]):
+                return f"{files[f]}: {words[0]} {words[1]}"[:300]
+    return None
+
+
 def fabric_manager_version(ctx: ProbeContext, packages: Optional[List[Dict[str, str]]]) -> Optional[Dict[str, str]]:
     """From dpkg, the package docs directory, or `nv-fabricmanager --version` (live)."""
     host = ctx.host
@@ -114,6 +135,8 @@ GPU_SERVICES_FACTS = obj(
     persistenced=_unit_facts(
         "nvidia-persistenced.service",
         running=boolean("its pid file exists (/run/nvidia-persistenced; live only)"),
+        preset=string("the systemd preset line that names it ('FILE: enable|disable PATTERN'; null: none)",
+                      since="0.2.0"),
     ),
     suspend_units=obj("the driver's suspend and resume hooks (GPU memory survives a suspend only through them)",
                       keys={name: _unit_facts(f"{name}.service")
@@ -150,6 +173,7 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
     fm = _unit(ctx, "nvidia-fabricmanager.service")
     fm["version"] = fabric_manager_version(ctx, packages)
     persistenced = _unit(ctx, "nvidia-persistenced.service")
+    persistenced["preset"] = _preset(host, "nvidia-persistenced.service") if persistenced["installed"] else None
     persistenced["running"] = host.exists("/run/nvidia-persistenced/nvidia-persistenced.pid") if host.live else None
 
     toolkit_bins = [b for b in ("/usr/bin/nvidia-container-toolkit", "/usr/bin/nvidia-container-runtime",

@@ -25,7 +25,13 @@ _MISMATCH_CLIENT = re.compile(r"NVRM: API mismatch: the client has the version (
 _MISMATCH_KERNEL = re.compile(r"this kernel module has the version (?P<kernel>[\d.]+)")
 _FALLEN = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?(?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?):?\s+"
                      r"(?:GPU\s+)?(?:has\s+)?fallen off the bus")
+# the module loader's refusals (kernel/module/main.c): "MOD: Unknown symbol SYM (err -2)" (no module exports it) and
+# "MOD: disagrees about version of symbol SYM" (its CRC differs: built against other headers)
+_UNKNOWN_SYMBOL = re.compile(r"(?:\]\s|kernel: |^)(?P<module>[A-Za-z0-9_-]{1,64}): (?:(?P<unknown>Unknown symbol) "
+                             r"(?P<symbol>[A-Za-z0-9_.$]{1,128})(?: \(err (?P<err>-?\d{1,4})\))?|"
+                             r"disagrees about version of symbol (?P<crc>[A-Za-z0-9_.$]{1,128}))")
 MAX_LINES = 400
+MAX_SYMBOL_LINES = 200
 
 
 def current_boot(lines: List[str]) -> List[str]:
@@ -42,6 +48,7 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
     init_failures: List[Dict[str, Any]] = []
     mismatches: List[Dict[str, str]] = []
     fallen: List[str] = []
+    symbols: List[Dict[str, Any]] = []
     key_rejected = False
     pending_client: Optional[str] = None
     for line in lines:
@@ -72,10 +79,17 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
         m = _FALLEN.search(line)
         if m:
             fallen.append(m.group("bus").lower())
+        if "symbol" in line:
+            m = _UNKNOWN_SYMBOL.search(line)
+            if m and m.group("module").replace("-", "_").startswith(("nvidia", "nv_")) and len(symbols) < MAX_SYMBOL_LINES:
+                symbols.append({"module": m.group("module").replace("-", "_"),
+                                "symbol": m.group("symbol") or m.group("crc"),
+                                "kind": "unknown" if m.group("unknown") else "version",
+                                "err": int(m.group("err")) if m.group("err") else None, "line": line.strip()[-300:]})
         if "Key was rejected by service" in line or "module verification failed" in line:
             key_rejected = True
     return {"xids": xids, "init_failures": init_failures, "api_mismatches": mismatches,
-            "fallen_off_bus": sorted(set(fallen)), "module_key_rejected": key_rejected}
+            "fallen_off_bus": sorted(set(fallen)), "module_key_rejected": key_rejected, "unknown_symbols": symbols}
 
 
 def kernel_journal(host) -> Optional[Tuple[List[str], str, Dict[str, Any]]]:
@@ -122,6 +136,16 @@ KERNEL_LOG_FACTS = obj(
     fallen_off_bus=array(string(), "PCI addresses of GPUs that have fallen off the bus"),
     module_key_rejected=boolean("a module's signature was rejected (Key was rejected by service, module "
                                 "verification failed)"),
+    unknown_symbols=array(obj(
+        "",
+        module=string("the NVIDIA module the kernel refused ('-' read as '_')"),
+        symbol=string("the symbol"),
+        kind=string("unknown (no loaded module exports it: 'Unknown symbol') or version ('disagrees about version "
+                    "of symbol': built against other kernel headers)"),
+        err=integer("the loader's error number (-2: not found, -22: CRC mismatch)", range=(-4096, 4096)),
+        line=string("the whole line (its last 300 characters)"),
+    ), "the module loader's refusals of NVIDIA modules in this boot ('Unknown symbol', 'disagrees about version "
+       "of symbol')", since="0.2.0"),
     lines=array(string(), "the NVIDIA-related lines of this boot (the last 400)"),
     truncated=boolean("there were more than 400 such lines"),
     boot=obj(
