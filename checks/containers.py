@@ -219,7 +219,8 @@ def containers_lose_gpus(facts: Facts) -> Result:
     ct = facts.get("gpu_services.container_toolkit") or {}
     nodes = facts.get("nvidia_driver.device_nodes")
     links = facts.get("nvidia_driver.dev_char_links")
-    cgroup_v2 = (facts.get("system.cgroup") or {}).get("version") == 2
+    # the host's hierarchy (the probe's cgroup facts are this process's cgroup, whose root has no memory.max)
+    cgroup_v2 = ct.get("cgroup_version") == 2 or (facts.get("system.cgroup") or {}).get("version") == 2
     evidence = {"docker_cgroup_driver": ct.get("docker_cgroup_driver"),
                 "containerd_systemd_cgroup": ct.get("containerd_systemd_cgroup"), "cgroup_v2": cgroup_v2,
                 "dev_char_links": links, "toolkit": ct.get("binaries")}
@@ -236,7 +237,8 @@ def containers_lose_gpus(facts: Facts) -> Result:
         return passed("container cgroups are not managed by systemd here (cgroupfs driver)", **evidence)
     if links:
         return passed(f"{len(links)} /dev/char link(s) to the NVIDIA devices are present", **evidence)
-    who = "Docker (systemd cgroup driver)" if docker_systemd else "containerd (SystemdCgroup = true)"
+    who = ("Docker (systemd cgroup driver" + ("" if ct.get("docker_cgroup_driver") else ", cgroup v2's default") + ")"
+           if docker_systemd else "containerd (SystemdCgroup = true)")
     return warn(f"{who} manages GPU containers' cgroups and /dev/char has no links to the NVIDIA device nodes: a "
                 "'systemctl daemon-reload' will detach running containers from their GPUs ('Failed to initialize "
                 "NVML: Unknown Error' inside)", evidence,

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Set
 
-from dl_doctor.facts.contract import array, boolean, obj, string
+from dl_doctor.facts.contract import array, boolean, integer, obj, string
 from dl_doctor.probes import ProbeContext, probe
 
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system", "/run/systemd/system")
@@ -76,6 +76,21 @@ def _preset(host, name: str) -> Optional[str]:
             words = line.split("#", 1)[0].split()
             if len(words) >= 2 and words[0] in ("enable", "disable") and fnmatch.fnmatchcase(name, words[1]):
                 return f"{files[f]}: {words[0]} {words[1]}"[:300]
+    return None
+
+
+def _host_cgroup_version(host) -> Optional[int]:
+    """cgroup v2 where /sys/fs/cgroup is the unified hierarchy (cgroup.controllers at its root; or /proc/mounts
+    mounts cgroup2 there), v1 where it holds per-controller directories."""
+    if host.exists("/sys/fs/cgroup/cgroup.controllers"):
+        return 2
+    mounts = host.try_read("/proc/mounts", 1 << 20) or ""
+    for line in mounts.splitlines()[:5000]:
+        f = line.split()
+        if len(f) >= 3 and f[1] == "/sys/fs/cgroup":
+            return 2 if f[2] == "cgroup2" else 1 if f[2] == "tmpfs" else None
+    if host.is_dir("/sys/fs/cgroup/memory") or host.is_dir("/sys/fs/cgroup/devices"):
+        return 1
     return None
 
 
@@ -159,6 +174,9 @@ GPU_SERVICES_FACTS = obj(
         containerd_systemd_cgroup=boolean("containerd's config sets SystemdCgroup = true (null: no config)"),
         cdi_specs=array(string(), "CDI specifications of NVIDIA devices (/etc/cdi/nvidia*.yaml, "
                                   "/var/run/cdi/nvidia*.yaml)"),
+        cgroup_version=integer("the host's cgroup hierarchy: 2 where /sys/fs/cgroup is cgroup2 (its root holds "
+                               "cgroup.controllers, or the mount table says so), 1 where it holds v1 controllers "
+                               "(null: not known)", range=(1, 2), since="0.2.0"),
     ),
 )
 
@@ -220,5 +238,6 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
             "containerd_systemd_cgroup": (re.search(r"^\s*SystemdCgroup\s*=\s*true", containerd, re.M) is not None)
             if containerd is not None else None,
             "cdi_specs": cdi,
+            "cgroup_version": _host_cgroup_version(host),
         },
     }
