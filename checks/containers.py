@@ -237,8 +237,7 @@ def containers_lose_gpus(facts: Facts) -> Result:
         return passed("container cgroups are not managed by systemd here (cgroupfs driver)", **evidence)
     if links:
         return passed(f"{len(links)} /dev/char link(s) to the NVIDIA devices are present", **evidence)
-    who = ("Docker (systemd cgroup driver" + ("" if ct.get("docker_cgroup_driver") else ", cgroup v2's default") + ")"
-           if docker_systemd else "containerd (SystemdCgroup = true)")
+    who = "Docker (systemd cgroup driver)" if docker_systemd else "containerd (SystemdCgroup = true)"
     return warn(f"{who} manages GPU containers' cgroups and /dev/char has no links to the NVIDIA device nodes: a "
                 "'systemctl daemon-reload' will detach running containers from their GPUs ('Failed to initialize "
                 "NVML: Unknown Error' inside)", evidence,
