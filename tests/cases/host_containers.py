@@ -1,0 +1,115 @@
+"""Reported failures of the NVIDIA container stack on the host (the toolkit's runtime registration, CDI
+specifications, the Kubernetes node's container runtime), each rebuilt as the host it happened on, with its twin."""
+
+from __future__ import annotations
+
+import json
+from typing import Dict, Sequence
+
+import healthy
+from cases import Machine, case, nvml_fixture
+from cases.host_driver import containerd_node, dev_char, nodes_for, persistenced_unit, ubuntu_gpu_host
+
+Spec = Dict[str, object]
+
+CDI_LIBS = ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so", "libnvidia-nvvm.so", "libEGL_nvidia.so",
+            "libGLX_nvidia.so", "libnvidia-eglcore.so", "libnvidia-glcore.so", "libnvidia-glsi.so",
+            "libnvidia-tls.so", "libnvidia-opencl.so")
+
+
+def cdi_spec(driver: str, libdir: str = "/usr/lib/x86_64-linux-gnu", gpus: int = 1) -> str:
+    """/etc/cdi/nvidia.yaml as `nvidia-ctk cdi generate` writes it: every driver library of the version it found
+    bind-mounted by its full name, the device nodes, the ldcache hook."""
+    mounts = "".join(f"  - containerPath: {libdir}/{lib}.{driver}\n    hostPath: {libdir}/{lib}.{driver}\n"
+                     "    options:\n    - ro\n    - nosuid\n    - nodev\n    - bind\n" for lib in CDI_LIBS)
+    mounts += "".join(f"  - containerPath: /usr/bin/{b}\n    hostPath: /usr/bin/{b}\n    options:\n    - ro\n"
+                      "    - nosuid\n    - nodev\n    - bind\n" for b in ("nvidia-smi", "nvidia-debugdump",
+                                                                        "nvidia-persistenced"))
+    devices = "".join(f"- containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia{n}\n  name: \"{n}\"\n"
+                      for n in range(gpus))
+    return ("---\ncdiVersion: 0.5.0\ncontainerEdits:\n  deviceNodes:\n  - path: /dev/nvidia-modeset\n"
+            "  - path: /dev/nvidia-uvm\n  - path: /dev/nvidia-uvm-tools\n  - path: /dev/nvidiactl\n  hooks:\n"
+            "  - args:\n    - nvidia-ctk\n    - hook\n    - update-ldcache\n    - --folder\n"
+            f"    - {libdir}\n    hookName: createContainer\n    path: /usr/bin/nvidia-ctk\n  mounts:\n" + mounts +
+            "devices:\n" + devices +
+            "- containerEdits:\n    deviceNodes:\n" + "".join(f"    - path: /dev/nvidia{n}\n" for n in range(gpus)) +
+            "  name: all\nkind: nvidia.com/gpu\n")
+
+
+def graphics_libs(spec: Spec, driver: str) -> None:
+    libdir = healthy.LIBDIR["x86_64"]
+    for name in ("libEGL_nvidia", "libGLX_nvidia", "libnvidia-eglcore", "libnvidia-glcore", "libnvidia-glsi",
+                 "libnvidia-tls", "libnvidia-opencl"):
+        spec[f"{libdir}/{name}.so.{driver}"] = healthy.elf(f"{name}.so.0" if "GL" in name else f"{name}.so.1")
+
+
+# -- a CDI specification written for the driver before the upgrade -----------------------------------------------------
+
+@case("webkit-container-sdk-23-cdi-spec-stale-after-driver-upgrade")
+def webkit_sdk_23(broken: bool) -> Machine:
+    """An Ubuntu 22.04 workstation running its development container with podman and CDI: the driver was upgraded
+    from 535.161.07 to 535.171.04 (and the host rebooted), /etc/cdi/nvidia.yaml still names every library by its old
+    full name, and crun refuses to start the container: "error stat'ing file
+    /lib/x86_64-linux-gnu/libEGL_nvidia.so.535.161.07"."""
+    driver, old, k, host = "535.171.04", "535.161.07", "6.5.0-35-generic", "igalia-ws"
+    spec = ubuntu_gpu_host(host, k, driver, "2684", ("0000:01:00.0",))
+    graphics_libs(spec, driver)
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("nvidia-driver-535", f"{driver}-0ubuntu0.22.04.1"), ("libnvidia-compute-535", f"{driver}-0ubuntu0.22.04.1"),
+        ("libnvidia-gl-535", f"{driver}-0ubuntu0.22.04.1"), (f"linux-modules-nvidia-535-{k}", "6.5.0-35.35~22.04.1"),
+        ("nvidia-container-toolkit", "1.15.0-1"), ("nvidia-container-toolkit-base", "1.15.0-1"),
+        ("podman", "3.4.4+ds1-1ubuntu1.22.04.2"), ("libc6", "2.35-0ubuntu3.7")])
+    spec["usr/bin/podman"] = healthy.elf(None)
+    spec["usr/bin/crun"] = healthy.elf(None)
+    for b in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli"):
+        spec[f"usr/bin/{b}"] = healthy.elf(None)
+    persistenced_unit(spec, enabled=True)
+    dev_char(spec, 1, nvidia=True)
+    spec["etc/cdi/nvidia.yaml"] = cdi_spec(old if broken else driver)
+    return Machine(spec, device_nodes=nodes_for(1))
+
+
+# -- a Kubernetes node whose container runtime does not run pods through the NVIDIA runtime ---------------------------
+
+@case("k8s-device-plugin-314-containerd-default-runtime-not-nvidia")
+def k8s_dp_314(broken: bool) -> Machine:
+    """A containerd Kubernetes node set up by the container toolkit's guide: `nvidia-ctk runtime configure
+    --runtime=containerd` added the nvidia runtime but left default_runtime_name = "runc", so the device plugin's
+    pod (which asks for no runtime class) gets no driver libraries and fails to load NVML; `ctr run --gpus 0` works
+    all the same."""
+    driver, k, host = "515.48.07", "5.15.0-1015-aws", "ip-10-20-3-41"
+    spec = ubuntu_gpu_host(host, k, driver, "1eb8", ("0000:00:1e.0",), "g4dn.xlarge")
+    containerd_node(spec, systemd_cgroup=True, default_nvidia=not broken)
+    persistenced_unit(spec, enabled=True)
+    dev_char(spec, 1, nvidia=True)
+    return Machine(spec, device_nodes=nodes_for(1))
+
+
+@case("k8s-device-plugin-23-docker-default-runtime-not-nvidia")
+def k8s_dp_23(broken: bool) -> Machine:
+    """A Kubernetes node on Docker with nvidia-docker2: daemon.json registers the nvidia runtime but does not make it
+    Docker's default-runtime, so the device plugin's container starts under runc without NVML ('Failed to start
+    nvml with error: could not load NVML library')."""
+    driver, k, host = "390.48", "4.4.0-116-generic", "gpu-node-1"
+    spec = ubuntu_gpu_host(host, k, driver, "1b06", ("0000:03:00.0", "0000:04:00.0"))
+    drop_gsp = [key for key in spec if key.startswith("lib/firmware/nvidia/")]
+    for key in drop_gsp:
+        del spec[key]
+    spec["usr/bin/dockerd"] = healthy.elf(None)
+    spec["usr/bin/kubelet"] = healthy.elf(None)
+    for b in ("nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli"):
+        spec[f"usr/bin/{b}"] = healthy.elf(None)
+    doc = {"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}}}
+    if not broken:
+        doc = {"default-runtime": "nvidia", **doc}
+    spec["etc/docker/daemon.json"] = json.dumps(doc, indent=4) + "\n"
+    spec["etc/systemd/system/kubelet.service.d/10-kubeadm.conf"] = (
+        '[Service]\nEnvironment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf '
+        '--kubeconfig=/etc/kubernetes/kubelet.conf"\nEnvironment="KUBELET_EXTRA_ARGS=--feature-gates=DevicePlugins=true"\n'
+        "ExecStart=\nExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_EXTRA_ARGS\n")
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("nvidia-390", "390.48-0ubuntu0.16.04.2"), ("nvidia-docker2", "2.0.3+docker18.03.0-1"),
+        ("nvidia-container-runtime", "2.0.0+docker18.03.0-1"), ("libnvidia-container1", "1.0.0~rc.1-1"),
+        ("docker-ce", "18.03.0~ce-0~ubuntu"), ("kubelet", "1.10.0-00"), ("libc6", "2.23-0ubuntu10")])
+    persistenced_unit(spec, enabled=True)
+    return Machine(spec, device_nodes=nodes_for(2))
