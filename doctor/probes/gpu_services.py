@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Set
 
-from dl_doctor.facts.contract import array, boolean, integer, obj, string
+from dl_doctor.facts.contract import array, boolean, integer, map_of, obj, string
 from dl_doctor.probes import ProbeContext, probe
 
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system", "/run/systemd/system")
@@ -77,6 +77,80 @@ def _preset(host, name: str) -> Optional[str]:
             if len(words) >= 2 and words[0] in ("enable", "disable") and fnmatch.fnmatchcase(name, words[1]):
                 return f"{files[f]}: {words[0]} {words[1]}"[:300]
     return None
+
+
+_CDI_HOST_PATH = re.compile(r"^\s*hostPath:\s*['\"]?(/[^\s'\"]{1,512})", re.M)
+_DRIVER_LIB = re.compile(r"/(lib(?:cuda|nvidia-[a-z0-9_-]{1,40}|nvcuvid|nvoptix|EGL_nvidia|GLX_nvidia|GLESv[12]_CM_nvidia|"
+                         r"GLESv2_nvidia)\.so)\.(\d{3}\.\d{1,3}(?:\.\d{1,3})?)$")
+
+
+def _cdi_libraries(ctx: ProbeContext, specs: List[str]) -> List[Dict[str, Any]]:
+    """The driver libraries each NVIDIA CDI specification bind-mounts by their full versioned name (hostPath), with
+    the version in the name and whether the file is there: a specification is generated for one driver version."""
+    host = ctx.host
+    out: List[Dict[str, Any]] = []
+    for spec in specs[:16]:
+        text = host.try_read(spec, 4 << 20) or ""
+        for m in _CDI_HOST_PATH.finditer(text):
+            lib = _DRIVER_LIB.search(m.group(1))
+            if lib and len(out) < 512:
+                out.append({"spec": spec, "path": m.group(1), "library": lib.group(1), "version": lib.group(2),
+                            "exists": host.exists(m.group(1))})
+    return out
+
+
+def _containerd_cri(ctx: ProbeContext, text: str) -> Optional[Dict[str, Any]]:
+    """containerd's CRI plugin as its config.toml sets it: the default runtime and each runtime's binary (config
+    version 2: plugins."io.containerd.grpc.v1.cri".containerd; version 3, containerd 2.x:
+    plugins."io.containerd.cri.v1.runtime".containerd). None where the file is not TOML."""
+    try:
+        import tomllib  # type: ignore[import-not-found]
+    except ImportError:  # Python < 3.11
+        return None
+    try:
+        doc = tomllib.loads(text)
+    except (ValueError, RecursionError) as exc:
+        ctx.bad_input("/etc/containerd/config.toml", f"not TOML: {exc}")
+        return None
+    plugins = doc.get("plugins") if isinstance(doc.get("plugins"), dict) else {}
+    section = None
+    for key in ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"):
+        cri = plugins.get(key)
+        if isinstance(cri, dict) and isinstance(cri.get("containerd"), dict):
+            section = cri["containerd"]
+            break
+    if section is None:
+        return {"default_runtime": None, "runtimes": {}, "configured": False,
+                "imports": [str(i)[:256] for i in doc.get("imports") or []][:16]
+                if isinstance(doc.get("imports"), list) else []}
+    runtimes: Dict[str, Any] = {}
+    for name, rt in (section.get("runtimes") or {}).items():
+        if isinstance(rt, dict):
+            opts = rt.get("options") if isinstance(rt.get("options"), dict) else {}
+            runtimes[str(name)[:64]] = str(opts.get("BinaryName") or "")[:256] or None
+    default = section.get("default_runtime_name")
+    return {"default_runtime": str(default)[:64] if isinstance(default, str) else None, "runtimes": runtimes,
+            "configured": True, "imports": [str(i)[:256] for i in doc.get("imports") or []][:16]
+            if isinstance(doc.get("imports"), list) else []}
+
+
+def _kubelet(host) -> Optional[Dict[str, Any]]:
+    """Whether this host is a Kubernetes node (a kubelet binary or its configuration), and which container runtime
+    its flags name (--container-runtime-endpoint, containerRuntimeEndpoint): containerd, cri-o, docker."""
+    binary = next((p for p in ("/usr/bin/kubelet", "/usr/local/bin/kubelet", "/snap/bin/kubelet") if host.exists(p)), None)
+    configs = [p for p in ("/var/lib/kubelet/config.yaml", "/var/lib/kubelet/kubeadm-flags.env",
+                           "/etc/default/kubelet", "/etc/sysconfig/kubelet") if host.exists(p)]
+    configs += sorted(host.glob("/etc/systemd/system/kubelet.service.d/*.conf"))[:8]
+    if not binary and not configs:
+        return None
+    said = " ".join((host.try_read(p, 65536) or "") for p in configs)
+    endpoint = None
+    m = re.search(r"(?:container-runtime-endpoint[= ]|containerRuntimeEndpoint:\s*)['\"]?(\S+?)['\"]?(?:\s|$)", said)
+    if m:
+        endpoint = m.group(1)[:256]
+    runtime = ("containerd" if endpoint and "containerd" in endpoint else "cri-o" if endpoint and "crio" in endpoint
+               else "docker" if endpoint and ("docker" in endpoint or "dockershim" in endpoint) else None)
+    return {"binary": binary, "configs": configs, "runtime_endpoint": endpoint, "runtime": runtime}
 
 
 def _host_cgroup_version(host) -> Optional[int]:
@@ -174,6 +248,33 @@ GPU_SERVICES_FACTS = obj(
         containerd_systemd_cgroup=boolean("containerd's config sets SystemdCgroup = true (null: no config)"),
         cdi_specs=array(string(), "CDI specifications of NVIDIA devices (/etc/cdi/nvidia*.yaml, "
                                   "/var/run/cdi/nvidia*.yaml)"),
+        docker_default_runtime=string("Docker's default-runtime in /etc/docker/daemon.json (null: not set: runc)",
+                                      since="0.2.0"),
+        containerd=obj(
+            "containerd's CRI plugin as /etc/containerd/config.toml sets it (null: no such file, or not TOML)",
+            default_runtime=string("default_runtime_name (null: not set: containerd's default, runc)"),
+            runtimes=map_of(string("its BinaryName (null: runc's own)"), "runtime name -> its BinaryName"),
+            configured=boolean("the file has the CRI plugin's containerd section"),
+            imports=array(string(), "the files it imports (drop-in configuration)"),
+            since="0.2.0",
+        ),
+        kubelet=obj(
+            "this host is a Kubernetes node (null: no kubelet binary or configuration)",
+            binary=string("the kubelet binary"),
+            configs=array(string(), "its configuration files found"),
+            runtime_endpoint=string("the container runtime endpoint its flags or configuration name"),
+            runtime=string("containerd, cri-o or docker, from that endpoint (null: not named)"),
+            since="0.2.0",
+        ),
+        cdi_libraries=array(obj(
+            "",
+            spec=string("the CDI specification"),
+            path=string("the hostPath it bind-mounts"),
+            library=string("the library (libcuda.so, libnvidia-ml.so, libEGL_nvidia.so...)"),
+            version=string("the driver version in its file name"),
+            exists=boolean("the file is there"),
+        ), "the driver libraries the NVIDIA CDI specifications bind-mount by versioned name (at most 512)",
+           since="0.2.0"),
         cgroup_version=integer("the host's cgroup hierarchy: 2 where /sys/fs/cgroup is cgroup2 (its root holds "
                                "cgroup.controllers, or the mount table says so), 1 where it holds v1 controllers "
                                "(null: not known)", range=(1, 2), since="0.2.0"),
@@ -219,6 +320,14 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
             ctx.bad_input("/etc/docker/daemon.json", daemon_error)
     containerd = host.try_read("/etc/containerd/config.toml", 1 << 20)
     cdi = sorted(host.glob("/etc/cdi/nvidia*.yaml") + host.glob("/var/run/cdi/nvidia*.yaml"))
+    docker_default = None
+    if text is not None and not daemon_error:
+        try:
+            value = json.loads(text).get("default-runtime")
+            docker_default = str(value)[:64] if value is not None else None
+        except (ValueError, AttributeError, RecursionError):
+            pass
+    cri = _containerd_cri(ctx, containerd) if containerd is not None else None
     return {
         "fabric_manager": fm,
         "persistenced": persistenced,
@@ -239,5 +348,9 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
             if containerd is not None else None,
             "cdi_specs": cdi,
             "cgroup_version": _host_cgroup_version(host),
+            "docker_default_runtime": docker_default,
+            "containerd": cri,
+            "kubelet": _kubelet(host),
+            "cdi_libraries": _cdi_libraries(ctx, cdi),
         },
     }
