@@ -113,3 +113,40 @@ def k8s_dp_23(broken: bool) -> Machine:
         ("docker-ce", "18.03.0~ce-0~ubuntu"), ("kubelet", "1.10.0-00"), ("libc6", "2.23-0ubuntu10")])
     persistenced_unit(spec, enabled=True)
     return Machine(spec, device_nodes=nodes_for(2))
+
+
+# -- Docker installed as a snap: the toolkit configured a daemon.json that Docker never reads --------------------------
+
+@case("nvidia-docker-1637-docker-snap-gpus-fail")
+def nvidia_docker_1637(broken: bool) -> Machine:
+    """Ubuntu 20.04 with Docker from the snap store and the NVIDIA container toolkit from NVIDIA's apt repository:
+    `nvidia-ctk runtime configure` (and nvidia-docker2) write /etc/docker/daemon.json, which the snap's dockerd does
+    not read (it reads /var/snap/docker/current/config/daemon.json), so `docker run --gpus all` fails with 'could not
+    select device driver "" with capabilities: [[gpu]]'. The twin has Docker from Docker's apt repository."""
+    driver, k, host = "510.60.02", "5.13.0-40-generic", "alyaan-desktop"
+    spec = ubuntu_gpu_host(host, k, driver, "2489", ("0000:01:00.0",))
+    for b in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli",
+              "nvidia-container-toolkit"):
+        spec[f"usr/bin/{b}"] = healthy.elf(None)
+    spec["etc/docker/daemon.json"] = json.dumps({"runtimes": {"nvidia": {
+        "path": "nvidia-container-runtime", "runtimeArgs": []}}}, indent=4) + "\n"
+    packages = [("nvidia-driver-510", f"{driver}-0ubuntu0.20.04.1"), ("nvidia-docker2", "2.10.0-1"),
+                ("nvidia-container-toolkit", "1.9.0-1"), ("libnvidia-container1", "1.9.0-1"), ("libc6", "2.31-0ubuntu9.7")]
+    if broken:
+        rev = "1779"
+        spec[f"snap/docker/{rev}/bin/dockerd"] = healthy.elf(None)
+        spec[f"snap/docker/{rev}/bin/docker"] = healthy.elf(None)
+        spec["snap/docker/current"] = {"symlink": rev}
+        spec["snap/bin/docker"] = {"symlink": "/usr/bin/snap"}
+        spec["usr/bin/snap"] = healthy.elf(None)
+        spec[f"var/snap/docker/{rev}/config/daemon.json"] = '{\n    "log-level":        "error"\n}\n'
+        spec["var/snap/docker/current"] = {"symlink": rev}
+        spec["var/lib/snapd/state.json"] = '{"data":{"snaps":{"docker":{"type":"app","sequence":[{"name":"docker","revision":"1779"}],"current":"1779"}}}}'
+    else:
+        spec["usr/bin/dockerd"] = healthy.elf(None)
+        spec["usr/bin/docker"] = healthy.elf(None)
+        packages += [("docker-ce", "5:20.10.14~3-0~ubuntu-focal"), ("containerd.io", "1.5.11-1")]
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status(packages)
+    persistenced_unit(spec, enabled=True)
+    dev_char(spec, 1, nvidia=True)
+    return Machine(spec, device_nodes=nodes_for(1))

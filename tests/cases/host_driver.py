@@ -462,3 +462,64 @@ def textgen_4407(broken: bool) -> Machine:
     535.113.01 (CUDA 12.2, newer than the image's compat driver) the runtime mounts the host's libcuda alone."""
     return Machine(geforce_container("525.125.06" if broken else "535.113.01", "1c82", compat="530.30.02" if broken
                                      else None), device_nodes=nodes_for(1))
+
+
+# -- DKMS could not build the module for a new kernel ----------------------------------------------------------------
+
+def dkms_failed_build(spec: Spec, driver: str, old_k: str, new_k: str, errors: Sequence[str], host: str,
+                      module_dir: str = "updates/dkms") -> None:
+    """The machine rebooted into a kernel DKMS could not build the module for: the module exists for the old kernel
+    only, DKMS's build directory keeps the failed build's make.log, the kernel log has no NVRM line."""
+    spec["proc/sys/kernel/osrelease"] = new_k + "\n"
+    spec["proc/cmdline"] = f"BOOT_IMAGE=/boot/vmlinuz-{new_k} root=UUID=3a1b ro quiet splash\n"
+    spec[f"boot/vmlinuz-{new_k}"] = ""
+    spec["boot/vmlinuz"] = {"symlink": f"vmlinuz-{new_k}"}
+    spec[f"lib/modules/{new_k}/modules.dep"] = modules_dep(ubuntu_kernel_modules(new_k))
+    spec[f"lib/modules/{new_k}/modules.builtin"] = MODULES_BUILTIN
+    spec[f"lib/modules/{new_k}/build"] = {"symlink": f"/usr/src/linux-headers-{new_k}"}
+    spec[f"usr/src/linux-headers-{new_k}/Makefile"] = "VERSION = " + new_k.split(".")[0] + "\n"
+    unload_nvidia(spec)
+    spec[f"var/lib/dkms/nvidia/{driver}/source"] = {"symlink": f"/usr/src/nvidia-{driver}"}
+    spec[f"usr/src/nvidia-{driver}/dkms.conf"] = (f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{driver}"\nAUTOINSTALL="yes"\n'
+                                                  f'BUILT_MODULE_NAME[0]="nvidia"\nDEST_MODULE_LOCATION[0]="/{module_dir}"\n')
+    log = [f"DKMS make.log for nvidia-{driver} for kernel {new_k} (x86_64)", "Thu Jan 16 16:51:02 UTC 2020",
+           f"make[1]: Entering directory '/usr/src/linux-headers-{new_k}'",
+           f"  CC [M]  /var/lib/dkms/nvidia/{driver}/build/nvidia/nv.o"] + list(errors) + [
+           f"make[1]: *** [Makefile:1719: /var/lib/dkms/nvidia/{driver}/build] Error 2",
+           f"make[1]: Leaving directory '/usr/src/linux-headers-{new_k}'", "make: *** [Makefile:81: modules] Error 2"]
+    spec[f"var/lib/dkms/nvidia/{driver}/build/make.log"] = "\n".join(log) + "\n"
+    spec["var/log/kern.log"] = syslog_lines(host, "Jan 16 17:02:11", kern_boot(host, new_k))
+
+
+@case("ukuu-plus-43-dkms-build-fails-on-new-kernel")
+def ukuu_43(broken: bool) -> Machine:
+    """Peppermint 10 (Ubuntu 18.04) with nvidia-driver-435 through DKMS, a mainline 5.4.12 kernel installed: the
+    435.21 sources do not build against 5.4, DKMS's make.log keeps the compiler errors, and the machine boots 5.4
+    without a driver. The twin still runs the 5.3 kernel the module was built for."""
+    driver, old_k, new_k, host = "435.21", "5.3.0-26-generic", "5.4.12-050412-generic", "peppermint"
+    spec = ubuntu_gpu_host(host, old_k, driver, "1c03", ("0000:01:00.0",))
+    spec["etc/os-release"] = ('NAME="Peppermint"\nVERSION="10 (Tricia)"\nID=peppermint\nID_LIKE="ubuntu debian"\n'
+                              'PRETTY_NAME="Peppermint 10"\nVERSION_ID="10"\nUBUNTU_CODENAME=bionic\n')
+    drop(spec, "lib/firmware/nvidia/", f"lib/modules/{old_k}/kernel/nvidia-435srv")
+    for name in ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"):
+        spec[f"lib/modules/{old_k}/updates/dkms/{name}.ko"] = ko(name, driver, old_k, depends=(
+            ("nvidia",) if name in ("nvidia-modeset", "nvidia-uvm") else ("drm", "drm_kms_helper", "nvidia-modeset")
+            if name == "nvidia-drm" else ()))
+    nv = "updates/dkms/nvidia.ko"
+    spec[f"lib/modules/{old_k}/modules.dep"] = modules_dep(ubuntu_kernel_modules(old_k) + [
+        (nv, ()), ("updates/dkms/nvidia-modeset.ko", (nv,)), ("updates/dkms/nvidia-uvm.ko", (nv,)),
+        ("updates/dkms/nvidia-drm.ko", ("updates/dkms/nvidia-modeset.ko", nv, "kernel/drivers/gpu/drm/drm_kms_helper.ko",
+                                        "kernel/drivers/gpu/drm/drm.ko"))])
+    spec[f"var/lib/dkms/nvidia/{driver}/{old_k}/x86_64/module/nvidia.ko"] = b""
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("nvidia-driver-435", "435.21-0ubuntu0.18.04.2"), ("nvidia-dkms-435", "435.21-0ubuntu0.18.04.2"),
+        ("libnvidia-compute-435", "435.21-0ubuntu0.18.04.2"), ("dkms", "2.3-3ubuntu9.7"),
+        (f"linux-image-{old_k}", "5.3.0-26.28~18.04.1"), (f"linux-image-unsigned-{new_k}", "5.4.12-050412.202001141531"),
+        (f"linux-headers-{new_k}", "5.4.12-050412.202001141531"), ("libc6", "2.27-3ubuntu1")])
+    if broken:
+        dkms_failed_build(spec, driver, old_k, new_k, [
+            f"/var/lib/dkms/nvidia/{driver}/build/common/inc/nv-time.h:26:10: fatal error: linux/ktime.h: No such file "
+            "or directory",
+            f"/var/lib/dkms/nvidia/{driver}/build/nvidia/os-interface.c:436:5: error: implicit declaration of function "
+            "'do_gettimeofday'; did you mean 'do_settimeofday64'? [-Werror=implicit-function-declaration]"], host)
+    return Machine(spec, device_nodes=None if broken else nodes_for(1))
