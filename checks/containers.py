@@ -165,6 +165,16 @@ def container_toolkit(facts: Facts) -> Result:
         return fail(ct["docker_daemon_json_error"] + ": Docker will not start with it", evidence,
                     Fix("Repair daemon.json, then let nvidia-ctk write the runtime entry.",
                         ("sudo python3 -m json.tool /etc/docker/daemon.json",) + configure))
+    if ct.get("docker_snap") and ct.get("docker_daemon_json", "").startswith("/var/snap/") and "nvidia" not in (
+            ct.get("docker_runtimes") or []):
+        return fail(f"Docker is the snap package: its dockerd reads {ct['docker_daemon_json']}, which registers no "
+                    "nvidia runtime (the toolkit writes /etc/docker/daemon.json), so 'docker run --gpus all' fails with "
+                    "'could not select device driver \"\" with capabilities: [[gpu]]'", evidence,
+                    Fix("Replace the snap's Docker with Docker's own packages (the NVIDIA container toolkit configures "
+                        "those), then register the runtime.",
+                        ("sudo snap remove --purge docker",
+                         "# install docker-ce from Docker's apt repository: https://docs.docker.com/engine/install/",)
+                        + configure))
     if "nvidia" not in (ct.get("docker_runtimes") or []) and not ct.get("cdi_specs"):
         return warn("the NVIDIA container toolkit is installed but the nvidia runtime is not registered with Docker "
                     "(--runtime=nvidia and Kubernetes' device plugin fail)", evidence,

@@ -73,6 +73,24 @@ def _build_fix(facts: Facts, kernel: str, method: str, other_kernels: List[str])
                (_headers(facts, kernel), *fallback))
 
 
+def _failed_dkms_build(facts: Facts, kernel: str):
+    """DKMS's make.log of a failed NVIDIA build for this kernel, if there is one."""
+    for log in facts.get("kmod.dkms.build_logs") or []:
+        if isinstance(log, dict) and log.get("failed") and log.get("kernel") == kernel and log.get("errors"):
+            return log
+    return None
+
+
+def _failed_build_fix(facts: Facts, kernel: str, log, other_kernels: List[str]) -> Fix:
+    fallback = [f"# or boot a kernel that has the module: {', '.join(other_kernels)}"] if other_kernels else []
+    return Fix(f"The nvidia {log['version']} sources do not build against {kernel} (the compiler errors are in "
+               f"{log['path']}): install a driver branch that supports this kernel, then rebuild; or keep booting "
+               f"the kernel it was built for.",
+               (f"grep -m5 -E 'error:|Error [0-9]' {shlex.quote(log['path'])}", "dkms status",
+                "# install a newer driver branch (ubuntu-drivers list / dnf module list nvidia-driver), then:",
+                root_command(f"dkms autoinstall -k {kernel}"), *fallback))
+
+
 @check(
     id="DLD-DRV-001", slug="kernel-module-missing-for-running-kernel",
     remedy="repair-software", drain=True,
@@ -106,6 +124,12 @@ def module_for_running_kernel(facts: Facts) -> Result:
     others = sorted({m["kernel"] for m in modules if m["kernel"] != running})
     if not here:
         where = f"; modules exist only for {', '.join(others)}" if others else ""
+        failed = _failed_dkms_build(facts, running)
+        if failed:
+            evidence["dkms_build_log"] = failed
+            return fail(f"no NVIDIA kernel module for the running kernel {running}{where}: DKMS tried to build nvidia "
+                        f"{failed['version']} for it and failed ({failed['path']}: {failed['errors'][0]})", evidence,
+                        _failed_build_fix(facts, running, failed, others))
         return fail(f"no NVIDIA kernel module for the running kernel {running}{where}", evidence,
                     _build_fix(facts, running, _install_method(facts), others))
     real = [m for m in here if m["kind"] != "weak-updates"]
@@ -159,7 +183,14 @@ def next_boot_kernel(facts: Facts) -> Result:
                 else root_command(f"apt-mark hold {shlex.quote('linux-image-' + running)}",
                                   note="and make it the GRUB default")]
     fix = Fix(fix.summary + " Or keep booting the current kernel.", fix.steps + tuple(keep))
-    if method == "dkms":
+    failed = _failed_dkms_build(facts, default)
+    if failed:
+        evidence["dkms_build_log"] = failed
+        message = (f"the next boot kernel {default} has no NVIDIA module: DKMS tried to build nvidia {failed['version']} "
+                   f"for it and failed ({failed['path']}: {failed['errors'][0]})")
+        fix = _failed_build_fix(facts, default, failed, others)
+        fix = Fix(fix.summary + " Or keep booting the current kernel.", fix.steps + tuple(keep))
+    elif method == "dkms":
         message = (f"the next boot kernel {default} has no NVIDIA module yet; DKMS builds it at boot only if "
                    f"kernel-devel/headers for {default} are installed")
     else:

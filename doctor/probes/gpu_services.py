@@ -239,8 +239,11 @@ GPU_SERVICES_FACTS = obj(
         "the NVIDIA container toolkit and the container runtimes' configuration",
         binaries=array(string(), "the toolkit's programs found (nvidia-container-toolkit, nvidia-container-runtime, "
                                  "nvidia-ctk, nvidia-container-cli in /usr/bin)"),
-        docker_installed=boolean("dockerd exists (/usr/bin, /usr/sbin)"),
-        docker_runtimes=array(string(), "the runtimes /etc/docker/daemon.json names (null: no daemon.json, or it "
+        docker_installed=boolean("dockerd exists (/usr/bin, /usr/sbin, or the docker snap's)"),
+        docker_snap=boolean("Docker is the snap package (/snap/docker/current/bin/dockerd)", since="0.2.0"),
+        docker_daemon_json=string("the daemon.json that dockerd reads (/etc/docker/daemon.json; the snap's "
+                                  "/var/snap/docker/current/config/daemon.json)", since="0.2.0"),
+        docker_runtimes=array(string(), "the runtimes dockerd's daemon.json names (null: no daemon.json, or it "
                                         "could not be read)"),
         docker_daemon_json_error=string("why /etc/docker/daemon.json could not be used"),
         containerd_nvidia_runtime=boolean("/etc/containerd/config.toml mentions nvidia (null: no such file)"),
@@ -297,11 +300,15 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
 
     toolkit_bins = [b for b in ("/usr/bin/nvidia-container-toolkit", "/usr/bin/nvidia-container-runtime",
                                 "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-cli") if host.exists(b)]
-    docker_installed = any(host.exists(p) for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd"))
+    # Docker from the snap store runs its own dockerd, which reads the snap's daemon.json, not /etc/docker's
+    docker_snap = host.exists("/snap/docker/current/bin/dockerd")
+    docker_installed = docker_snap or any(host.exists(p) for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd"))
+    daemon_json = "/var/snap/docker/current/config/daemon.json" if docker_snap and not any(
+        host.exists(p) for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd")) else "/etc/docker/daemon.json"
     runtimes: Optional[List[str]] = None
     cgroup_driver: Optional[str] = None
     daemon_error = None
-    text = host.try_read("/etc/docker/daemon.json", 1 << 20)
+    text = host.try_read(daemon_json, 1 << 20)
     if text is not None:
         try:
             doc = json.loads(text)
@@ -313,11 +320,11 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
             if found is None or isinstance(found, dict):
                 runtimes = sorted(str(k)[:200] for k in (found or {}))
             else:
-                daemon_error = f"/etc/docker/daemon.json: \"runtimes\" is a {type(found).__name__}, not an object"
+                daemon_error = f"{daemon_json}: \"runtimes\" is a {type(found).__name__}, not an object"
         except (ValueError, RecursionError) as exc:
-            daemon_error = f"/etc/docker/daemon.json is not valid JSON: {exc}"
+            daemon_error = f"{daemon_json} is not valid JSON: {exc}"
         if daemon_error:
-            ctx.bad_input("/etc/docker/daemon.json", daemon_error)
+            ctx.bad_input(daemon_json, daemon_error)
     containerd = host.try_read("/etc/containerd/config.toml", 1 << 20)
     cdi = sorted(host.glob("/etc/cdi/nvidia*.yaml") + host.glob("/var/run/cdi/nvidia*.yaml"))
     docker_default = None
@@ -339,6 +346,8 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
         "container_toolkit": {
             "binaries": toolkit_bins,
             "docker_installed": docker_installed,
+            "docker_snap": docker_snap,
+            "docker_daemon_json": daemon_json if docker_installed else None,
             "docker_runtimes": runtimes,
             "docker_daemon_json_error": daemon_error,
             "containerd_nvidia_runtime": ("nvidia" in containerd) if containerd is not None else None,

@@ -450,6 +450,15 @@ KMOD_FACTS = obj(
             version=string("the module version"),
             kernel=string("the kernel it is built for"),
         ), "the builds DKMS has (/var/lib/dkms/nvidia/VERSION/KERNEL)"),
+        build_logs=array(obj(
+            "",
+            path=string("the make.log (VERSION/build/make.log: the last build; VERSION/KERNEL/ARCH/log/make.log)"),
+            version=string("the module version"),
+            kernel=string("the kernel the build was for (from the log)"),
+            failed=boolean("the log has compiler, linker or make errors"),
+            errors=array(string(), "its first error lines"),
+            error_count=integer("error lines in it"),
+        ), "DKMS's make.log files of the NVIDIA module", since="0.2.0"),
     ),
     akmods=boolean("akmods builds the NVIDIA module (its cache or sources exist)"),
     dnf_module=obj(
@@ -515,10 +524,18 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
             entry.update(_module_info(ctx, entry["path"]))
 
     dkms = []
-    for version in host.listdir("/var/lib/dkms/nvidia"):
-        for kernel in host.listdir(f"/var/lib/dkms/nvidia/{version}"):
+    build_logs: List[Dict[str, Any]] = []
+    for version in host.listdir("/var/lib/dkms/nvidia")[:32]:
+        for kernel in host.listdir(f"/var/lib/dkms/nvidia/{version}")[:64]:
             if host.is_dir(f"/var/lib/dkms/nvidia/{version}/{kernel}") and kernel not in ("source", "build"):
                 dkms.append({"version": version, "kernel": kernel})
+                for arch in host.listdir(f"/var/lib/dkms/nvidia/{version}/{kernel}")[:4]:
+                    log = _dkms_make_log(ctx, f"/var/lib/dkms/nvidia/{version}/{kernel}/{arch}/log/make.log", version)
+                    if log:
+                        build_logs.append(log)
+        log = _dkms_make_log(ctx, f"/var/lib/dkms/nvidia/{version}/build/make.log", version)
+        if log:
+            build_logs.append(log)
     dnf_stream = None
     text = host.try_read("/etc/dnf/modules.d/nvidia-driver.module")
     if text:
@@ -532,7 +549,7 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
         "boot_default": default,
         "nvidia_modules": modules,
         "running_modules": running_modules,
-        "dkms": {"registered": host.is_dir("/var/lib/dkms/nvidia"), "builds": dkms},
+        "dkms": {"registered": host.is_dir("/var/lib/dkms/nvidia"), "builds": dkms, "build_logs": build_logs},
         "akmods": host.is_dir("/var/cache/akmods/nvidia") or bool(host.glob("/usr/src/akmods/nvidia-kmod*")),
         "dnf_module": dnf_stream,
         "runfile_installer": host.exists("/usr/bin/nvidia-uninstall") or host.exists("/var/log/nvidia-installer.log"),
@@ -540,6 +557,29 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
         "nouveau": _nouveau(ctx),
         "secure_boot": _secure_boot(ctx),
     }
+
+
+_MAKELOG_KERNEL = re.compile(r"(?:for kernel |KERNEL_UNAME=|/lib/modules/|linux-headers-)([0-9][A-Za-z0-9._+~-]{2,100}?)"
+                             r"(?:[ /'\s)]|$)")
+_MAKELOG_ERROR = re.compile(r"(?:\berror:|\*\*\* .*Error \d|undefined!|ERROR: modpost)")
+
+
+def _dkms_make_log(ctx: ProbeContext, path: str, version: str) -> Optional[Dict[str, Any]]:
+    """A DKMS build's make.log (the build directory's, of the last build; or a kernel's log/make.log): the kernel it
+    built for, whether it failed, its first compiler/linker errors."""
+    text = ctx.host.try_read(path, 4 << 20)
+    if not text:
+        return None
+    lines = text.splitlines()
+    kernel = None
+    for line in lines[:200]:
+        m = _MAKELOG_KERNEL.search(line)
+        if m:
+            kernel = m.group(1).rstrip(".")
+            break
+    errors = [l.strip()[:300] for l in lines if _MAKELOG_ERROR.search(l)]
+    return {"path": path, "version": version, "kernel": kernel, "failed": bool(errors),
+            "errors": errors[:5], "error_count": len(errors)}
 
 
 def _boot_default(ctx: ProbeContext, installed: List[str]) -> Dict[str, Any]:
