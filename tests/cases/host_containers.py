@@ -150,3 +150,50 @@ def nvidia_docker_1637(broken: bool) -> Machine:
     persistenced_unit(spec, enabled=True)
     dev_char(spec, 1, nvidia=True)
     return Machine(spec, device_nodes=nodes_for(1))
+
+
+@case("elasticfusion-dockerfile-11-container-toolkit-missing")
+def elasticfusion_11(broken: bool) -> Machine:
+    """An Ubuntu 20.04 desktop with Docker CE and the NVIDIA driver, without the NVIDIA container toolkit: `docker run
+    --gpus all` fails with 'could not select device driver "" with capabilities: [[gpu]]'; installing
+    nvidia-container-toolkit (and restarting Docker) fixed it."""
+    driver, k, host = "460.56", "5.8.0-48-generic", "tranvnhan-pc"
+    spec = ubuntu_gpu_host(host, k, driver, "1e87", ("0000:01:00.0",))
+    spec["usr/bin/dockerd"] = healthy.elf(None)
+    spec["usr/bin/docker"] = healthy.elf(None)
+    packages = [("nvidia-driver-460", f"{driver}-0ubuntu0.20.04.1"), ("docker-ce", "5:20.10.5~3-0~ubuntu-focal"),
+                ("containerd.io", "1.4.4-1"), ("libc6", "2.31-0ubuntu9.2")]
+    if not broken:
+        for b in ("nvidia-container-toolkit", "nvidia-container-cli", "nvidia-container-runtime-hook"):
+            spec[f"usr/bin/{b}"] = healthy.elf(None)
+        packages += [("nvidia-container-toolkit", "1.4.2-1"), ("libnvidia-container1", "1.3.3-1")]
+        spec["etc/docker/daemon.json"] = json.dumps({"runtimes": {"nvidia": {
+            "path": "nvidia-container-runtime", "runtimeArgs": []}}}, indent=4) + "\n"
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status(packages)
+    persistenced_unit(spec, enabled=True)
+    return Machine(spec, device_nodes=nodes_for(1))
+
+
+@case("nvidia-docker-1671-docker-cgroup-v2-no-dev-char-links")
+def nvidia_docker_1671(broken: bool) -> Machine:
+    """An Ubuntu 22.04 GPU server with Docker 24 on cgroup v2, where Docker's cgroup driver is systemd by default (no
+    exec-opts in daemon.json): the NVIDIA device nodes have no /dev/char links, so GPU containers lose their GPUs
+    at the next systemd daemon-reload ('Failed to initialize NVML: Unknown Error'). The twin has the links from
+    nvidia-ctk system create-dev-char-symlinks (a udev rule)."""
+    driver, k, host = "525.85.12", "5.15.0-60-generic", "gpu-srv-03"
+    spec = ubuntu_gpu_host(host, k, driver, "20b5", ("0000:17:00.0", "0000:31:00.0", "0000:b1:00.0", "0000:ca:00.0"))
+    spec["usr/bin/dockerd"] = healthy.elf(None)
+    for b in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli", "nvidia-container-toolkit"):
+        spec[f"usr/bin/{b}"] = healthy.elf(None)
+    spec["etc/docker/daemon.json"] = json.dumps({"runtimes": {"nvidia": {
+        "args": [], "path": "nvidia-container-runtime"}}}, indent=4) + "\n"
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("nvidia-driver-525-server", f"{driver}-0ubuntu0.22.04.1"), ("docker-ce", "5:24.0.2-1~ubuntu.22.04~jammy"),
+        ("nvidia-container-toolkit", "1.12.0-1"), ("libc6", "2.35-0ubuntu3.1")])
+    persistenced_unit(spec, enabled=True)
+    dev_char(spec, 4, nvidia=not broken)
+    if not broken:
+        spec["lib/udev/rules.d/71-nvidia-dev-char.rules"] = (
+            'ACTION=="add", DEVPATH=="/bus/pci/drivers/nvidia", RUN+="/usr/bin/nvidia-ctk system '
+            'create-dev-char-symlinks --create-all"\n')
+    return Machine(spec, device_nodes=nodes_for(4))

@@ -523,3 +523,98 @@ def ukuu_43(broken: bool) -> Machine:
             f"/var/lib/dkms/nvidia/{driver}/build/nvidia/os-interface.c:436:5: error: implicit declaration of function "
             "'do_gettimeofday'; did you mean 'do_settimeofday64'? [-Werror=implicit-function-declaration]"], host)
     return Machine(spec, device_nodes=None if broken else nodes_for(1))
+
+
+# -- the user space upgraded under a loaded module ----------------------------------------------------------------------
+
+@case("nvidia-ubuntu-driver-guide-4-minor-update-mismatch")
+def driver_guide_4(broken: bool) -> Machine:
+    """Ubuntu 24.04 desktop: apt took nvidia-driver-550 from 550.90.07 to 550.107.02 (libraries and the
+    linux-modules-nvidia module on disk) while the 550.90.07 module stayed loaded: 'Failed to initialize NVML:
+    Driver/library version mismatch' until a reboot."""
+    new, old = "550.107.02", "550.90.07"
+    spec = healthy.geforce_workstation()
+    k = str(spec["proc/sys/kernel/osrelease"]).strip()
+    libdir = healthy.LIBDIR["x86_64"]
+    drop(spec, f"{libdir}/libcuda.so", f"{libdir}/libnvidia-", "lib/firmware/nvidia/")
+    healthy.driver_userspace(spec, libdir, new)
+    for fw in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
+        spec[f"lib/firmware/nvidia/{new}/{fw}"] = b"\0"
+    for name in ("nvidia", "nvidia-uvm"):
+        spec[f"lib/modules/{k}/kernel/nvidia-550/{name}.ko"] = ko(name, new, k, depends=("nvidia",) if name != "nvidia"
+                                                                   else (), signed=True)
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("nvidia-driver-550", f"{new}-0ubuntu0.24.04.1"), ("libnvidia-compute-550", f"{new}-0ubuntu0.24.04.1"),
+        (f"linux-modules-nvidia-550-{k}", "6.8.0-49.49+2"), ("nvidia-kernel-common-550", f"{new}-0ubuntu0.24.04.1"),
+        ("libc6", "2.39-0ubuntu8.3"), ("cuda-toolkit-12-4", "12.4.1-1")])
+    loaded = old if broken else new
+    spec["proc/driver/nvidia/version"] = healthy.nvrm(loaded, "proprietary").replace(
+        "gcc version 8.5.0 20210514 (Red Hat 8.5.0-22) (GCC)", "gcc version 13.2.0 (Ubuntu 13.2.0-23ubuntu4)")
+    spec["sys/module/nvidia/version"] = loaded + "\n"
+    spec["var/log/apt/history.log"] = ("\nStart-Date: 2024-09-05  06:21:44\nCommandline: /usr/bin/unattended-upgrade\n"
+                                       f"Upgrade: nvidia-driver-550:amd64 ({old}-0ubuntu0.24.04.1, {new}-0ubuntu0.24.04.1), "
+                                       f"libnvidia-compute-550:amd64 ({old}-0ubuntu0.24.04.1, {new}-0ubuntu0.24.04.1)\n"
+                                       "End-Date: 2024-09-05  06:22:31\n")
+    return Machine(spec)
+
+
+@case("machine-shop-70-debian-module-on-disk-older-than-userspace")
+def machine_shop_70(broken: bool) -> Machine:
+    """Debian 12 workstation with NVIDIA's CUDA repository: an interrupted upgrade left nvidia-smi and the libraries at
+    525.85.12 and the DKMS module at 520.56.06, so even after a reboot the loaded module is 520.56.06 and NVML
+    reports a Driver/library version mismatch; apt --fix-broken install finished the module."""
+    new, old, k, host = "525.85.12", "520.56.06", "6.1.0-5-amd64", "bock"
+    module = old if broken else new
+    spec = ubuntu_gpu_host(host, k, new, "2204", ("0000:41:00.0",))
+    spec["etc/os-release"] = ('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\n'
+                              'VERSION="12 (bookworm)"\nVERSION_CODENAME=bookworm\nID=debian\n')
+    spec["etc/debian_version"] = "12.0\n"
+    drop(spec, f"lib/modules/{k}/kernel/nvidia-525srv", "lib/firmware/nvidia/")
+    for name in ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"):
+        spec[f"lib/modules/{k}/updates/dkms/{name}.ko"] = ko(name, module, k, depends=(
+            ("nvidia",) if name in ("nvidia-modeset", "nvidia-uvm") else ("drm", "drm_kms_helper", "nvidia-modeset")
+            if name == "nvidia-drm" else ()))
+    nv = "updates/dkms/nvidia.ko"
+    spec[f"lib/modules/{k}/modules.dep"] = modules_dep(ubuntu_kernel_modules(k) + [
+        (nv, ()), ("updates/dkms/nvidia-modeset.ko", (nv,)), ("updates/dkms/nvidia-uvm.ko", (nv,)),
+        ("updates/dkms/nvidia-drm.ko", ("updates/dkms/nvidia-modeset.ko", nv, "kernel/drivers/gpu/drm/drm_kms_helper.ko",
+                                        "kernel/drivers/gpu/drm/drm.ko"))])
+    spec[f"var/lib/dkms/nvidia/{module}/{k}/x86_64/module/nvidia.ko"] = b""
+    spec["proc/driver/nvidia/version"] = healthy.nvrm(module, "proprietary").replace(
+        "gcc version 8.5.0 20210514 (Red Hat 8.5.0-22) (GCC)", "gcc version 12.2.0 (Debian 12.2.0-14)")
+    spec["sys/module/nvidia/version"] = module + "\n"
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("nvidia-smi", f"{new}-1"), ("libnvidia-ml1", f"{new}-1"), ("libcuda1", f"{new}-1"),
+        ("nvidia-kernel-dkms", f"{module}-1"), ("nvidia-driver", f"{new}-1"), ("dkms", "3.0.10-8"),
+        ("libc6", "2.36-8")])
+    return Machine(spec)
+
+
+# -- the open kernel modules on a GPU without a GSP ---------------------------------------------------------------------
+
+@case("open-gpu-kernel-modules-322-open-module-on-volta")
+def open_gpu_322(broken: bool) -> Machine:
+    """An Ubuntu server with a Tesla V100 (Volta, 10de:1db5) on which the open kernel modules were built and
+    installed from NVIDIA's repository: the open nvidia.ko refuses every GPU without a GSP ('not supported by open
+    nvidia.ko because it does not include the required GPU System Processor'), so no GPU is initialised. The twin
+    runs the proprietary module of the same version."""
+    driver, k, host = "515.57", "5.15.0-41-generic", "dgx-v100"
+    spec = ubuntu_gpu_host(host, k, driver, "1db5", ("0000:af:00.0",))
+    flavor = "open" if broken else "proprietary"
+    spec["proc/driver/nvidia/version"] = healthy.nvrm(driver, flavor)
+    lines = kern_boot(host, k) + [(1157.036170, "PKCS#7 signature not signed with a trusted key"),
+                                  (1157.043851, "nvidia-nvlink: Nvlink Core is being initialized, major device number 237")]
+    if broken:
+        lines += [(1157.046099, "NVRM: The NVIDIA GPU 0000:af:00.0 (PCI ID: 10de:1db5)"),
+                  (1157.046099, "NVRM: installed in this system is not supported by open"),
+                  (1157.046099, "NVRM: nvidia.ko because it does not include the required GPU"),
+                  (1157.046099, "NVRM: System Processor (GSP)."),
+                  (1157.046200, "nvidia: probe of 0000:af:00.0 failed with error -1"),
+                  (1157.046210, "NVRM: The NVIDIA probe routine failed for 1 device(s)."),
+                  (1157.046215, "NVRM: None of the NVIDIA devices were initialized.")]
+        for key in [key for key in spec if key.endswith("0000:af:00.0/driver")]:
+            del spec[key]
+    else:
+        lines += [(1157.2, f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {driver}  Wed Jun 22 19:35:33 UTC 2022")]
+    spec["var/log/kern.log"] = syslog_lines(host, "Jul 16 10:12:03", lines)
+    return Machine(spec)
