@@ -8,7 +8,7 @@ from typing import Dict, Sequence
 
 import healthy
 from cases import Machine, case, nvml_fixture
-from cases.host_driver import containerd_node, dev_char, nodes_for, persistenced_unit, ubuntu_gpu_host
+from cases.host_driver import containerd_node, dev_char, drop, nodes_for, persistenced_unit, ubuntu_gpu_host
 
 Spec = Dict[str, object]
 
@@ -197,3 +197,29 @@ def nvidia_docker_1671(broken: bool) -> Machine:
             'ACTION=="add", DEVPATH=="/bus/pci/drivers/nvidia", RUN+="/usr/bin/nvidia-ctk system '
             'create-dev-char-symlinks --create-all"\n')
     return Machine(spec, device_nodes=nodes_for(4))
+
+
+@case("delta-interpolator-10-toolkit-without-driver-libraries")
+def delta_interpolator_10(broken: bool) -> Machine:
+    """An Ubuntu 22.04 box with the NVIDIA kernel module from linux-modules-nvidia-525 and the container toolkit, but
+    no driver user space (libnvidia-compute-525 not installed): nvidia-container-cli, which loads the host's NVML
+    to set up every GPU container, fails with 'load library failed: libnvidia-ml.so.1'."""
+    driver, k, host = "525.60.11", "5.15.0-56-generic", "toctave-ws"
+    spec = ubuntu_gpu_host(host, k, driver, "2204", ("0000:01:00.0",))
+    libdir = healthy.LIBDIR["x86_64"]
+    packages = [(f"linux-modules-nvidia-525-{k}", "5.15.0-56.62"), ("nvidia-kernel-common-525", f"{driver}-0ubuntu0.22.04.1"),
+                ("nvidia-container-toolkit", "1.11.0-1"), ("libnvidia-container1", "1.11.0-1"),
+                ("docker-ce", "5:20.10.21~3-0~ubuntu-jammy"), ("nvidia-docker2", "2.11.0-1"), ("libc6", "2.35-0ubuntu3.1")]
+    if broken:
+        drop(spec, f"{libdir}/libcuda", f"{libdir}/libnvidia", f"{libdir}/libcudadebugger", "usr/bin/nvidia-smi")
+        spec["proc/driver/nvidia/version"] = healthy.nvrm(driver, "proprietary")
+    else:
+        packages += [("libnvidia-compute-525", f"{driver}-0ubuntu0.22.04.1"), ("nvidia-utils-525", f"{driver}-0ubuntu0.22.04.1")]
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status(packages)
+    spec["usr/bin/dockerd"] = healthy.elf(None)
+    for b in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli", "nvidia-container-toolkit"):
+        spec[f"usr/bin/{b}"] = healthy.elf(None)
+    spec["etc/docker/daemon.json"] = json.dumps({"runtimes": {"nvidia": {
+        "path": "nvidia-container-runtime", "runtimeArgs": []}}}, indent=4) + "\n"
+    dev_char(spec, 1, nvidia=True)
+    return Machine(spec, device_nodes=nodes_for(1))

@@ -618,3 +618,59 @@ def open_gpu_322(broken: bool) -> Machine:
         lines += [(1157.2, f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {driver}  Wed Jun 22 19:35:33 UTC 2022")]
     spec["var/log/kern.log"] = syslog_lines(host, "Jul 16 10:12:03", lines)
     return Machine(spec)
+
+
+@case("compute-gpu-installation-25-kernel-update-without-headers")
+def gce_install_25(broken: bool) -> Machine:
+    """A GCE Debian 11 VM with a Tesla P100 and the driver installed by Google's script through DKMS: an automatic
+    kernel update booted 5.10.0-25-cloud-amd64 without its linux-headers package, so DKMS could not build the module
+    and nvidia-smi 'couldn't communicate with the NVIDIA driver'; `apt-get install linux-headers-$(uname -r)` fixed
+    it."""
+    driver, old_k, new_k, host = "535.86.10", "5.10.0-24-cloud-amd64", "5.10.0-25-cloud-amd64", "p100-vm"
+    spec = ubuntu_gpu_host(host, old_k, driver, "15f8", ("0000:00:04.0",), "Google Compute Engine", vendor="Google")
+    spec["etc/os-release"] = ('PRETTY_NAME="Debian GNU/Linux 11 (bullseye)"\nNAME="Debian GNU/Linux"\nVERSION_ID="11"\n'
+                              'VERSION="11 (bullseye)"\nVERSION_CODENAME=bullseye\nID=debian\n')
+    spec["etc/debian_version"] = "11.7\n"
+    drop(spec, f"lib/modules/{old_k}/kernel/nvidia-535srv", "lib/firmware/nvidia/")
+    for name in ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"):
+        spec[f"lib/modules/{old_k}/updates/dkms/{name}.ko"] = ko(name, driver, old_k, depends=(
+            ("nvidia",) if name in ("nvidia-modeset", "nvidia-uvm") else ("drm", "drm_kms_helper", "nvidia-modeset")
+            if name == "nvidia-drm" else ()))
+    nv = "updates/dkms/nvidia.ko"
+    spec[f"lib/modules/{old_k}/modules.dep"] = modules_dep(ubuntu_kernel_modules(old_k) + [
+        (nv, ()), ("updates/dkms/nvidia-modeset.ko", (nv,)), ("updates/dkms/nvidia-uvm.ko", (nv,)),
+        ("updates/dkms/nvidia-drm.ko", ("updates/dkms/nvidia-modeset.ko", nv, "kernel/drivers/gpu/drm/drm_kms_helper.ko",
+                                        "kernel/drivers/gpu/drm/drm.ko"))])
+    spec[f"lib/modules/{old_k}/build"] = {"symlink": f"/usr/src/linux-headers-{old_k}"}
+    spec[f"usr/src/linux-headers-{old_k}/Makefile"] = "VERSION = 5\n"
+    spec[f"var/lib/dkms/nvidia/{driver}/{old_k}/x86_64/module/nvidia.ko"] = b""
+    spec[f"var/lib/dkms/nvidia/{driver}/source"] = {"symlink": f"/usr/src/nvidia-{driver}"}
+    packages = [("nvidia-driver", f"{driver}-1"), ("nvidia-kernel-dkms", f"{driver}-1"), ("dkms", "2.8.4-3"),
+                (f"linux-image-{old_k}", "5.10.179-3"), (f"linux-headers-{old_k}", "5.10.179-3"),
+                (f"linux-image-{new_k}", "5.10.179-5"), ("linux-image-cloud-amd64", "5.10.179-5"), ("libc6", "2.31-13+deb11u6")]
+    spec[f"boot/vmlinuz-{new_k}"] = ""
+    spec[f"lib/modules/{new_k}/modules.dep"] = modules_dep(ubuntu_kernel_modules(new_k))
+    spec[f"lib/modules/{new_k}/modules.builtin"] = MODULES_BUILTIN
+    spec["boot/vmlinuz"] = {"symlink": f"vmlinuz-{new_k}"}
+    if broken:
+        spec["proc/sys/kernel/osrelease"] = new_k + "\n"
+        unload_nvidia(spec)
+        spec["var/log/kern.log"] = syslog_lines(host, "Aug 22 06:25:03", kern_boot(host, new_k))
+    else:
+        # the headers were installed and DKMS built the module for the new kernel
+        packages.append((f"linux-headers-{new_k}", "5.10.179-5"))
+        spec["proc/sys/kernel/osrelease"] = new_k + "\n"
+        spec[f"lib/modules/{new_k}/build"] = {"symlink": f"/usr/src/linux-headers-{new_k}"}
+        spec[f"usr/src/linux-headers-{new_k}/Makefile"] = "VERSION = 5\n"
+        for name in ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"):
+            spec[f"lib/modules/{new_k}/updates/dkms/{name}.ko"] = ko(name, driver, new_k, depends=(
+                ("nvidia",) if name in ("nvidia-modeset", "nvidia-uvm") else ("drm", "drm_kms_helper", "nvidia-modeset")
+                if name == "nvidia-drm" else ()))
+        spec[f"lib/modules/{new_k}/modules.dep"] = modules_dep(ubuntu_kernel_modules(new_k) + [
+            (nv, ()), ("updates/dkms/nvidia-modeset.ko", (nv,)), ("updates/dkms/nvidia-uvm.ko", (nv,)),
+            ("updates/dkms/nvidia-drm.ko", ("updates/dkms/nvidia-modeset.ko", nv,
+                                            "kernel/drivers/gpu/drm/drm_kms_helper.ko", "kernel/drivers/gpu/drm/drm.ko"))])
+        spec[f"var/lib/dkms/nvidia/{driver}/{new_k}/x86_64/module/nvidia.ko"] = b""
+    spec["proc/cmdline"] = f"BOOT_IMAGE=/boot/vmlinuz-{new_k} root=UUID=3a1b ro console=ttyS0,38400n8\n"
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status(packages)
+    return Machine(spec)
