@@ -161,6 +161,20 @@ def container_toolkit(facts: Facts) -> Result:
         return fail("Docker is installed but the NVIDIA container toolkit is not: 'docker run --gpus all' fails with "
                     "'could not select device driver'", evidence,
                     Fix("Install the NVIDIA container toolkit and register it with Docker.", (install,) + configure))
+    libs = facts.get("nvidia_driver.userspace.libraries")
+    nvml = [l for l in libs or [] if l.get("library") == "libnvidia-ml"]
+    cli = any(b.endswith("nvidia-container-cli") for b in ct.get("binaries") or [])
+    if (cli and libs is not None and not nvml and not ct.get("driver_root") and "driver_root" in ct
+            and facts.get("nvidia_driver.kernel_module.loaded")):
+        return fail("the NVIDIA container toolkit is installed but the host has no driver user space (no "
+                    "libnvidia-ml.so.* in its library directories): nvidia-container-cli fails every GPU container "
+                    "with 'load library failed: libnvidia-ml.so.1'", evidence,
+                    Fix("Install the driver's user-space libraries of the loaded module's version (the kernel module "
+                        "alone is not enough), then restart Docker.",
+                        (package_manager(facts).install(
+                            f"libnvidia-compute-{(facts.get('nvidia_driver.kernel_module.version') or 'NNN').split('.')[0]}"
+                            if package_manager(facts).name == "apt" else "nvidia-driver-cuda-libs"),
+                         "ldconfig -p | grep libnvidia-ml", service("restart", "docker"))))
     if ct.get("docker_daemon_json_error"):
         return fail(ct["docker_daemon_json_error"] + ": Docker will not start with it", evidence,
                     Fix("Repair daemon.json, then let nvidia-ctk write the runtime entry.",

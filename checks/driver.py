@@ -73,6 +73,15 @@ def _build_fix(facts: Facts, kernel: str, method: str, other_kernels: List[str])
                (_headers(facts, kernel), *fallback))
 
 
+def _headers_missing(facts: Facts, kernel: str) -> str:
+    """': DKMS cannot build it: the headers ... are not installed' where the tree says so (older facts: '')."""
+    headers = facts.get("kmod.kernel_headers")
+    if headers is None or kernel in headers:
+        return ""
+    return (f": {'DKMS' if _install_method(facts) == 'dkms' else 'akmods'} cannot build it, the headers for {kernel} are "
+            f"not installed (/lib/modules/{kernel}/build)")
+
+
 def _failed_dkms_build(facts: Facts, kernel: str):
     """DKMS's make.log of a failed NVIDIA build for this kernel, if there is one."""
     for log in facts.get("kmod.dkms.build_logs") or []:
@@ -130,8 +139,10 @@ def module_for_running_kernel(facts: Facts) -> Result:
             return fail(f"no NVIDIA kernel module for the running kernel {running}{where}: DKMS tried to build nvidia "
                         f"{failed['version']} for it and failed ({failed['path']}: {failed['errors'][0]})", evidence,
                         _failed_build_fix(facts, running, failed, others))
-        return fail(f"no NVIDIA kernel module for the running kernel {running}{where}", evidence,
-                    _build_fix(facts, running, _install_method(facts), others))
+        method = _install_method(facts)
+        headers = _headers_missing(facts, running) if method in ("dkms", "akmods") else ""
+        return fail(f"no NVIDIA kernel module for the running kernel {running}{where}{headers}", evidence,
+                    _build_fix(facts, running, method, others))
     real = [m for m in here if m["kind"] != "weak-updates"]
     mismatched = [m for m in here if m.get("vermagic") and not m["vermagic"].split()[0] == running]
     if mismatched:
@@ -191,8 +202,11 @@ def next_boot_kernel(facts: Facts) -> Result:
         fix = _failed_build_fix(facts, default, failed, others)
         fix = Fix(fix.summary + " Or keep booting the current kernel.", fix.steps + tuple(keep))
     elif method == "dkms":
+        headers = facts.get("kmod.kernel_headers")
         message = (f"the next boot kernel {default} has no NVIDIA module yet; DKMS builds it at boot only if "
-                   f"kernel-devel/headers for {default} are installed")
+                   f"kernel-devel/headers for {default} are installed"
+                   + (f", and they are not (/lib/modules/{default}/build)" if headers is not None
+                      and default not in headers else ""))
     else:
         message = f"the next boot kernel {default} has no NVIDIA module ({'modules exist for ' + ', '.join(others) if others else 'none built'}): the GPUs will be gone after a reboot"
     if not facts.live:  # an image about to be booted: this is the failure

@@ -153,6 +153,19 @@ def _kubelet(host) -> Optional[Dict[str, Any]]:
     return {"binary": binary, "configs": configs, "runtime_endpoint": endpoint, "runtime": runtime}
 
 
+def _toolkit_driver_root(host) -> Optional[str]:
+    """Where nvidia-container-cli looks for the driver: the [nvidia-container-cli] root of the toolkit's
+    config.toml (the GPU operator's driver container: /run/nvidia/driver), else /run/nvidia/driver where it exists,
+    else None (the host's own root)."""
+    for path in ("/etc/nvidia-container-runtime/config.toml",
+                 "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml"):
+        text = host.try_read(path, 1 << 20) or ""
+        m = re.search(r"^\s*root\s*=\s*[\"']([^\"']{1,256})[\"']", text, re.M)
+        if m and m.group(1) != "/":
+            return m.group(1)
+    return "/run/nvidia/driver" if host.is_dir("/run/nvidia/driver/usr") else None
+
+
 def _host_cgroup_version(host) -> Optional[int]:
     """cgroup v2 where /sys/fs/cgroup is the unified hierarchy (cgroup.controllers at its root; or /proc/mounts
     mounts cgroup2 there), v1 where it holds per-controller directories."""
@@ -269,6 +282,9 @@ GPU_SERVICES_FACTS = obj(
             runtime=string("containerd, cri-o or docker, from that endpoint (null: not named)"),
             since="0.2.0",
         ),
+        driver_root=string("the driver root nvidia-container-cli uses when it is not / (config.toml's "
+                           "[nvidia-container-cli] root, the GPU operator's /run/nvidia/driver); null: the host's",
+                           since="0.2.0"),
         cdi_libraries=array(obj(
             "",
             spec=string("the CDI specification"),
@@ -361,5 +377,6 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
             "containerd": cri,
             "kubelet": _kubelet(host),
             "cdi_libraries": _cdi_libraries(ctx, cdi),
+            "driver_root": _toolkit_driver_root(host),
         },
     }

@@ -461,6 +461,8 @@ KMOD_FACTS = obj(
         ), "DKMS's make.log files of the NVIDIA module", since="0.2.0"),
     ),
     akmods=boolean("akmods builds the NVIDIA module (its cache or sources exist)"),
+    kernel_headers=array(string(), "kernels whose headers (build tree) are installed: /lib/modules/KERNEL/build/Makefile "
+                                   "(what DKMS and akmods compile the module against)", since="0.2.0"),
     dnf_module=obj(
         "the nvidia-driver DNF module stream (null: none is set)",
         stream=string("the enabled stream (latest-dkms, 535-dkms, open-dkms...)"),
@@ -550,6 +552,8 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
         "nvidia_modules": modules,
         "running_modules": running_modules,
         "dkms": {"registered": host.is_dir("/var/lib/dkms/nvidia"), "builds": dkms, "build_logs": build_logs},
+        # kernels whose build tree (headers) DKMS and akmods compile against is installed: /lib/modules/K/build
+        "kernel_headers": sorted(k for k in module_dirs if host.is_file(f"/lib/modules/{k}/build/Makefile")),
         "akmods": host.is_dir("/var/cache/akmods/nvidia") or bool(host.glob("/usr/src/akmods/nvidia-kmod*")),
         "dnf_module": dnf_stream,
         "runfile_installer": host.exists("/usr/bin/nvidia-uninstall") or host.exists("/var/log/nvidia-installer.log"),
