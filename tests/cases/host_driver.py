@@ -674,3 +674,84 @@ def gce_install_25(broken: bool) -> Machine:
     spec["proc/cmdline"] = f"BOOT_IMAGE=/boot/vmlinuz-{new_k} root=UUID=3a1b ro console=ttyS0,38400n8\n"
     spec["var/lib/dpkg/status"] = healthy.dpkg_status(packages)
     return Machine(spec)
+
+
+@case("nvidia-docker-804-runfile-driver-lost-after-kernel-upgrade")
+def nvidia_docker_804(broken: bool) -> Machine:
+    """An Azure NC-series Ubuntu 16.04 VM whose cloud-init installed driver 396.26 with NVIDIA's .run installer (no
+    DKMS): the image's pending upgrade installed kernel 4.15.0-1018-azure, the reboot it asked for booted it, and the
+    module built for 4.13.0-1018-azure does not load there; nothing rebuilds a .run module."""
+    driver, old_k, new_k, host = "396.26", "4.13.0-1018-azure", "4.15.0-1018-azure", "nc6-vm"
+    spec = ubuntu_gpu_host(host, old_k, driver, "102d", ("0001:00:00.0",), "Virtual Machine",
+                           vendor="Microsoft Corporation", runfile=True)
+    drop(spec, "lib/firmware/nvidia/")
+    spec[f"boot/vmlinuz-{new_k}"] = ""
+    spec["boot/vmlinuz"] = {"symlink": f"vmlinuz-{new_k}"}
+    spec[f"lib/modules/{new_k}/modules.dep"] = modules_dep(ubuntu_kernel_modules(new_k))
+    spec[f"lib/modules/{new_k}/modules.builtin"] = MODULES_BUILTIN
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        (f"linux-image-{old_k}", "4.13.0-1018.21"), (f"linux-image-{new_k}", "4.15.0-1018.18~16.04.1"),
+        ("linux-image-azure", "4.15.0.1018.24"), ("nvidia-docker2", "2.0.3+docker18.03.1-1"), ("libc6", "2.23-0ubuntu10")])
+    if broken:
+        spec["proc/sys/kernel/osrelease"] = new_k + "\n"
+        spec["proc/cmdline"] = f"BOOT_IMAGE=/boot/vmlinuz-{new_k} root=UUID=3a1b ro console=ttyS0\n"
+        unload_nvidia(spec)
+        spec["var/log/kern.log"] = syslog_lines(host, "Aug  3 09:14:22", kern_boot(host, new_k))
+        spec["var/run/reboot-required"] = "*** System restart required ***\n"
+    else:
+        spec["boot/vmlinuz"] = {"symlink": f"vmlinuz-{old_k}"}
+        drop(spec, f"boot/vmlinuz-{new_k}", f"lib/modules/{new_k}")
+        spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+            (f"linux-image-{old_k}", "4.13.0-1018.21"), ("nvidia-docker2", "2.0.3+docker18.03.1-1"),
+            ("libc6", "2.23-0ubuntu10")])
+    return Machine(spec)
+
+
+@case("nvidia-docker-137-nouveau-from-initramfs-after-restart")
+def nvidia_docker_137(broken: bool) -> Machine:
+    """An EC2 g2 Ubuntu instance with the .run driver: after a stop/start the kernel's initramfs (never regenerated
+    with a nouveau blacklist) loads nouveau first, which takes the GPU, and nvidia-docker reports 'Could not load UVM
+    kernel module'."""
+    driver, k, host = "361.42", "4.4.0-28-generic", "ip-172-31-9-14"
+    spec = ubuntu_gpu_host(host, k, driver, "11bf", ("0000:00:03.0",), "g2.2xlarge", runfile=True)
+    drop(spec, "lib/firmware/nvidia/", "etc/modprobe.d/blacklist-nouveau.conf")
+    if broken:
+        unload_nvidia(spec)
+        spec["proc/modules"] = ("nouveau 1499136 0 - Live 0x0\nmxm_wmi 16384 1 nouveau, Live 0x0\nttm 98304 1 nouveau, "
+                                "Live 0x0\ndrm_kms_helper 155648 1 nouveau, Live 0x0\next4 1 1 - Live 0x0\n")
+        import machines
+        machines.pci(spec, "0000:00:03.0", "11bf", driver="nouveau")
+        spec["var/log/kern.log"] = syslog_lines(host, "Jul 13 23:39:02", kern_boot(host, k) + [
+            (3.112, "nouveau 0000:00:03.0: NVIDIA GK104 (0e4200a2)"),
+            (3.240, "nouveau 0000:00:03.0: bios: version 80.04.d4.00.04"),
+            (3.801, "[drm] Initialized nouveau 1.3.1 20120801 for 0000:00:03.0 on minor 0")])
+    else:
+        spec["etc/modprobe.d/blacklist-nouveau.conf"] = "blacklist nouveau\noptions nouveau modeset=0\n"
+    return Machine(spec)
+
+
+@case("pop-os-3811-dkms-580-fails-for-next-kernel")
+def pop_os_3811(broken: bool) -> Machine:
+    """Pop!_OS 22.04 with system76's nvidia-dkms-580-open 580.119.02: the update to kernel 6.17.9-76061709-generic
+    could not build the module (DKMS 'Bad return status', make.log errors); the reporter rolled back to 6.17.4, which
+    runs, and the next boot would take 6.17.9 again without a driver."""
+    driver, k, new_k, host = "580.119.02", "6.17.4-76061704-generic", "6.17.9-76061709-generic", "pop-os"
+    spec = ubuntu_gpu_host(host, k, driver, "2684", ("0000:01:00.0",))
+    spec["proc/driver/nvidia/version"] = healthy.nvrm(driver, "open")
+    spec["etc/os-release"] = ('NAME="Pop!_OS"\nVERSION="22.04 LTS"\nID=pop\nID_LIKE="ubuntu debian"\n'
+                              'PRETTY_NAME="Pop!_OS 22.04 LTS"\nVERSION_ID="22.04"\nUBUNTU_CODENAME=jammy\n')
+    spec[f"var/lib/dkms/nvidia/{driver}/{k}/x86_64/module/nvidia.ko.zst"] = b""
+    if broken:
+        spec[f"boot/vmlinuz-{new_k}"] = ""
+        spec["boot/vmlinuz"] = {"symlink": f"vmlinuz-{new_k}"}
+        spec[f"lib/modules/{new_k}/modules.dep"] = modules_dep(ubuntu_kernel_modules(new_k))
+        spec[f"lib/modules/{new_k}/build"] = {"symlink": f"/usr/src/linux-headers-{new_k}"}
+        spec[f"usr/src/linux-headers-{new_k}/Makefile"] = "VERSION = 6\n"
+        spec[f"var/lib/dkms/nvidia/{driver}/build/make.log"] = (
+            f"DKMS make.log for nvidia-{driver} for kernel {new_k} (x86_64)\nWed Jan 14 09:12:40 PM UTC 2026\n"
+            f"make[1]: Entering directory '/usr/src/linux-headers-{new_k}'\n"
+            f"/var/lib/dkms/nvidia/{driver}/build/nvidia-drm/nvidia-drm-drv.c:1745:10: error: 'struct drm_driver' has no "
+            "member named 'date'\n"
+            f"make[3]: *** [scripts/Makefile.build:287: /var/lib/dkms/nvidia/{driver}/build/nvidia-drm/nvidia-drm-drv.o] Error 1\n"
+            "make: *** [Makefile:81: modules] Error 2\n")
+    return Machine(spec)
