@@ -223,3 +223,44 @@ def delta_interpolator_10(broken: bool) -> Machine:
         "path": "nvidia-container-runtime", "runtimeArgs": []}}}, indent=4) + "\n"
     dev_char(spec, 1, nvidia=True)
     return Machine(spec, device_nodes=nodes_for(1))
+
+
+FEDORA41 = ('NAME="Fedora Linux"\nVERSION="41 (Workstation Edition)"\nID=fedora\nVERSION_ID=41\n'
+            'PLATFORM_ID="platform:f41"\nPRETTY_NAME="Fedora Linux 41 (Workstation Edition)"\nVARIANT_ID=workstation\n')
+
+
+@case("nvidia-container-toolkit-856-cdi-stale-after-akmod-update")
+def nct_856(broken: bool) -> Machine:
+    """Fedora 41 with RPM Fusion's akmod-nvidia and podman using CDI: a dnf update brought driver 570.86.16 (akmods
+    rebuilt the module, the host rebooted), and /etc/cdi/nvidia.yaml, generated at 565.77, still bind-mounts the
+    565.77 libraries that are gone, so every GPU container fails to start until `nvidia-ctk cdi generate` is run
+    again."""
+    driver, old, k, host = "570.86.16", "565.77", "6.12.9-200.fc41.x86_64", "fedora-ws"
+    spec = ubuntu_gpu_host(host, k, driver, "2704", ("0000:01:00.0",))
+    spec["etc/os-release"] = FEDORA41
+    spec["etc/fedora-release"] = "Fedora release 41 (Forty One)\n"
+    drop(spec, "etc/debian_version", "var/lib/dpkg", "usr/lib/x86_64-linux-gnu/libcuda", "usr/lib/x86_64-linux-gnu/libnvidia",
+         "usr/lib/x86_64-linux-gnu/libcudadebugger", f"lib/modules/{k}/kernel/nvidia-570srv")
+    healthy.driver_userspace(spec, "usr/lib64", driver)
+    for name in ("libEGL_nvidia", "libGLX_nvidia", "libnvidia-eglcore", "libnvidia-glcore", "libnvidia-glsi",
+                 "libnvidia-tls", "libnvidia-opencl"):
+        spec[f"usr/lib64/{name}.so.{driver}"] = healthy.elf(f"{name}.so.0" if "GL" in name else f"{name}.so.1")
+    for name in ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"):
+        spec[f"lib/modules/{k}/extra/nvidia/{name}.ko.xz"] = __import__("lzma").compress(
+            __import__("cases.host_driver", fromlist=["ko"]).ko(name, driver, k, depends=(
+                ("nvidia",) if name in ("nvidia-modeset", "nvidia-uvm") else ("drm", "drm_kms_helper", "nvidia-modeset")
+                if name == "nvidia-drm" else ())))
+    spec[f"lib/modules/{k}/modules.dep"] = ""
+    spec["var/cache/akmods/nvidia/570.86.16-1-for-6.12.9-200.fc41.x86_64.log"] = "akmods: built kmod-nvidia\n"
+    spec["usr/src/akmods/nvidia-kmod.latest"] = {"symlink": "nvidia-kmod-570.86.16-1.fc41.src.rpm"}
+    spec["var/lib/rpm/rpmdb.sqlite"] = healthy.rpmdb_sqlite([
+        f"akmod-nvidia-{driver}-1.fc41", f"xorg-x11-drv-nvidia-cuda-{driver}-1.fc41", f"xorg-x11-drv-nvidia-{driver}-1.fc41",
+        "nvidia-container-toolkit-1.17.3-1", "podman-5.3.1-1.fc41", f"kernel-core-6.12.9-200.fc41", "glibc-2.40-17.fc41"])
+    spec["usr/bin/podman"] = healthy.elf(None)
+    spec["usr/bin/crun"] = healthy.elf(None)
+    for b in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli"):
+        spec[f"usr/bin/{b}"] = healthy.elf(None)
+    spec["etc/cdi/nvidia.yaml"] = cdi_spec(old if broken else driver, libdir="/usr/lib64")
+    persistenced_unit(spec, enabled=True, where="usr/lib/systemd/system")
+    dev_char(spec, 1, nvidia=True)
+    return Machine(spec, device_nodes=nodes_for(1))
