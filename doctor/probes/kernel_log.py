@@ -32,6 +32,14 @@ _UNKNOWN_SYMBOL = re.compile(r"(?:\]\s|kernel: |^)(?P<module>[A-Za-z0-9_-]{1,64}
                              r"disagrees about version of symbol (?P<crc>[A-Za-z0-9_.$]{1,128}))")
 MAX_LINES = 400
 MAX_SYMBOL_LINES = 200
+# "NVRM: The NVIDIA GPU 0000:02:00.0 (PCI ID: 10de:1b82)" opens the driver's refusal of one GPU; the lines after it
+# say why (the open module without a GSP, a GPU that needs the open module, a GPU this branch does not support)
+_REFUSED_GPU = re.compile(r"NVRM: The NVIDIA GPU (?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*"
+                          r"(?:NVRM:\s*)?\(PCI ID: (?P<id>10de:[0-9A-Fa-f]{4})\)")
+_REFUSAL_REASONS = (("not supported by open", "the open kernel module does not drive it (no GSP: GPUs before Turing)"),
+                    ("requires use of the NVIDIA open", "it needs the open kernel module"),
+                    ("is not supported by the", "this driver branch does not support it"),
+                    ("fallen off the bus", "it has fallen off the bus"))
 
 
 def current_boot(lines: List[str]) -> List[str]:
@@ -49,9 +57,23 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
     mismatches: List[Dict[str, str]] = []
     fallen: List[str] = []
     symbols: List[Dict[str, Any]] = []
+    refused: List[Dict[str, Any]] = []
+    opened: Optional[Dict[str, Any]] = None
     key_rejected = False
     pending_client: Optional[str] = None
     for line in lines:
+        m = _REFUSED_GPU.search(line)
+        if m:
+            opened = {"bus": m.group("bus").lower(), "pci_id": m.group("id").lower(), "reason": None,
+                      "line": line.strip()[-300:], "_left": 5}
+            refused.append(opened)
+        if opened is not None:
+            for needle, reason in _REFUSAL_REASONS:
+                if needle in line and opened["reason"] is None:
+                    opened["reason"] = reason
+            opened["_left"] -= 1
+            if opened["_left"] <= 0 or opened["reason"]:
+                opened = None
         m = _XID.search(line)
         if m:
             xids.append({"code": int(m.group("code")), "bus": m.group("bus").lower(),
@@ -89,7 +111,8 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
         if "Key was rejected by service" in line or "module verification failed" in line:
             key_rejected = True
     return {"xids": xids, "init_failures": init_failures, "api_mismatches": mismatches,
-            "fallen_off_bus": sorted(set(fallen)), "module_key_rejected": key_rejected, "unknown_symbols": symbols}
+            "fallen_off_bus": sorted(set(fallen)), "module_key_rejected": key_rejected, "unknown_symbols": symbols,
+            "refused_gpus": [{k: v for k, v in r.items() if k != "_left"} for r in refused[-32:]]}
 
 
 def kernel_journal(host) -> Optional[Tuple[List[str], str, Dict[str, Any]]]:
@@ -146,6 +169,15 @@ KERNEL_LOG_FACTS = obj(
         line=string("the whole line (its last 300 characters)"),
     ), "the module loader's refusals of NVIDIA modules in this boot ('Unknown symbol', 'disagrees about version "
        "of symbol')", since="0.2.0"),
+    refused_gpus=array(obj(
+        "",
+        bus=string("the GPU's PCI address"),
+        pci_id=string("its PCI id (10de:xxxx)"),
+        reason=string("why the driver refused it, from the lines after ('the open kernel module does not drive it', "
+                      "'it needs the open kernel module', 'this driver branch does not support it'; null: not said)"),
+        line=string("the line that names it"),
+    ), "GPUs the driver refused in this boot ('NVRM: The NVIDIA GPU BUS (PCI ID: ...)' and the reason after it)",
+       since="0.2.0"),
     lines=array(string(), "the NVIDIA-related lines of this boot (the last 400)"),
     truncated=boolean("there were more than 400 such lines"),
     boot=obj(

@@ -755,3 +755,28 @@ def pop_os_3811(broken: bool) -> Machine:
             f"make[3]: *** [scripts/Makefile.build:287: /var/lib/dkms/nvidia/{driver}/build/nvidia-drm/nvidia-drm-drv.o] Error 1\n"
             "make: *** [Makefile:81: modules] Error 2\n")
     return Machine(spec)
+
+
+@case("open-gpu-kernel-modules-696-open-driver-ignores-pascal-gpu")
+def open_gpu_696(broken: bool) -> Machine:
+    """A desktop with a Turing-or-later GPU and a GTX 1070 Ti (Pascal, 10de:1b82): the 560 driver installs the open
+    kernel modules by default, which drive the first GPU and refuse the Pascal one (no GSP); the proprietary
+    560.35.03 module drives both."""
+    driver, k, host = "560.35.03", "6.8.0-41-generic", "ajvengo-pc"
+    spec = ubuntu_gpu_host(host, k, driver, "2684", ("0000:01:00.0",))
+    import machines
+    machines.pci(spec, "0000:02:00.0", "1b82", cls="0x030000")
+    spec["proc/driver/nvidia/version"] = healthy.nvrm(driver, "open" if broken else "proprietary")
+    lines = kern_boot(host, k) + [(4.01, "nvidia: loading out-of-tree module taints kernel.")]
+    if broken:
+        lines += [(4.120, "NVRM: The NVIDIA GPU 0000:02:00.0 (PCI ID: 10de:1b82)"),
+                  (4.120, "NVRM: installed in this system is not supported by open"),
+                  (4.120, "NVRM: nvidia.ko because it does not include the required GPU"),
+                  (4.120, "NVRM: System Processor (GSP)."),
+                  (4.121, "nvidia 0000:02:00.0: probe with driver nvidia failed with error -1")]
+        for key in [key for key in spec if key.endswith("0000:02:00.0/driver")]:
+            del spec[key]
+    lines += [(4.300, f"NVRM: loading NVIDIA UNIX {'Open ' if broken else ''}Kernel Module for x86_64  {driver}  "
+                      "Release Build  (dvs-builder@U16-I3-D08-1-1)  Fri Aug 16 21:42:42 UTC 2024")]
+    spec["var/log/kern.log"] = syslog_lines(host, "Aug 26 08:30:12", lines)
+    return Machine(spec)
