@@ -76,7 +76,8 @@ def _build_fix(facts: Facts, kernel: str, method: str, other_kernels: List[str])
 def _headers_missing(facts: Facts, kernel: str) -> str:
     """': DKMS cannot build it: the headers ... are not installed' where the tree says so (older facts: '')."""
     headers = facts.get("kmod.kernel_headers")
-    if headers is None or kernel in headers:
+    # said only where the tree shows headers of another kernel (so a tree without /usr/src proves nothing)
+    if not headers or kernel in headers:
         return ""
     return (f": {'DKMS' if _install_method(facts) == 'dkms' else 'akmods'} cannot build it, the headers for {kernel} are "
             f"not installed (/lib/modules/{kernel}/build)")
@@ -205,7 +206,7 @@ def next_boot_kernel(facts: Facts) -> Result:
         headers = facts.get("kmod.kernel_headers")
         message = (f"the next boot kernel {default} has no NVIDIA module yet; DKMS builds it at boot only if "
                    f"kernel-devel/headers for {default} are installed"
-                   + (f", and they are not (/lib/modules/{default}/build)" if headers is not None
+                   + (f", and they are not (/lib/modules/{default}/build)" if headers
                       and default not in headers else ""))
     else:
         message = f"the next boot kernel {default} has no NVIDIA module ({'modules exist for ' + ', '.join(others) if others else 'none built'}): the GPUs will be gone after a reboot"
