@@ -780,3 +780,101 @@ def open_gpu_696(broken: bool) -> Machine:
                       "Release Build  (dvs-builder@U16-I3-D08-1-1)  Fri Aug 16 21:42:42 UTC 2024")]
     spec["var/log/kern.log"] = syslog_lines(host, "Aug 26 08:30:12", lines)
     return Machine(spec)
+
+
+# -- driver/library mismatches reported through containers and cluster tooling ------------------------------------------
+
+def _retag(value, old: str, new: str):
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, bytes):
+        return value.replace(old.encode(), new.encode())
+    if isinstance(value, dict) and "symlink" in value:
+        return {"symlink": value["symlink"].replace(old, new)}
+    return value
+
+
+def retag(spec: Spec, old: str, new: str) -> Spec:
+    """The same machine with another driver version: every path and file that names ``old`` names ``new``."""
+    return {k.replace(old, new): _retag(v, old, new) for k, v in spec.items()}
+
+
+@case("gpu-operator-544-fabric-manager-version-differs-from-driver")
+def gpu_operator_544(broken: bool) -> Machine:
+    """An HGX node with the 530.41.03 driver (CUDA 12.1's) and nvidia-fabricmanager-530 from apt, which resolved to
+    530.30.02: the fabric manager refuses to start ('fabric manager NVIDIA GPU driver interface version 530.30.02
+    don't match with driver version 530.41.03'), and CUDA on the NVSwitch fabric fails with 802."""
+    driver = "530.41.03"
+    spec = retag(healthy.nvswitch_hgx_h100(), "550.127.05", driver)
+    fm = "530.30.02" if broken else driver
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("nvidia-driver-530", f"{driver}-0ubuntu1"), ("nvidia-fabricmanager-530", f"{fm}-1"),
+        ("libnvidia-nscq-530", f"{fm}-1"), ("libc6", "2.35-0ubuntu3.1"), ("mlnx-ofed-kernel-dkms", "23.04.OFED.23.04.0.5.3.1-1")])
+    drop(spec, "usr/share/doc/nvidia-fabricmanager")
+    spec[f"usr/share/doc/nvidia-fabricmanager-{fm}/README"] = "NVIDIA Fabric Manager\n"
+    if broken:
+        spec["var/log/fabricmanager.log"] = (
+            f"[Jun 28 2023 09:12:01] [ERROR] [tid 3228] fabric manager NVIDIA GPU driver interface version {fm} don't "
+            f"match with driver version {driver}. Please update with matching NVIDIA driver package.\n")
+    nvml = nvml_fixture("hgx_h100_nvswitch", driver_version=driver)
+    if broken:
+        for dev in nvml["devices"]:
+            if isinstance(dev.get("fabric"), dict):
+                dev["fabric"] = {**dev["fabric"], "state": 1, "status": 0}
+    return Machine(spec, nvml=nvml, device_nodes=["nvidia-modeset", "nvidia-nvswitch0", "nvidia-nvswitch1",
+                                                 "nvidia-nvswitch2", "nvidia-nvswitch3", "nvidia-nvswitchctl",
+                                                 "nvidia-uvm", "nvidia-uvm-tools"] + [f"nvidia{i}" for i in range(8)]
+                   + ["nvidiactl"])
+
+
+@case("nvidia-docker-182-api-mismatch-after-upgrade")
+def nvidia_docker_182(broken: bool) -> Machine:
+    """Ubuntu 16.04 with the graphics-drivers PPA: the driver went from 367.35 to 367.44 while the 367.35 module stayed
+    loaded; nvidia-docker's service and nvidia-smi fail, and the kernel logs 'NVRM: API mismatch: the client has the
+    version 367.44, but this kernel module has the version 367.35'. A reboot loaded 367.44."""
+    new, old, k, host = "367.44", "367.35", "4.4.0-34-generic", "nyasara-linux"
+    spec = ubuntu_gpu_host(host, k, new, "13c2", ("0000:01:00.0",))
+    drop(spec, "lib/firmware/nvidia/")
+    loaded = old if broken else new
+    spec["proc/driver/nvidia/version"] = healthy.nvrm(loaded, "proprietary")
+    spec["sys/module/nvidia/version"] = loaded + "\n"
+    lines = kern_boot(host, k) + [(3.9, f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {old}  Mon Jul 11 23:14:18 PDT 2016")]
+    if broken:
+        lines += [(9871.2, f"NVRM: API mismatch: the client has the version {new}, but"),
+                  (9871.2, f"NVRM: this kernel module has the version {old}.  Please"),
+                  (9871.2, "NVRM: make sure that this kernel module and all NVIDIA driver"),
+                  (9871.2, "NVRM: components have the same version.")]
+    spec["var/log/kern.log"] = syslog_lines(host, "Aug 26 14:08:07", lines if broken else kern_boot(host, k) + [
+        (3.9, f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {new}  Mon Aug 15 23:14:18 PDT 2016")])
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([("nvidia-367", f"{new}-0ubuntu1"), ("nvidia-docker", "1.0.0~rc.3-1"),
+                                                       ("docker-engine", "1.12.1-0~xenial"), ("libc6", "2.23-0ubuntu3")])
+    return Machine(spec)
+
+
+@case("ansible-slurm-appliance-287-cuda-role-upgrade-without-reboot")
+def slurm_appliance_287(broken: bool) -> Machine:
+    """A Rocky Linux 8 Slurm GPU node: the appliance's cuda role upgraded the DKMS driver from 530.30.02 to 535.54.03
+    and enabled nvidia-persistenced before any reboot, so the daemon (a client of the new user space) met the old
+    module: 'NVRM: API mismatch: the client has the version 535.54.03, but this kernel module has the version
+    530.30.02' (rsyslog joins the driver's lines with #012). A reboot fixed it."""
+    new, old = "535.54.03", "530.30.02"
+    import machines
+    spec = machines.p4d_rhel8_healthy()
+    cur = str(spec["sys/module/nvidia/version"]).strip()
+    spec = retag(spec, cur, new)
+    loaded = old if broken else new
+    spec["proc/driver/nvidia/version"] = machines.nvrm(loaded)
+    spec["sys/module/nvidia/version"] = loaded + "\n"
+    spec["etc/os-release"] = ('NAME="Rocky Linux"\nVERSION="8.8 (Green Obsidian)"\nID="rocky"\nID_LIKE="rhel centos fedora"\n'
+                              'VERSION_ID="8.8"\nPLATFORM_ID="platform:el8"\nPRETTY_NAME="Rocky Linux 8.8 (Green Obsidian)"\n')
+    k = str(spec["proc/sys/kernel/osrelease"]).strip()
+    log = [f"Jun 30 10:58:01 gpu-0 kernel: Linux version {k} (mockbuild@iad1-prod-build001.bld.equ.rockylinux.org) #1 SMP",
+           f"Jun 30 10:58:05 gpu-0 kernel: NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {loaded}  Thu Jun  1 2023"]
+    if broken:
+        log.append(f"Jun 30 11:07:05 gpu-0 kernel: NVRM: API mismatch: the client has the version {new}, but#012NVRM: "
+                   f"this kernel module has the version {old}.  Please#012NVRM: make sure that this kernel module and "
+                   "all NVIDIA driver#012NVRM: components have the same version.")
+    spec["var/log/messages"] = "\n".join(log) + "\n"
+    spec["var/log/dnf.rpm.log"] = healthy.dnf_rpm_log([f"nvidia-driver-3:{new}-1.el8.x86_64",
+                                                       f"kmod-nvidia-latest-dkms-3:{new}-1.el8.x86_64"])
+    return Machine(spec)
