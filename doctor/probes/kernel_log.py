@@ -23,6 +23,8 @@ _RMINIT = re.compile(r"NVRM: (?:GPU (?P<bus>[0-9A-Fa-f:.]+): )?RmInitAdapter fai
 # "NVRM: this kernel module has the version Y.  Please").
 _MISMATCH_CLIENT = re.compile(r"NVRM: API mismatch: the client has the version (?P<client>[\d.\-]+), but")
 _MISMATCH_KERNEL = re.compile(r"this kernel module has the version (?P<kernel>[\d.]+)")
+_MISMATCH_SPREAD = re.compile(r"has the version (?P<client>[\d.\-]{3,40}), but this kernel module has the version "
+                              r"(?P<kernel>[\d.]{3,40})")
 _FALLEN = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?(?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?):?\s+"
                      r"(?:GPU\s+)?(?:has\s+)?fallen off the bus")
 # the module loader's refusals (kernel/module/main.c): "MOD: Unknown symbol SYM (err -2)" (no module exports it) and
@@ -61,6 +63,7 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
     opened: Optional[Dict[str, Any]] = None
     key_rejected = False
     pending_client: Optional[str] = None
+    pending_window: Optional[List[str]] = None
     for line in lines:
         m = _REFUSED_GPU.search(line)
         if m:
@@ -84,6 +87,22 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
         if m:
             init_failures.append({"bus": (m.group("bus") or "").lower() or None, "code": m.group("code"),
                                   "line": line.strip()[-300:]})
+            continue
+        if "API mismatch: the client" in line and not _MISMATCH_CLIENT.search(line):
+            # the newer drivers name the client process first and spread the versions over the next lines:
+            # "API mismatch: the client 'kwin_wayland' (pid 1005)" / "has the version 595.84, but this kernel module
+            # has" / "the version 595.80.  Please ..."
+            pending_window = [line]
+            continue
+        if pending_window is not None:
+            pending_window.append(line)
+            text = " ".join(l.split("NVRM:", 1)[-1].strip() for l in pending_window)
+            m = _MISMATCH_SPREAD.search(text)
+            if m:
+                mismatches.append({"client": m.group("client").rstrip("."), "kernel_module": m.group("kernel").rstrip(".")})
+                pending_window = None
+            elif len(pending_window) > 4:
+                pending_window = None
             continue
         m = _MISMATCH_CLIENT.search(line)
         if m:

@@ -878,3 +878,163 @@ def slurm_appliance_287(broken: bool) -> Machine:
     spec["var/log/dnf.rpm.log"] = healthy.dnf_rpm_log([f"nvidia-driver-3:{new}-1.el8.x86_64",
                                                        f"kmod-nvidia-latest-dkms-3:{new}-1.el8.x86_64"])
     return Machine(spec)
+
+
+ARCH_OS = 'NAME="Arch Linux"\nPRETTY_NAME="Arch Linux"\nID=arch\nBUILD_ID=rolling\n'
+
+
+def arch_host(host: str, k: str, driver: str, device: str) -> Spec:
+    """An Arch Linux desktop (pacman, no dpkg), the nvidia-dkms package's module under updates/dkms as .ko.zst."""
+    spec = ubuntu_gpu_host(host, k, driver, device, ("0000:01:00.0",))
+    spec["etc/os-release"] = ARCH_OS
+    drop(spec, "etc/debian_version", "var/lib/dpkg", f"lib/modules/{k}/kernel/nvidia-{driver.split('.')[0]}srv",
+         "lib/firmware/nvidia/")
+    spec["var/lib/pacman/local/ALPM_DB_VERSION"] = "9\n"
+    return spec
+
+
+@case("nvidia-all-394-dkms-module-not-rebuilt-after-upgrade")
+def nvidia_all_394(broken: bool) -> Machine:
+    """Arch with Frogging-Family's nvidia-all (DKMS, the open modules): the upgrade from 595.80 to 595.84 replaced the
+    user space but the DKMS module for the running zen kernel stayed 595.80 (updates/dkms/nvidia.ko.zst), so even
+    after a reboot the kernel logs 'NVRM: API mismatch: the client ... has the version 595.84, but this kernel module
+    has the version 595.80'."""
+    new, old, k, host = "595.84", "595.80", "7.0.12-zen1-1-zen", "mario-pc"
+    module = old if broken else new
+    spec = arch_host(host, k, new, "2b85")
+    for name in ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"):
+        spec[f"lib/modules/{k}/updates/dkms/{name}.ko.zst"] = healthy.zstd_raw(ko(name, module, k, license="Dual MIT/GPL",
+            depends=(("nvidia",) if name in ("nvidia-modeset", "nvidia-uvm") else
+                     ("drm", "drm_kms_helper", "nvidia-modeset") if name == "nvidia-drm" else ())))
+    z = "updates/dkms/nvidia.ko.zst"
+    spec[f"lib/modules/{k}/modules.dep"] = modules_dep(ubuntu_kernel_modules(k) + [
+        (z, ()), ("updates/dkms/nvidia-modeset.ko.zst", (z,)), ("updates/dkms/nvidia-uvm.ko.zst", (z,)),
+        ("updates/dkms/nvidia-drm.ko.zst", ("updates/dkms/nvidia-modeset.ko.zst", z,
+                                            "kernel/drivers/gpu/drm/drm_kms_helper.ko.zst", "kernel/drivers/gpu/drm/drm.ko.zst"))])
+    spec[f"var/lib/dkms/nvidia/{module}/{k}/x86_64/module/nvidia.ko.zst"] = b""
+    for fw in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
+        spec[f"usr/lib/firmware/nvidia/{new}/{fw}"] = b"\0"
+    spec["proc/driver/nvidia/version"] = healthy.nvrm(module, "open")
+    spec["sys/module/nvidia/version"] = module + "\n"
+    lines = kern_boot(host, k) + [(6.1, f"NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  {module}  Release Build")]
+    if broken:
+        lines += [(9.424670, "NVRM: API mismatch: the client 'kwin_wayland' (pid 1005)"),
+                  (9.424670, f"NVRM: has the version {new}, but this kernel module has"),
+                  (9.424670, f"NVRM: the version {old}.  Please make sure that this"),
+                  (9.424670, "NVRM: kernel module and all NVIDIA driver components"),
+                  (9.424670, "NVRM: have the same version.")]
+    spec["var/log/kern.log"] = syslog_lines(host, "Jun 19 20:48:35", lines)
+    return Machine(spec)
+
+
+@case("open-gpu-kernel-modules-526-390-dkms-fails-on-kernel-6-4")
+def open_gpu_526(broken: bool) -> Machine:
+    """Arch with the zen kernel and nvidia-390xx-dkms (a Fermi/Kepler card): the update to 6.4.1-zen1-1-zen left DKMS
+    unable to build 390.157 ('Bad return status for module build', make.log errors): the 390 legacy branch does not
+    build against 6.4, and the machine boots without a driver; 6.3.9 worked."""
+    driver, old_k, new_k, host = "390.157", "6.3.9-zen1-1-zen", "6.4.1-zen1-1-zen", "alufd-pc"
+    spec = arch_host(host, old_k, driver, "1180")
+    for name in ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"):
+        spec[f"lib/modules/{old_k}/updates/dkms/{name}.ko.zst"] = healthy.zstd_raw(ko(name, driver, old_k, depends=(
+            ("nvidia",) if name in ("nvidia-modeset", "nvidia-uvm") else ("drm", "drm_kms_helper", "nvidia-modeset")
+            if name == "nvidia-drm" else ("ipmi_msghandler",))))
+    spec[f"var/lib/dkms/nvidia/{driver}/{old_k}/x86_64/module/nvidia.ko.zst"] = b""
+    if broken:
+        dkms_failed_build(spec, driver, old_k, new_k, [
+            f"/var/lib/dkms/nvidia/{driver}/build/nvidia-drm/nvidia-drm-drv.c:43:10: fatal error: drm/drm_pci.h: No "
+            "such file or directory",
+            f"/var/lib/dkms/nvidia/{driver}/build/common/inc/nv-mm.h:116:5: error: too few arguments to function "
+            "'get_user_pages_remote'"], host)
+    return Machine(spec)
+
+
+@case("dalle-playground-104-container-nvml-mismatch")
+def dalle_104(broken: bool) -> Machine:
+    """Pop!_OS 22.04: system76's driver update took the user space to 515.48.07 while the 510.73.05 module stayed
+    loaded, so `docker-compose up` fails in the NVIDIA hook ('nvidia-container-cli: initialization error: nvml error:
+    driver/library version mismatch') and the kernel logs the API mismatch."""
+    new, old, k, host = "515.48.07", "510.73.05", "5.17.5-76051705-generic", "pop-os"
+    spec = ubuntu_gpu_host(host, k, new, "2206", ("0000:01:00.0",))
+    spec["etc/os-release"] = ('NAME="Pop!_OS"\nVERSION="22.04 LTS"\nID=pop\nID_LIKE="ubuntu debian"\n'
+                              'PRETTY_NAME="Pop!_OS 22.04 LTS"\nVERSION_ID="22.04"\nUBUNTU_CODENAME=jammy\n')
+    loaded = old if broken else new
+    spec["proc/driver/nvidia/version"] = healthy.nvrm(loaded, "proprietary")
+    spec["sys/module/nvidia/version"] = loaded + "\n"
+    spec["usr/bin/dockerd"] = healthy.elf(None)
+    for b in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli", "nvidia-container-toolkit"):
+        spec[f"usr/bin/{b}"] = healthy.elf(None)
+    spec["etc/docker/daemon.json"] = json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime",
+                                                                          "runtimeArgs": []}}}, indent=4) + "\n"
+    lines = kern_boot(host, k)
+    if broken:
+        lines += [(7386.259769, f"NVRM: API mismatch: the client has the version {new}, but"),
+                  (7386.259769, f"NVRM: this kernel module has the version {old}.  Please"),
+                  (7386.259769, "NVRM: make sure that this kernel module and all NVIDIA driver"),
+                  (7386.259769, "NVRM: components have the same version.")]
+    spec["var/log/kern.log"] = syslog_lines(host, "Jun 29 14:12:40", lines)
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("system76-driver-nvidia", "22.04.6~1655232111~22.04~0a3b6e2"), ("nvidia-driver-515", f"{new}-1pop0~1655229372~22.04~a7efe0a"),
+        ("nvidia-container-toolkit", "1.10.0-1pop1~1654283017~22.04~b5c4b6c"), ("docker.io", "20.10.12-0ubuntu4"),
+        ("libc6", "2.35-0ubuntu3")])
+    return Machine(spec)
+
+
+@case("compute-gpu-installation-18-runfile-driver-after-kernel-upgrade")
+def gce_install_18(broken: bool) -> Machine:
+    """A GCE Ubuntu 22.04 VM whose driver Google's script installed with the .run installer before DKMS was present:
+    an unattended kernel upgrade booted 5.19.0-1021-gcp, where no module exists, and nvidia-smi 'couldn't
+    communicate with the NVIDIA driver'; the fix installs dkms first so the installer registers the module."""
+    driver, old_k, new_k, host = "525.85.12", "5.15.0-1030-gcp", "5.19.0-1021-gcp", "t4-vm"
+    spec = ubuntu_gpu_host(host, old_k, driver, "1eb8", ("0000:00:04.0",), "Google Compute Engine", vendor="Google",
+                           runfile=True)
+    spec[f"boot/vmlinuz-{new_k}"] = ""
+    spec["boot/vmlinuz"] = {"symlink": f"vmlinuz-{new_k}"}
+    spec[f"lib/modules/{new_k}/modules.dep"] = modules_dep(ubuntu_kernel_modules(new_k))
+    spec[f"lib/modules/{new_k}/modules.builtin"] = MODULES_BUILTIN
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        (f"linux-image-{old_k}", "5.15.0-1030.37"), (f"linux-image-{new_k}", "5.19.0-1021.23~22.04.1"),
+        ("linux-image-gcp", "5.19.0.1021.23~22.04.1"), ("unattended-upgrades", "2.8ubuntu1"), ("libc6", "2.35-0ubuntu3.1")])
+    if broken:
+        spec["proc/sys/kernel/osrelease"] = new_k + "\n"
+        spec["proc/cmdline"] = f"BOOT_IMAGE=/boot/vmlinuz-{new_k} root=PARTUUID=9c3f0a1b-01 ro console=ttyS0\n"
+        unload_nvidia(spec)
+        spec["var/log/kern.log"] = syslog_lines(host, "Apr  2 06:25:11", kern_boot(host, new_k))
+    else:
+        spec["boot/vmlinuz"] = {"symlink": f"vmlinuz-{old_k}"}
+        drop(spec, f"boot/vmlinuz-{new_k}", f"lib/modules/{new_k}")
+        spec["var/lib/dpkg/status"] = healthy.dpkg_status([(f"linux-image-{old_k}", "5.15.0-1030.37"),
+                                                           ("libc6", "2.35-0ubuntu3.1")])
+    return Machine(spec)
+
+
+@case("azhpc-images-86-fabric-manager-upgraded-past-runfile-driver")
+def azhpc_86(broken: bool) -> Machine:
+    """An Azure ND A100 v4 node from the HPC image: the driver came from NVIDIA's .run installer (470.57.02), the fabric
+    manager from the deb repository; an apt-get upgrade moved nvidia-fabricmanager-470 to 470.82.01, which refuses to
+    run with the 470.57.02 driver, and CUDA fails to initialise on the NVSwitch fabric."""
+    driver = "470.57.02"
+    spec = retag(healthy.nvswitch_hgx_h100(), "550.127.05", driver)
+    fm = "470.82.01" if broken else driver
+    # the image of 2021: CUDA 11.4 of the driver's branch, not the HGX base's CUDA 12.4 and torch
+    drop(spec, "usr/share/doc/nvidia-fabricmanager", "usr/local/cuda", "opt/conda")
+    spec["proc/self/environ"] = healthy.environ({"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",
+                                                 "HOME": "/home/ops", "USER": "ops"})
+    spec[f"usr/share/doc/nvidia-fabricmanager-{fm}/README"] = "NVIDIA Fabric Manager\n"
+    spec["var/lib/dpkg/status"] = healthy.dpkg_status([
+        ("nvidia-fabricmanager-470", f"{fm}-1"), ("libnvidia-nscq-470", f"{fm}-1"), ("libc6", "2.31-0ubuntu9.2")])
+    spec["usr/bin/nvidia-uninstall"] = healthy.elf(None)
+    spec["var/log/nvidia-installer.log"] = f"nvidia-installer log file '/var/log/nvidia-installer.log'\ninstaller version: {driver}\n"
+    for bus in ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9a:00.0", "0000:ab:00.0",
+                "0000:ba:00.0", "0000:db:00.0"):
+        spec[f"/sys/devices/pci0000:00/{bus}/device"] = "0x20b0\n"
+    if broken:
+        spec["var/log/fabricmanager.log"] = (
+            f"[Jul 15 2021 08:02:11] [ERROR] [tid 2391] fabric manager NVIDIA GPU driver interface version {fm} don't "
+            f"match with driver version {driver}. Please update with matching NVIDIA driver package.\n")
+    nvml = nvml_fixture("hgx_h100_nvswitch", driver_version=driver)
+    for dev in nvml["devices"]:
+        dev["name"] = "NVIDIA A100-SXM4-40GB"
+    return Machine(spec, nvml=nvml, device_nodes=["nvidia-modeset", "nvidia-nvswitch0", "nvidia-nvswitch1",
+                                                 "nvidia-nvswitch2", "nvidia-nvswitch3", "nvidia-nvswitchctl",
+                                                 "nvidia-uvm", "nvidia-uvm-tools"] + [f"nvidia{i}" for i in range(8)]
+                   + ["nvidiactl"])
