@@ -264,3 +264,27 @@ def nct_856(broken: bool) -> Machine:
     persistenced_unit(spec, enabled=True, where="usr/lib/systemd/system")
     dev_char(spec, 1, nvidia=True)
     return Machine(spec, device_nodes=nodes_for(1))
+
+
+@case("nvidia-docker-1650-containerd-systemd-cgroup-v1-daemon-reload")
+def nvidia_docker_1650(broken: bool) -> Machine:
+    """A Kubernetes node on kernel 5.10.23 with systemd 239 and cgroup v1: containerd runs pods with SystemdCgroup =
+    true, and the NVIDIA device nodes have no /dev/char links, so a `systemctl daemon-reload` rewrites the pods'
+    device cgroups to 'c 195:* m' and NVML inside fails ('Failed to initialize NVML: Unknown Error')."""
+    driver, k, host = "460.91.03", "5.10.23-4.al8.x86_64", "gpu-node-7"
+    spec = ubuntu_gpu_host(host, k, driver, "1eb8", ("0000:00:07.0", "0000:00:08.0"))
+    spec["etc/os-release"] = ('NAME="Alibaba Cloud Linux"\nVERSION="3 (Soaring Falcon)"\nID="alinux"\n'
+                              'ID_LIKE="rhel fedora centos anolis"\nVERSION_ID="3"\nPLATFORM_ID="platform:al8"\n'
+                              'PRETTY_NAME="Alibaba Cloud Linux 3 (Soaring Falcon)"\n')
+    drop(spec, "etc/debian_version", "var/lib/dpkg", "sys/fs/cgroup/cgroup.controllers", "lib/firmware/nvidia/")
+    spec["proc/mounts"] = ("/dev/vda1 / ext4 rw,relatime 0 0\nproc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n"
+                           "tmpfs /sys/fs/cgroup tmpfs ro,nosuid,nodev,noexec,mode=755 0 0\n"
+                           "cgroup /sys/fs/cgroup/devices cgroup rw,nosuid,nodev,noexec,relatime,devices 0 0\n"
+                           "cgroup /sys/fs/cgroup/memory cgroup rw,nosuid,nodev,noexec,relatime,memory 0 0\n"
+                           "tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0\n")
+    spec["sys/fs/cgroup/devices/devices.list"] = "a *:* rwm\n"
+    spec["sys/fs/cgroup/memory/memory.limit_in_bytes"] = "9223372036854771712\n"
+    containerd_node(spec, systemd_cgroup=True)
+    persistenced_unit(spec, enabled=True, where="usr/lib/systemd/system")
+    dev_char(spec, 2, nvidia=not broken)
+    return Machine(spec, device_nodes=nodes_for(2))
