@@ -79,7 +79,7 @@ def _preset(host, name: str) -> Optional[str]:
     return None
 
 
-_CDI_HOST_PATH = re.compile(r"^\s*hostPath:\s*['\"]?(/[^\s'\"]{1,512})", re.M)
+_CDI_HOST_PATH = re.compile(r"^[ \t]{0,64}hostPath:[ \t]{0,16}['\"]?(/[^\s'\"]{1,512})", re.M)
 _DRIVER_LIB = re.compile(r"/(lib(?:cuda|nvidia-[a-z0-9_-]{1,40}|nvcuvid|nvoptix|EGL_nvidia|GLX_nvidia|GLESv[12]_CM_nvidia|"
                          r"GLESv2_nvidia)\.so)\.(\d{3}\.\d{1,3}(?:\.\d{1,3})?)$")
 
@@ -145,12 +145,17 @@ def _kubelet(host) -> Optional[Dict[str, Any]]:
         return None
     said = " ".join((host.try_read(p, 65536) or "") for p in configs)
     endpoint = None
-    m = re.search(r"(?:container-runtime-endpoint[= ]|containerRuntimeEndpoint:\s*)['\"]?(\S+?)['\"]?(?:\s|$)", said)
+    m = _KUBELET_ENDPOINT.search(said)
     if m:
         endpoint = m.group(1)[:256]
     runtime = ("containerd" if endpoint and "containerd" in endpoint else "cri-o" if endpoint and "crio" in endpoint
                else "docker" if endpoint and ("docker" in endpoint or "dockershim" in endpoint) else None)
     return {"binary": binary, "configs": configs, "runtime_endpoint": endpoint, "runtime": runtime}
+
+
+_TOOLKIT_ROOT = re.compile(r"^[ \t]{0,64}root[ \t]{0,16}=[ \t]{0,16}[\"']([^\"'\n]{1,256})[\"']", re.M)
+_KUBELET_ENDPOINT = re.compile(r"(?:container-runtime-endpoint[= ]|containerRuntimeEndpoint:[ \t]{0,16})['\"]?"
+                               r"([^\s'\"]{1,256})")
 
 
 def _toolkit_driver_root(host) -> Optional[str]:
@@ -160,7 +165,7 @@ def _toolkit_driver_root(host) -> Optional[str]:
     for path in ("/etc/nvidia-container-runtime/config.toml",
                  "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml"):
         text = host.try_read(path, 1 << 20) or ""
-        m = re.search(r"^\s*root\s*=\s*[\"']([^\"']{1,256})[\"']", text, re.M)
+        m = _TOOLKIT_ROOT.search(text)
         if m and m.group(1) != "/":
             return m.group(1)
     return "/run/nvidia/driver" if host.is_dir("/run/nvidia/driver/usr") else None

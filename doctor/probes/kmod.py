@@ -565,7 +565,7 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
 
 _MAKELOG_KERNEL = re.compile(r"(?:for kernel |KERNEL_UNAME=|/lib/modules/|linux-headers-)([0-9][A-Za-z0-9._+~-]{2,100}?)"
                              r"(?:[ /'\s)]|$)")
-_MAKELOG_ERROR = re.compile(r"(?:\berror:|\*\*\* .*Error \d|undefined!|ERROR: modpost)")
+_MAKELOG_ERROR = re.compile(r"(?:\berror:|\*\*\* \[[^\]\n]{0,512}\] Error \d|undefined!|ERROR: modpost)")
 
 
 def _dkms_make_log(ctx: ProbeContext, path: str, version: str) -> Optional[Dict[str, Any]]:
