@@ -161,10 +161,34 @@ def container_toolkit(facts: Facts) -> Result:
         return fail("Docker is installed but the NVIDIA container toolkit is not: 'docker run --gpus all' fails with "
                     "'could not select device driver'", evidence,
                     Fix("Install the NVIDIA container toolkit and register it with Docker.", (install,) + configure))
+    libs = facts.get("nvidia_driver.userspace.libraries")
+    nvml = [l for l in libs or [] if l.get("library") == "libnvidia-ml"]
+    cli = any(b.endswith("nvidia-container-cli") for b in ct.get("binaries") or [])
+    if (cli and libs is not None and not nvml and not ct.get("driver_root") and "driver_root" in ct
+            and facts.get("nvidia_driver.kernel_module.loaded")):
+        return fail("the NVIDIA container toolkit is installed but the host has no driver user space (no "
+                    "libnvidia-ml.so.* in its library directories): nvidia-container-cli fails every GPU container "
+                    "with 'load library failed: libnvidia-ml.so.1'", evidence,
+                    Fix("Install the driver's user-space libraries of the loaded module's version (the kernel module "
+                        "alone is not enough), then restart Docker.",
+                        (package_manager(facts).install(
+                            f"libnvidia-compute-{(facts.get('nvidia_driver.kernel_module.version') or 'NNN').split('.')[0]}"
+                            if package_manager(facts).name == "apt" else "nvidia-driver-cuda-libs"),
+                         "ldconfig -p | grep libnvidia-ml", service("restart", "docker"))))
     if ct.get("docker_daemon_json_error"):
         return fail(ct["docker_daemon_json_error"] + ": Docker will not start with it", evidence,
                     Fix("Repair daemon.json, then let nvidia-ctk write the runtime entry.",
                         ("sudo python3 -m json.tool /etc/docker/daemon.json",) + configure))
+    if ct.get("docker_snap") and ct.get("docker_daemon_json", "").startswith("/var/snap/") and "nvidia" not in (
+            ct.get("docker_runtimes") or []):
+        return fail(f"Docker is the snap package: its dockerd reads {ct['docker_daemon_json']}, which registers no "
+                    "nvidia runtime (the toolkit writes /etc/docker/daemon.json), so 'docker run --gpus all' fails with "
+                    "'could not select device driver \"\" with capabilities: [[gpu]]'", evidence,
+                    Fix("Replace the snap's Docker with Docker's own packages (the NVIDIA container toolkit configures "
+                        "those), then register the runtime.",
+                        ("sudo snap remove --purge docker",
+                         "# install docker-ce from Docker's apt repository: https://docs.docker.com/engine/install/",)
+                        + configure))
     if "nvidia" not in (ct.get("docker_runtimes") or []) and not ct.get("cdi_specs"):
         return warn("the NVIDIA container toolkit is installed but the nvidia runtime is not registered with Docker "
                     "(--runtime=nvidia and Kubernetes' device plugin fail)", evidence,
@@ -219,7 +243,8 @@ def containers_lose_gpus(facts: Facts) -> Result:
     ct = facts.get("gpu_services.container_toolkit") or {}
     nodes = facts.get("nvidia_driver.device_nodes")
     links = facts.get("nvidia_driver.dev_char_links")
-    cgroup_v2 = (facts.get("system.cgroup") or {}).get("version") == 2
+    # the host's hierarchy (the probe's cgroup facts are this process's cgroup, whose root has no memory.max)
+    cgroup_v2 = ct.get("cgroup_version") == 2 or (facts.get("system.cgroup") or {}).get("version") == 2
     evidence = {"docker_cgroup_driver": ct.get("docker_cgroup_driver"),
                 "containerd_systemd_cgroup": ct.get("containerd_systemd_cgroup"), "cgroup_v2": cgroup_v2,
                 "dev_char_links": links, "toolkit": ct.get("binaries")}
@@ -290,3 +315,137 @@ def driver_capabilities(facts: Facts) -> Result:
                     evidence, fix)
     return passed(f"NVIDIA_DRIVER_CAPABILITIES={evidence['NVIDIA_DRIVER_CAPABILITIES']} includes compute and utility",
                   **evidence)
+
+
+def _node_runtime(ct: Dict[str, Any]) -> Any:
+    """The container runtime the kubelet runs pods with: the one its flags name, else containerd where its
+    configuration exists and Docker is absent, else Docker (dockershim, Kubernetes < 1.24)."""
+    kubelet = ct.get("kubelet") or {}
+    if kubelet.get("runtime"):
+        return kubelet["runtime"]
+    if ct.get("containerd") is not None and not ct.get("docker_installed"):
+        return "containerd"
+    if ct.get("docker_installed") and ct.get("containerd") is None:
+        return "docker"
+    return None
+
+
+@check(
+    id="DLD-CTR-006", slug="k8s-node-runtime-not-nvidia-by-default",
+    remedy="fix-configuration", drain=True,
+    problem="This Kubernetes GPU node does not run pods through the NVIDIA runtime by default",
+    title="A Kubernetes GPU node's container runtime runs pods through the NVIDIA runtime by default (the device "
+          "plugin needs it)",
+    tags=("container", "gpu", "kubernetes"), requires=("gpu_services",), applies=(on_host,),
+    what="""On a Kubernetes node (a kubelet is installed or configured) with NVIDIA GPUs and the container toolkit,
+    reads the container runtime the kubelet uses (its --container-runtime-endpoint, else containerd's or Docker's
+    configuration) and whether that runtime has the nvidia runtime and makes it the default: containerd's
+    default_runtime_name in /etc/containerd/config.toml, Docker's default-runtime in /etc/docker/daemon.json.""",
+    why="""The NVIDIA device plugin (and GPU pods without a runtime class) start like any pod, with the runtime's
+    default. With runc as the default, nothing injects the driver: the plugin logs 'could not load NVML library' or
+    'Incompatible strategy detected auto', the node advertises no nvidia.com/gpu, and GPU pods stay Pending with
+    'Insufficient nvidia.com/gpu', while `ctr run --gpus` or `docker run --gpus` on the node work.""",
+    fix="""Make nvidia the runtime's default (nvidia-ctk runtime configure --runtime=containerd --set-as-default, or
+    --runtime=docker --set-as-default) and restart it; or deploy the device plugin and the GPU pods with
+    runtimeClassName: nvidia.""",
+)
+def node_runtime_default(facts: Facts) -> Result:
+    ct = facts.get("gpu_services.container_toolkit") or {}
+    gpus = facts.get("gpu_pci.gpu_count") or 0
+    kubelet = ct.get("kubelet")
+    runtime = _node_runtime(ct)
+    evidence: Dict[str, Any] = {"kubelet": kubelet, "runtime": runtime, "containerd": ct.get("containerd"),
+                                "docker_runtimes": ct.get("docker_runtimes"),
+                                "docker_default_runtime": ct.get("docker_default_runtime"), "gpu_pci.gpu_count": gpus}
+    if ct.get("kubelet") is None and "kubelet" in ct:
+        return skip("not a Kubernetes node (no kubelet)", **evidence)
+    if "kubelet" not in ct:
+        return skip("these facts predate the node runtime facts (dl-doctor 0.2.0)", **evidence)
+    if not gpus:
+        return skip("no NVIDIA GPU on this node", **evidence)
+    if not ct.get("binaries"):
+        return skip("the NVIDIA container toolkit is not installed on this node (DLD-CTR-002; the GPU operator "
+                    "installs it at run time)", **evidence)
+    alt = "# or: deploy the device plugin and GPU pods with runtimeClassName: nvidia (a RuntimeClass named nvidia)"
+    if runtime == "containerd":
+        cri = ct.get("containerd")
+        if cri is None or not cri.get("configured"):
+            return skip("containerd's CRI configuration is not in /etc/containerd/config.toml (defaults, or a "
+                        "drop-in it imports)", **evidence)
+        runtimes = cri.get("runtimes") or {}
+        nvidia = [n for n, b in runtimes.items() if n == "nvidia" or (b and "nvidia-container-runtime" in b)]
+        default = cri.get("default_runtime") or "runc"
+        fix = Fix("Make the NVIDIA runtime containerd's default and restart containerd.",
+                  (root_command("nvidia-ctk runtime configure --runtime=containerd --set-as-default"),
+                   service("restart", "containerd"), alt))
+        if not nvidia:
+            return fail("containerd on this Kubernetes node has no nvidia runtime in /etc/containerd/config.toml: the "
+                        "device plugin cannot load NVML and the node offers no nvidia.com/gpu ('Insufficient "
+                        "nvidia.com/gpu')", evidence, fix)
+        if default not in nvidia:
+            return warn(f"containerd's default_runtime_name is {default}, not {nvidia[0]}: the device plugin and GPU "
+                        f"pods without runtimeClassName: nvidia start without the driver ('could not load NVML "
+                        f"library', 'Insufficient nvidia.com/gpu')", evidence, fix)
+        return passed(f"containerd runs pods through the {default} runtime by default", **evidence)
+    if runtime == "docker":
+        fix = Fix("Make nvidia Docker's default-runtime and restart Docker.",
+                  (root_command("nvidia-ctk runtime configure --runtime=docker --set-as-default"),
+                   service("restart", "docker"), alt))
+        if "nvidia" not in (ct.get("docker_runtimes") or []):
+            return fail("Docker on this Kubernetes node has no nvidia runtime in /etc/docker/daemon.json: the device "
+                        "plugin cannot load NVML", evidence, fix)
+        default = ct.get("docker_default_runtime") or "runc"
+        if default != "nvidia":
+            return warn(f"Docker's default-runtime is {default} (/etc/docker/daemon.json has the nvidia runtime but "
+                        f"not as \"default-runtime\"): the device plugin's container starts without NVML ('could not "
+                        f"load NVML library')", evidence, fix)
+        return passed("Docker runs pods through the nvidia runtime by default", **evidence)
+    return skip(f"the kubelet's container runtime ({runtime or 'not named'}) is not one this check reads", **evidence)
+
+
+@check(
+    id="DLD-CTR-007", slug="cdi-spec-stale",
+    remedy="fix-configuration", drain=True,
+    problem="The CDI specification names driver files of another driver version",
+    title="The NVIDIA CDI specifications name the installed driver's files",
+    tags=("container", "gpu", "driver"), requires=("gpu_services", "nvidia_driver"), applies=(on_host,),
+    what="""Reads the driver libraries each NVIDIA CDI specification (/etc/cdi/nvidia*.yaml,
+    /var/run/cdi/nvidia*.yaml) bind-mounts by their versioned names, and holds their versions and existence against
+    the installed user-space driver.""",
+    why="""nvidia-ctk cdi generate writes the exact file names of the driver it finds. After a driver upgrade those
+    files are gone, and podman, containerd or Docker in CDI mode refuse to start any GPU container: 'error stat'ing
+    file /usr/lib/x86_64-linux-gnu/libEGL_nvidia.so.OLD: No such file or directory'. NVIDIA's CDI guide says to
+    regenerate the specification after every driver change.""",
+    fix="""Regenerate the specification (sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml) and have it
+    regenerated after driver upgrades (a systemd unit or the toolkit's nvidia-cdi-refresh units).""",
+)
+def cdi_spec_stale(facts: Facts) -> Result:
+    ct = facts.get("gpu_services.container_toolkit") or {}
+    libs = [l for l in ct.get("cdi_libraries") or [] if isinstance(l, dict)]
+    specs = ct.get("cdi_specs") or []
+    versions = facts.get("nvidia_driver.userspace.versions") or []
+    module = facts.get("nvidia_driver.kernel_module.version")
+    evidence: Dict[str, Any] = {"cdi_specs": specs, "driver": versions, "kernel_module": module,
+                                "cdi_libraries": libs[:20]}
+    if not specs:
+        return skip("no NVIDIA CDI specification here", **evidence)
+    if "cdi_libraries" not in ct:
+        return skip("these facts predate the CDI library facts (dl-doctor 0.2.0)", **evidence)
+    if not libs:
+        return passed(f"{', '.join(specs)} names no versioned driver library", **evidence)
+    installed = versions[0] if len(versions) == 1 else module
+    stale = [l for l in libs if not l.get("exists") or (installed and l.get("version") != installed)]
+    if not stale:
+        return passed(f"{', '.join(specs)}: the {len(libs)} driver libraries it names are the installed driver's "
+                      f"({installed or libs[0].get('version')})", **evidence)
+    named = sorted({l["version"] for l in stale if l.get("version")})
+    spec = stale[0]["spec"]
+    missing = [l["path"] for l in stale if not l.get("exists")]
+    what = (f"{spec} was generated for driver {', '.join(named)}"
+            + (f", but the installed driver is {installed}" if installed and installed not in named else ""))
+    detail = (f": {len(missing)} of the files it bind-mounts do not exist ({missing[0]}...), so every GPU container "
+              "started through CDI fails ('error stat'ing file ... No such file or directory')" if missing else
+              ": GPU containers get the old driver's libraries")
+    return fail(what + detail, evidence,
+                Fix("Regenerate the CDI specification for the installed driver (and after every driver upgrade).",
+                    (root_command(f"nvidia-ctk cdi generate --output={spec}"), "nvidia-ctk cdi list")))

@@ -76,12 +76,27 @@ def _minor_compat_verdict(facts: Facts, matrix, row: Dict[str, Any], gpus: List[
     return {"known": False, "jit": [], "ok": [], "source": None}
 
 
+def _reported_model(facts: Facts, bdf: str) -> Optional[str]:
+    """The model the driver itself reports for a GPU (/proc/driver/nvidia/gpus/BDF/information, else NVML's name
+    at that address)."""
+    for g in facts.get("nvidia_driver.proc_gpus") or []:
+        if isinstance(g, dict) and str(g.get("bdf", "")).lower() == bdf.lower() and g.get("model"):
+            return str(g["model"])[:128]
+    for d in facts.get("nvml.devices") or []:
+        if isinstance(d, dict) and str(d.get("bus_id", "")).lower().endswith(bdf.lower()[-12:]) and d.get("name"):
+            return str(d["name"])[:128]
+    return None
+
+
 def _gpu_classes(facts: Facts, matrix) -> List[Dict[str, Any]]:
     out = []
     for g in nvidia_gpus(facts):
         entry = matrix.gpu_by_pci(g.get("device_id") or "")
-        out.append({"bdf": g["bdf"], "device_id": g.get("device_id"), "name": entry["name"] if entry else None,
-                    "class": entry["class"] if entry else None,
+        name = entry["name"] if entry else _reported_model(facts, g["bdf"])
+        cls = entry["class"] if entry else None
+        if cls is None and name and "geforce" in name.lower():
+            cls = "geforce"  # the driver's own model name: a GeForce board, whatever its PCI id
+        out.append({"bdf": g["bdf"], "device_id": g.get("device_id"), "name": name, "class": cls,
                     "cc": entry.get("compute_capability") if entry else None})
     return out
 
@@ -207,8 +222,11 @@ def cuda_compat_unsupported(facts: Facts, matrix) -> Result:
         return passed(f"forward compatibility ({active[0]['path']}) is in use on supported GPUs", **evidence)
     names = ", ".join(f"{g['name'] or '10de:' + str(g['device_id'])} ({g['class'] or 'unknown class'})" for g in unsupported)
     directory = active[0]["path"].rsplit("/", 1)[0]
-    return fail(f"cuda-compat libcuda {active[0]['version']} is active but {names} does not support forward "
-                f"compatibility: CUDA fails with error 804", evidence,
+    host = facts.get("nvidia_driver.kernel_module.version")
+    placed = f" ({active[0]['path']}, from {active[0]['origin']})" if active[0].get("origin") else ""
+    return fail(f"cuda-compat libcuda {active[0]['version']}{placed} is active"
+                + (f" over the host driver {host}" if host else "") +
+                f" but {names} does not support forward compatibility: CUDA fails with error 804", evidence,
                 Fix("Stop using the compat library and upgrade the host driver instead.",
                     (f"export LD_LIBRARY_PATH=$(echo \"$LD_LIBRARY_PATH\" | tr ':' '\\n' | grep -v '{directory}' | paste -sd:)",
                      f"grep -rl '{directory}' /etc/ld.so.conf.d/ | xargs -r sudo rm && sudo ldconfig")))

@@ -73,6 +73,34 @@ def _build_fix(facts: Facts, kernel: str, method: str, other_kernels: List[str])
                (_headers(facts, kernel), *fallback))
 
 
+def _headers_missing(facts: Facts, kernel: str) -> str:
+    """': DKMS cannot build it: the headers ... are not installed' where the tree says so (older facts: '')."""
+    headers = facts.get("kmod.kernel_headers")
+    # said only where the tree shows headers of another kernel (so a tree without /usr/src proves nothing)
+    if not headers or kernel in headers:
+        return ""
+    return (f": {'DKMS' if _install_method(facts) == 'dkms' else 'akmods'} cannot build it, the headers for {kernel} are "
+            f"not installed (/lib/modules/{kernel}/build)")
+
+
+def _failed_dkms_build(facts: Facts, kernel: str):
+    """DKMS's make.log of a failed NVIDIA build for this kernel, if there is one."""
+    for log in facts.get("kmod.dkms.build_logs") or []:
+        if isinstance(log, dict) and log.get("failed") and log.get("kernel") == kernel and log.get("errors"):
+            return log
+    return None
+
+
+def _failed_build_fix(facts: Facts, kernel: str, log, other_kernels: List[str]) -> Fix:
+    fallback = [f"# or boot a kernel that has the module: {', '.join(other_kernels)}"] if other_kernels else []
+    return Fix(f"The nvidia {log['version']} sources do not build against {kernel} (the compiler errors are in "
+               f"{log['path']}): install a driver branch that supports this kernel, then rebuild; or keep booting "
+               f"the kernel it was built for.",
+               (f"grep -m5 -E 'error:|Error [0-9]' {shlex.quote(log['path'])}", "dkms status",
+                "# install a newer driver branch (ubuntu-drivers list / dnf module list nvidia-driver), then:",
+                root_command(f"dkms autoinstall -k {kernel}"), *fallback))
+
+
 @check(
     id="DLD-DRV-001", slug="kernel-module-missing-for-running-kernel",
     remedy="repair-software", drain=True,
@@ -106,8 +134,16 @@ def module_for_running_kernel(facts: Facts) -> Result:
     others = sorted({m["kernel"] for m in modules if m["kernel"] != running})
     if not here:
         where = f"; modules exist only for {', '.join(others)}" if others else ""
-        return fail(f"no NVIDIA kernel module for the running kernel {running}{where}", evidence,
-                    _build_fix(facts, running, _install_method(facts), others))
+        failed = _failed_dkms_build(facts, running)
+        if failed:
+            evidence["dkms_build_log"] = failed
+            return fail(f"no NVIDIA kernel module for the running kernel {running}{where}: DKMS tried to build nvidia "
+                        f"{failed['version']} for it and failed ({failed['path']}: {failed['errors'][0]})", evidence,
+                        _failed_build_fix(facts, running, failed, others))
+        method = _install_method(facts)
+        headers = _headers_missing(facts, running) if method in ("dkms", "akmods") else ""
+        return fail(f"no NVIDIA kernel module for the running kernel {running}{where}{headers}", evidence,
+                    _build_fix(facts, running, method, others))
     real = [m for m in here if m["kind"] != "weak-updates"]
     mismatched = [m for m in here if m.get("vermagic") and not m["vermagic"].split()[0] == running]
     if mismatched:
@@ -159,9 +195,19 @@ def next_boot_kernel(facts: Facts) -> Result:
                 else root_command(f"apt-mark hold {shlex.quote('linux-image-' + running)}",
                                   note="and make it the GRUB default")]
     fix = Fix(fix.summary + " Or keep booting the current kernel.", fix.steps + tuple(keep))
-    if method == "dkms":
+    failed = _failed_dkms_build(facts, default)
+    if failed:
+        evidence["dkms_build_log"] = failed
+        message = (f"the next boot kernel {default} has no NVIDIA module: DKMS tried to build nvidia {failed['version']} "
+                   f"for it and failed ({failed['path']}: {failed['errors'][0]})")
+        fix = _failed_build_fix(facts, default, failed, others)
+        fix = Fix(fix.summary + " Or keep booting the current kernel.", fix.steps + tuple(keep))
+    elif method == "dkms":
+        headers = facts.get("kmod.kernel_headers")
         message = (f"the next boot kernel {default} has no NVIDIA module yet; DKMS builds it at boot only if "
-                   f"kernel-devel/headers for {default} are installed")
+                   f"kernel-devel/headers for {default} are installed"
+                   + (f", and they are not (/lib/modules/{default}/build)" if headers
+                      and default not in headers else ""))
     else:
         message = f"the next boot kernel {default} has no NVIDIA module ({'modules exist for ' + ', '.join(others) if others else 'none built'}): the GPUs will be gone after a reboot"
     if not facts.live:  # an image about to be booted: this is the failure
@@ -346,3 +392,131 @@ def gsp_firmware(facts: Facts) -> Result:
                     (package_manager(facts).install(f"nvidia-firmware-{version.split('.')[0]}-{version}"
                                                     if package_manager(facts).name == "apt" else "nvidia-kmod-common"),
                      f"ls /lib/firmware/nvidia/{version}/   # gsp_ga10x.bin, gsp_tu10x.bin")))
+
+
+def _extra_modules_package(facts: Facts, kernel: str) -> Step:
+    """The distro package that carries a kernel's less common in-tree modules (Ubuntu and Debian split them into
+    linux-modules-extra; RHEL, Rocky, Alma and Amazon Linux into kernel-modules-extra)."""
+    pm = package_manager(facts)
+    if pm.name == "apt":
+        return pm.install(f"linux-modules-extra-{kernel}")
+    if pm.name == "zypper":
+        return pm.install("kernel-default-extra")
+    return pm.install(f"kernel-modules-extra-{kernel}")
+
+
+@check(
+    id="DLD-DRV-007", slug="nvidia-module-dependency-unavailable",
+    remedy="repair-software", drain=True,
+    problem="An NVIDIA kernel module cannot load: a module it needs is missing or not loaded first",
+    title="Every NVIDIA kernel module of the running kernel has what it needs from that kernel (depends=, "
+          "modules.dep, vermagic)",
+    tags=("driver", "kernel", "gpu"), requires=("kmod",), applies=(needs_nvidia_gpu,),
+    what="""For every NVIDIA module of the running kernel (nvidia, nvidia-uvm, -modeset, -drm, -peermem; .ko,
+    .ko.xz, .ko.gz, and .ko.zst where readable), reads the modules its .modinfo depends= names and its vermagic, and
+    holds them against the kernel's own modules.dep and modules.builtin, and against the kernel log's 'Unknown
+    symbol' lines of this boot. Judged only where modules.dep lists modules (an empty one says nothing).""",
+    why="""modprobe loads a module's dependencies first only as modules.dep lists them, and the kernel refuses a
+    module whose symbols no loaded module exports: 'MODULE: Unknown symbol SYMBOL (err -2)', then 'modprobe: ERROR:
+    could not insert ... Unknown symbol in module'. That happens when the module it needs is not installed for
+    this kernel (a split package such as linux-modules-extra or kernel-modules-extra left out), when modules.dep
+    was not regenerated after the NVIDIA module was installed (depmod), or when a module was built for another
+    kernel (its vermagic).""",
+    fix="""Install the package that carries the missing module for the running kernel (linux-modules-extra-KERNEL,
+    kernel-modules-extra-KERNEL), run depmod -a KERNEL so that modules.dep names every dependency, then modprobe
+    the NVIDIA module again; a module built for another kernel is rebuilt for this one.""",
+)
+def module_dependencies(facts: Facts) -> Result:
+    rm = facts.get("kmod.running_modules")
+    symbols = [s for s in facts.get("kernel_log.unknown_symbols") or [] if isinstance(s, dict)]
+    if rm is None:
+        return skip("the running kernel's modules are not known here (no running kernel or no /lib/modules for it)")
+    kernel = rm.get("kernel") or facts.get("kmod.running_kernel")
+    mods = [m for m in rm.get("modules") or [] if isinstance(m, dict)]
+    if not mods:
+        return skip(f"no NVIDIA module is installed for the running kernel {kernel} (see DLD-DRV-001)")
+    loaded = set(facts.get("nvidia_driver.modules") or [])
+    refused = {}
+    for s in symbols:
+        refused.setdefault(s["module"], []).append(s)
+    evidence: Dict = {"kernel": kernel, "modules": [{k: m.get(k) for k in ("name", "path", "depends", "vermagic",
+                                                                            "listed", "missing", "unlisted")}
+                                                     for m in mods],
+                      "kernel_log.unknown_symbols": [s.get("line") for s in symbols[:10]]}
+    problems: List[str] = []
+    warnings: List[str] = []
+    steps: List = []
+    heads: List[str] = []
+
+    def said(name: str) -> str:
+        lines = refused.get(name) or []
+        if not lines:
+            return ""
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        return f"; the kernel log shows it: '{lines[0]['line'].split('] ', 1)[-1][-160:]}'{more}"
+
+    for m in mods:
+        name, path = m["name"], m["path"]
+        file = path.rsplit("/", 1)[-1]
+        is_loaded = name in loaded
+        vm = (m.get("vermagic") or "").split()
+        if vm and vm[0] != kernel:
+            (warnings if is_loaded else problems).append(
+                f"{file} was built for {vm[0]}, not the running kernel {kernel}: the kernel refuses it" + said(name))
+            heads.append(f"{file} was built for another kernel")
+            steps.append(root_command(f"dkms autoinstall -k {kernel}"))
+            continue
+        if not rm.get("modules_dep"):
+            continue
+        if m.get("missing"):
+            need = ", ".join(m["missing"])
+            (warnings if is_loaded else problems).append(
+                f"{file} needs {need} (its .modinfo depends=), which the running kernel {kernel} does not have (not in "
+                f"modules.dep or modules.builtin): loading {name} fails with 'Unknown symbol'" + said(name))
+            heads.append(f"{file} needs {need}, which the running kernel does not have")
+            steps.append(_extra_modules_package(facts, kernel))
+            steps.append(root_command(f"depmod -a {kernel}"))
+            steps.append(load_module(name.replace("_", "-")))
+        elif m.get("listed") is False:
+            (warnings if is_loaded else problems).append(
+                f"{path} is not in the running kernel's modules.dep (depmod was not run after it was installed): "
+                f"'modprobe {name}' cannot find it or load what it needs" + said(name))
+            heads.append(f"{file} is not in modules.dep")
+            steps.append(root_command(f"depmod -a {kernel}"))
+            steps.append(load_module(name.replace("_", "-")))
+        elif m.get("unlisted"):
+            need = ", ".join(m["unlisted"])
+            (warnings if is_loaded else problems).append(
+                f"modules.dep lists {file} without {need}, which its .modinfo depends on: modprobe inserts it alone "
+                f"and the kernel refuses its symbols ('Unknown symbol'); modules.dep is stale" + said(name))
+            heads.append(f"modules.dep lists {file} without {need}")
+            steps.append(root_command(f"depmod -a {kernel}"))
+            steps.append(load_module(name.replace("_", "-")))
+    # refusals the tree cannot explain (a module the files judge fine): the log line is the evidence
+    explained = {p.split(" ", 1)[0] for p in problems + warnings}
+    for name, lines in sorted(refused.items()):
+        if name in loaded or any(name in e or name.replace("_", "-") in e for e in explained):
+            continue
+        if not any(m["name"] == name for m in mods):
+            continue
+        kinds = {s["kind"] for s in lines}
+        why = ("built against other kernel headers or another provider of those symbols" if kinds == {"version"}
+               else "no loaded module exports them")
+        problems.append(f"the kernel refused {name} in this boot ({why}): '{lines[0]['line'].split('] ', 1)[-1][-160:]}'"
+                        + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""))
+        heads.append(f"the kernel refused {name}: Unknown symbol")
+        steps.append(f"modprobe --show-depends {shlex.quote(name)}")
+        steps.append(f"modinfo -F depends {shlex.quote(name)}")
+    fix = Fix("Give the NVIDIA modules what they need from the running kernel, then load them.",
+              tuple(dict.fromkeys(steps)) + ("sudo dmesg | grep -iE 'Unknown symbol|disagrees about version' | tail",))
+    from dl_doctor.checks.common import first_heading
+    if problems:
+        return fail("; ".join(problems + warnings), evidence, fix, headline=first_heading(heads))
+    if warnings:
+        return warn("; ".join(warnings) + " (loaded now, but it will not load again as the files stand)", evidence, fix,
+                    headline=first_heading(heads))
+    if not rm.get("modules_dep"):
+        return skip(f"the running kernel's modules.dep is missing or empty: what {kernel} provides is not known",
+                    **evidence)
+    return passed(f"{len(mods)} NVIDIA module(s) of {kernel}: everything their depends= names is in modules.dep or "
+                  f"built in, and they were built for it", **evidence)

@@ -35,12 +35,32 @@ def _reset_commands(devs: List[Dict[str, Any]]) -> tuple:
 HEALTH: Dict[str, Any] = dict(requires=("nvml",), applies=(needs_nvidia_gpu, needs_nvml))
 
 
+def _persistenced_state(facts: Facts) -> str:
+    """What the tree or host says about nvidia-persistenced: not installed, installed but not enabled (and the
+    preset that keeps it off), enabled but not running."""
+    unit = facts.get("gpu_services.persistenced") or {}
+    if not isinstance(unit, dict) or not unit:
+        return ""
+    if not unit.get("installed"):
+        return "; nvidia-persistenced is not installed as a systemd unit"
+    where = unit.get("unit_path") or "its unit file"
+    if not unit.get("enabled"):
+        preset = unit.get("preset")
+        return (f"; nvidia-persistenced is installed ({where}) but not enabled (no systemd *.wants link"
+                + (f"; {preset}" if preset else "") + "), so nothing keeps the GPUs initialised")
+    state = unit.get("active") or unit.get("journal_state")
+    if state and state != "active":
+        return f"; nvidia-persistenced is enabled but {state}"
+    return ""
+
+
 @check(
     id="DLD-GPU-005", slug="persistence-mode-off", title="GPU persistence mode is on",
     remedy="fix-configuration", drain=False,
     problem="GPU persistence mode is off",
     tags=("gpu", "performance"), **HEALTH,
-    what="Reads each GPU's persistence mode through NVML.",
+    what="""Reads each GPU's persistence mode through NVML and, where it is off, the nvidia-persistenced unit's state
+    from the tree (its unit file, its *.wants link, a systemd preset that disables it).""",
     why="""Without persistence (the nvidia-persistenced daemon, or persistence mode) the driver tears the GPUs down
     whenever no client is open, so every nvidia-smi and every CUDA process start re-initialises all GPUs: seconds of
     delay per start on an 8-GPU node, and flaky health probes.""",
@@ -49,9 +69,14 @@ HEALTH: Dict[str, Any] = dict(requires=("nvml",), applies=(needs_nvidia_gpu, nee
 def persistence_mode(facts: Facts) -> Result:
     devs = facts.get("nvml.devices") or []
     off = [d for d in devs if d.get("persistence_mode") is False]
-    evidence: Dict[str, Any] = {"persistence_off": [_label(d) for d in off]}
+    evidence: Dict[str, Any] = {"persistence_off": [_label(d) for d in off],
+                                "gpu_services.persistenced": facts.get("gpu_services.persistenced")}
     if off:
-        return warn(f"persistence mode is off on {len(off)} of {len(devs)} GPUs: every CUDA start re-initialises them",
+        daemon = _persistenced_state(facts)
+        if facts.get("system.container.in_container") and not daemon:
+            daemon = "; the persistence daemon runs on the host, not in this container"
+        return warn(f"persistence mode is off on {len(off)} of {len(devs)} GPUs: every CUDA start and nvidia-smi "
+                    f"re-initialises them{daemon}",
                     evidence, Fix("Enable the persistence daemon.",
                                   (service("enable", "nvidia-persistenced", now=True), "# or: sudo nvidia-smi -pm 1")))
     return passed(f"persistence mode is on for all {len(devs)} GPUs", **evidence)

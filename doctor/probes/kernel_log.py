@@ -23,9 +23,25 @@ _RMINIT = re.compile(r"NVRM: (?:GPU (?P<bus>[0-9A-Fa-f:.]+): )?RmInitAdapter fai
 # "NVRM: this kernel module has the version Y.  Please").
 _MISMATCH_CLIENT = re.compile(r"NVRM: API mismatch: the client has the version (?P<client>[\d.\-]+), but")
 _MISMATCH_KERNEL = re.compile(r"this kernel module has the version (?P<kernel>[\d.]+)")
+_MISMATCH_SPREAD = re.compile(r"has the version (?P<client>[\d.\-]{3,40}), but this kernel module has the version "
+                              r"(?P<kernel>[\d.]{3,40})")
 _FALLEN = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?(?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?):?\s+"
                      r"(?:GPU\s+)?(?:has\s+)?fallen off the bus")
+# the module loader's refusals (kernel/module/main.c): "MOD: Unknown symbol SYM (err -2)" (no module exports it) and
+# "MOD: disagrees about version of symbol SYM" (its CRC differs: built against other headers)
+_UNKNOWN_SYMBOL = re.compile(r"(?:\]\s|kernel: |^)(?P<module>[A-Za-z0-9_-]{1,64}): (?:(?P<unknown>Unknown symbol) "
+                             r"(?P<symbol>[A-Za-z0-9_.$]{1,128})(?: \(err (?P<err>-?\d{1,4})\))?|"
+                             r"disagrees about version of symbol (?P<crc>[A-Za-z0-9_.$]{1,128}))")
 MAX_LINES = 400
+MAX_SYMBOL_LINES = 200
+# "NVRM: The NVIDIA GPU 0000:02:00.0 (PCI ID: 10de:1b82)" opens the driver's refusal of one GPU; the lines after it
+# say why (the open module without a GSP, a GPU that needs the open module, a GPU this branch does not support)
+_REFUSED_GPU = re.compile(r"NVRM: The NVIDIA GPU (?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*"
+                          r"(?:NVRM:\s*)?\(PCI ID: (?P<id>10de:[0-9A-Fa-f]{4})\)")
+_REFUSAL_REASONS = (("not supported by open", "the open kernel module does not drive it (no GSP: GPUs before Turing)"),
+                    ("requires use of the NVIDIA open", "it needs the open kernel module"),
+                    ("is not supported by the", "this driver branch does not support it"),
+                    ("fallen off the bus", "it has fallen off the bus"))
 
 
 def current_boot(lines: List[str]) -> List[str]:
@@ -42,9 +58,25 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
     init_failures: List[Dict[str, Any]] = []
     mismatches: List[Dict[str, str]] = []
     fallen: List[str] = []
+    symbols: List[Dict[str, Any]] = []
+    refused: List[Dict[str, Any]] = []
+    opened: Optional[Dict[str, Any]] = None
     key_rejected = False
     pending_client: Optional[str] = None
+    pending_window: Optional[List[str]] = None
     for line in lines:
+        m = _REFUSED_GPU.search(line)
+        if m:
+            opened = {"bus": m.group("bus").lower(), "pci_id": m.group("id").lower(), "reason": None,
+                      "line": line.strip()[-300:], "_left": 5}
+            refused.append(opened)
+        if opened is not None:
+            for needle, reason in _REFUSAL_REASONS:
+                if needle in line and opened["reason"] is None:
+                    opened["reason"] = reason
+            opened["_left"] -= 1
+            if opened["_left"] <= 0 or opened["reason"]:
+                opened = None
         m = _XID.search(line)
         if m:
             xids.append({"code": int(m.group("code")), "bus": m.group("bus").lower(),
@@ -55,6 +87,22 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
         if m:
             init_failures.append({"bus": (m.group("bus") or "").lower() or None, "code": m.group("code"),
                                   "line": line.strip()[-300:]})
+            continue
+        if "API mismatch: the client" in line and not _MISMATCH_CLIENT.search(line):
+            # the newer drivers name the client process first and spread the versions over the next lines:
+            # "API mismatch: the client 'kwin_wayland' (pid 1005)" / "has the version 595.84, but this kernel module
+            # has" / "the version 595.80.  Please ..."
+            pending_window = [line]
+            continue
+        if pending_window is not None:
+            pending_window.append(line)
+            text = " ".join(l.split("NVRM:", 1)[-1].strip() for l in pending_window)
+            m = _MISMATCH_SPREAD.search(text)
+            if m:
+                mismatches.append({"client": m.group("client").rstrip("."), "kernel_module": m.group("kernel").rstrip(".")})
+                pending_window = None
+            elif len(pending_window) > 4:
+                pending_window = None
             continue
         m = _MISMATCH_CLIENT.search(line)
         if m:
@@ -72,10 +120,18 @@ def parse_kernel_log(lines: List[str]) -> Dict[str, Any]:
         m = _FALLEN.search(line)
         if m:
             fallen.append(m.group("bus").lower())
+        if "symbol" in line:
+            m = _UNKNOWN_SYMBOL.search(line)
+            if m and m.group("module").replace("-", "_").startswith(("nvidia", "nv_")) and len(symbols) < MAX_SYMBOL_LINES:
+                symbols.append({"module": m.group("module").replace("-", "_"),
+                                "symbol": m.group("symbol") or m.group("crc"),
+                                "kind": "unknown" if m.group("unknown") else "version",
+                                "err": int(m.group("err")) if m.group("err") else None, "line": line.strip()[-300:]})
         if "Key was rejected by service" in line or "module verification failed" in line:
             key_rejected = True
     return {"xids": xids, "init_failures": init_failures, "api_mismatches": mismatches,
-            "fallen_off_bus": sorted(set(fallen)), "module_key_rejected": key_rejected}
+            "fallen_off_bus": sorted(set(fallen)), "module_key_rejected": key_rejected, "unknown_symbols": symbols,
+            "refused_gpus": [{k: v for k, v in r.items() if k != "_left"} for r in refused[-32:]]}
 
 
 def kernel_journal(host) -> Optional[Tuple[List[str], str, Dict[str, Any]]]:
@@ -122,6 +178,25 @@ KERNEL_LOG_FACTS = obj(
     fallen_off_bus=array(string(), "PCI addresses of GPUs that have fallen off the bus"),
     module_key_rejected=boolean("a module's signature was rejected (Key was rejected by service, module "
                                 "verification failed)"),
+    unknown_symbols=array(obj(
+        "",
+        module=string("the NVIDIA module the kernel refused ('-' read as '_')"),
+        symbol=string("the symbol"),
+        kind=string("unknown (no loaded module exports it: 'Unknown symbol') or version ('disagrees about version "
+                    "of symbol': built against other kernel headers)"),
+        err=integer("the loader's error number (-2: not found, -22: CRC mismatch)", range=(-4096, 4096)),
+        line=string("the whole line (its last 300 characters)"),
+    ), "the module loader's refusals of NVIDIA modules in this boot ('Unknown symbol', 'disagrees about version "
+       "of symbol')", since="0.2.0"),
+    refused_gpus=array(obj(
+        "",
+        bus=string("the GPU's PCI address"),
+        pci_id=string("its PCI id (10de:xxxx)"),
+        reason=string("why the driver refused it, from the lines after ('the open kernel module does not drive it', "
+                      "'it needs the open kernel module', 'this driver branch does not support it'; null: not said)"),
+        line=string("the line that names it"),
+    ), "GPUs the driver refused in this boot ('NVRM: The NVIDIA GPU BUS (PCI ID: ...)' and the reason after it)",
+       since="0.2.0"),
     lines=array(string(), "the NVIDIA-related lines of this boot (the last 400)"),
     truncated=boolean("there were more than 400 such lines"),
     boot=obj(

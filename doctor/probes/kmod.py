@@ -9,7 +9,7 @@ import re
 from functools import cmp_to_key
 from typing import Any, Dict, List, Optional
 
-from dl_doctor.facts.contract import array, boolean, obj, string
+from dl_doctor.facts.contract import array, boolean, integer, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 MODULE_NAMES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.gz", "nvidia.ko.zst")
@@ -122,9 +122,80 @@ def dpkg_packages(host) -> Optional[List[Dict[str, str]]]:
     return host.cached("dpkg_packages", parse)
 
 
+class _ZstdUnsupported(Exception):
+    pass
+
+
+def _zstd_stream(fh):
+    """A zstd frame's content in chunks (RFC 8878): raw and RLE blocks are read here; a compressed block needs the
+    zstandard module (used where installed), else _ZstdUnsupported."""
+    import struct
+
+    head = fh.read(6)
+    if len(head) < 5 or struct.unpack("<I", head[:4])[0] != 0xFD2FB528:
+        raise ValueError("not a zstd frame")
+    try:
+        import zstandard  # type: ignore[import-not-found]
+    except ImportError:
+        zstandard = None
+    if zstandard is not None:
+        fh.seek(0)
+        reader = zstandard.ZstdDecompressor().stream_reader(fh)
+        total = 0
+        while True:
+            chunk = reader.read(CHUNK)
+            if not chunk:
+                return
+            total += len(chunk)
+            if total > MAX_DECOMPRESSED_BYTES:
+                raise _TooLarge()
+            yield chunk
+    fhd = head[4]
+    single = bool(fhd & 0x20)
+    did = (0, 1, 2, 4)[fhd & 3]
+    fcs = (0 if not single else 1, 2, 4, 8)[fhd >> 6]
+    skip = (0 if single else 1) + did + fcs
+    rest = head[5:] + fh.read(max(0, skip - 1))
+    if len(rest) < skip:
+        raise EOFError("zstd frame header ends early")
+    total = 0
+    while True:
+        bh = fh.read(3)
+        if len(bh) < 3:
+            raise EOFError("zstd block header ends early")
+        word = bh[0] | bh[1] << 8 | bh[2] << 16
+        last, btype, size = word & 1, (word >> 1) & 3, word >> 3
+        if btype == 2:
+            raise _ZstdUnsupported()
+        if btype == 3:
+            raise ValueError("reserved zstd block type")
+        total += size
+        if total > MAX_DECOMPRESSED_BYTES:
+            raise _TooLarge()
+        if btype == 0:
+            left = size
+            while left:
+                data = fh.read(min(left, CHUNK))
+                if not data:
+                    raise EOFError("zstd block ends early")
+                left -= len(data)
+                yield data
+        else:
+            byte = fh.read(1)
+            if not byte:
+                raise EOFError("zstd block ends early")
+            yield byte * size
+        if last:
+            return
+
+
 def _decompressed(fh, kind: str):
     """The module's bytes in chunks, decompressed as a stream (never whole in memory), at most MAX_DECOMPRESSED_BYTES."""
     import zlib
+
+    if kind == "zst":
+        yield from _zstd_stream(fh)
+        return
 
     d: Any  # zlib's or lzma's decompressor: they differ (unconsumed_tail, needs_input), each is used as itself
     if kind == "gz":
@@ -167,7 +238,8 @@ def _decompressed(fh, kind: str):
                 return
 
 
-_MODINFO_KEYS = (b"vermagic", b"version", b"signer", b"sig_id", b"license")
+_MODINFO_KEYS = (b"vermagic", b"version", b"signer", b"sig_id", b"license", b"depends", b"name")
+_EMPTY_ALLOWED = (b"depends",)  # modpost always writes depends= (empty for a module that needs none)
 
 
 def _find_modinfo(data: bytes) -> Dict[str, str]:
@@ -180,7 +252,7 @@ def _find_modinfo(data: bytes) -> Dict[str, str]:
         start = at + len(key) + 2
         end = data.find(b"\0", start, start + 201)
         value = data[start:end if end >= 0 else start + 200]
-        if value:
+        if value or (key in _EMPTY_ALLOWED and end == start):
             out[key.decode()] = value.decode("utf-8", "replace").strip()
     return out
 
@@ -193,8 +265,6 @@ def _module_info(ctx: ProbeContext, path: str) -> Dict[str, Any]:
     """vermagic/version/signer of a module file, read as a stream with bounded memory and size."""
     host = ctx.host
     kind = "xz" if path.endswith(".xz") else "gz" if path.endswith(".gz") else "zst" if path.endswith(".zst") else "raw"
-    if kind == "zst":
-        return {"note": "zstd-compressed; not read"}
     info: Dict[str, Any] = {}
     tail = b""
     try:
@@ -207,6 +277,8 @@ def _module_info(ctx: ProbeContext, path: str) -> Dict[str, Any]:
                     for key, value in _find_modinfo(window).items():
                         info.setdefault(key, value)
                 tail = window[-1024:]
+    except _ZstdUnsupported:
+        return {**info, "note": "zstd-compressed blocks; read only with the zstandard module installed"}
     except _TooLarge:
         ctx.bad_input(path, f"decompresses to more than {MAX_DECOMPRESSED_BYTES >> 20} MiB; read no further")
         info["note"] = (f"decompresses to more than {MAX_DECOMPRESSED_BYTES >> 20} MiB (a real module is far "
@@ -240,6 +312,83 @@ def _find_modules(ctx: ProbeContext, kernel: str) -> List[str]:
     return sorted(found)
 
 
+MAX_MODULES_DEP_BYTES = 16 << 20
+_KO_SUFFIXES = (".ko", ".ko.xz", ".ko.gz", ".ko.zst")
+
+
+def module_name(path: str) -> str:
+    """The kernel's name of a module file: its base name without .ko[.xz|.gz|.zst], '-' read as '_' (the kernel
+    treats them alike)."""
+    base = path.rsplit("/", 1)[-1]
+    for suffix in _KO_SUFFIXES[::-1]:
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    return base.replace("-", "_")
+
+
+def parse_modules_dep(text: str) -> Dict[str, Dict[str, Any]]:
+    """modules.dep (depmod's ``path: dep dep``) as name -> {path, deps (names)}; the first entry of a name wins, as
+    in modprobe."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for line in text.splitlines():
+        path, sep, rest = line.partition(":")
+        if not sep or not path.strip():
+            continue
+        name = module_name(path.strip())
+        out.setdefault(name, {"path": path.strip()[:512], "deps": [module_name(d) for d in rest.split()[:256]]})
+    return out
+
+
+def _nvidia_module_files(ctx: ProbeContext, kernel: str) -> List[str]:
+    """Every nvidia*.ko* below /lib/modules/KERNEL (nvidia, -uvm, -modeset, -drm, -peermem, -fs...)."""
+    host = ctx.host
+    found: List[str] = []
+    stack = [(f"/lib/modules/{kernel}", 0)]
+    while stack and len(found) < 64:
+        directory, depth = stack.pop()
+        for name, kind in host.list_entries(directory):
+            path = f"{directory}/{name}"
+            if name.startswith(("nvidia", "nv_peer_mem")) and name.endswith(_KO_SUFFIXES):
+                found.append(path)
+            elif kind == "dir" and depth < 6 and name not in ("build", "source"):
+                stack.append((path, depth + 1))
+    return sorted(found)
+
+
+def module_set(ctx: ProbeContext, kernel: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The running kernel's NVIDIA modules with what each needs (.modinfo depends=, vermagic) against what the
+    kernel's modules.dep and modules.builtin provide (None: no running kernel, or no /lib/modules for it)."""
+    host = ctx.host
+    if not kernel or not host.is_dir(f"/lib/modules/{kernel}"):
+        return None
+    base = f"/lib/modules/{kernel}"
+    dep_text = host.try_read(f"{base}/modules.dep", MAX_MODULES_DEP_BYTES)
+    dep = parse_modules_dep(dep_text) if dep_text else {}
+    builtin_text = host.try_read(f"{base}/modules.builtin", MAX_MODULES_DEP_BYTES) or ""
+    builtin = {module_name(line.strip()) for line in builtin_text.splitlines() if line.strip()}
+    known = bool(dep)  # an empty or missing modules.dep says nothing about what the kernel has
+    modules: List[Dict[str, Any]] = []
+    for path in _nvidia_module_files(ctx, kernel):
+        info = _module_info(ctx, path)
+        name = (info.get("name") or module_name(path)).replace("-", "_")
+        depends = None if "depends" not in info else [d.replace("-", "_") for d in info["depends"].split(",") if d]
+        entry: Dict[str, Any] = {"name": name, "path": path, "vermagic": info.get("vermagic"),
+                                 "version": info.get("version"), "depends": depends, "note": info.get("note")}
+        if known:
+            rel = path[len(base) + 1:]
+            listed = dep.get(name)
+            entry["listed"] = listed is not None
+            entry["listed_path"] = listed["path"] if listed else None
+            entry["shadowed"] = bool(listed and listed["path"] != rel)
+            edges = set(listed["deps"]) if listed else set()
+            entry["missing"] = sorted(d for d in depends or [] if d not in dep and d not in builtin)
+            entry["unlisted"] = sorted(d for d in depends or [] if listed and d in dep and d not in edges)
+        modules.append(entry)
+    return {"kernel": kernel, "modules_dep": known, "modules_dep_entries": len(dep), "builtin_entries": len(builtin),
+            "modules": modules}
+
+
 KMOD_FACTS = obj(
     "kernels and NVIDIA modules on disk: boot default, DKMS/akmods, Secure Boot, nouveau",
     running_kernel=string("the running kernel (/proc/sys/kernel/osrelease, uname -r; in a tree, what it holds)"),
@@ -265,7 +414,34 @@ KMOD_FACTS = obj(
         license=string("its license (modinfo)"),
         signed=boolean("it ends with a module signature (null: not known)"),
         note=string("why it was not read in full (zstd, too large, unreadable)"),
+        depends=string("its depends= (the modules it needs, comma-separated; modinfo)", since="0.2.0"),
+        name=string("its name= (modinfo)", since="0.2.0"),
     ), "every nvidia.ko* below /lib/modules/*"),
+    running_modules=obj(
+        "the running kernel's NVIDIA modules (nvidia, nvidia-uvm, -modeset, -drm, -peermem...) against what the "
+        "kernel's modules.dep and modules.builtin provide (null: no running kernel, or no /lib/modules for it)",
+        kernel=string("the running kernel"),
+        modules_dep=boolean("its modules.dep was read and lists modules (false: missing or empty: what the kernel "
+                            "provides is not known)"),
+        modules_dep_entries=integer("modules modules.dep lists"),
+        builtin_entries=integer("modules modules.builtin lists"),
+        modules=array(obj(
+            "",
+            name=string("the module's name (name=, else the file's; '-' read as '_')"),
+            path=string("the module file"),
+            vermagic=string("its vermagic"),
+            version=string("its version"),
+            depends=array(string(), "the modules its .modinfo depends= names (null: not read)"),
+            note=string("why it was not read in full"),
+            listed=boolean("modules.dep lists a module of this name"),
+            listed_path=string("the file modules.dep lists for it (relative to the kernel's directory)"),
+            shadowed=boolean("modules.dep lists another file for this name (modprobe loads that one)"),
+            missing=array(string(), "modules it depends on that the kernel has neither in modules.dep nor built in"),
+            unlisted=array(string(), "modules it depends on that modules.dep has, but not among its dependencies "
+                                     "(modules.dep is stale: modprobe will not load them first)"),
+        ), "every nvidia*.ko* of the running kernel"),
+        since="0.2.0",
+    ),
     dkms=obj(
         "DKMS's NVIDIA module",
         registered=boolean("/var/lib/dkms/nvidia exists"),
@@ -274,8 +450,19 @@ KMOD_FACTS = obj(
             version=string("the module version"),
             kernel=string("the kernel it is built for"),
         ), "the builds DKMS has (/var/lib/dkms/nvidia/VERSION/KERNEL)"),
+        build_logs=array(obj(
+            "",
+            path=string("the make.log (VERSION/build/make.log: the last build; VERSION/KERNEL/ARCH/log/make.log)"),
+            version=string("the module version"),
+            kernel=string("the kernel the build was for (from the log)"),
+            failed=boolean("the log has compiler, linker or make errors"),
+            errors=array(string(), "its first error lines"),
+            error_count=integer("error lines in it"),
+        ), "DKMS's make.log files of the NVIDIA module", since="0.2.0"),
     ),
     akmods=boolean("akmods builds the NVIDIA module (its cache or sources exist)"),
+    kernel_headers=array(string(), "kernels whose headers (build tree) are installed: /lib/modules/KERNEL/build/Makefile "
+                                   "(what DKMS and akmods compile the module against)", since="0.2.0"),
     dnf_module=obj(
         "the nvidia-driver DNF module stream (null: none is set)",
         stream=string("the enabled stream (latest-dkms, 535-dkms, open-dkms...)"),
@@ -332,16 +519,25 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
             modules.append(entry)
 
     default = _boot_default(ctx, installed)
+    running_modules = module_set(ctx, running)
     interesting = {running, default.get("kernel")}
     for entry in modules:
         if entry["kernel"] in interesting:
             entry.update(_module_info(ctx, entry["path"]))
 
     dkms = []
-    for version in host.listdir("/var/lib/dkms/nvidia"):
-        for kernel in host.listdir(f"/var/lib/dkms/nvidia/{version}"):
+    build_logs: List[Dict[str, Any]] = []
+    for version in host.listdir("/var/lib/dkms/nvidia")[:32]:
+        for kernel in host.listdir(f"/var/lib/dkms/nvidia/{version}")[:64]:
             if host.is_dir(f"/var/lib/dkms/nvidia/{version}/{kernel}") and kernel not in ("source", "build"):
                 dkms.append({"version": version, "kernel": kernel})
+                for arch in host.listdir(f"/var/lib/dkms/nvidia/{version}/{kernel}")[:4]:
+                    log = _dkms_make_log(ctx, f"/var/lib/dkms/nvidia/{version}/{kernel}/{arch}/log/make.log", version)
+                    if log:
+                        build_logs.append(log)
+        log = _dkms_make_log(ctx, f"/var/lib/dkms/nvidia/{version}/build/make.log", version)
+        if log:
+            build_logs.append(log)
     dnf_stream = None
     text = host.try_read("/etc/dnf/modules.d/nvidia-driver.module")
     if text:
@@ -354,7 +550,10 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
         "installed_kernels": installed,
         "boot_default": default,
         "nvidia_modules": modules,
-        "dkms": {"registered": host.is_dir("/var/lib/dkms/nvidia"), "builds": dkms},
+        "running_modules": running_modules,
+        "dkms": {"registered": host.is_dir("/var/lib/dkms/nvidia"), "builds": dkms, "build_logs": build_logs},
+        # kernels whose build tree (headers) DKMS and akmods compile against is installed: /lib/modules/K/build
+        "kernel_headers": sorted(k for k in module_dirs if host.is_file(f"/lib/modules/{k}/build/Makefile")),
         "akmods": host.is_dir("/var/cache/akmods/nvidia") or bool(host.glob("/usr/src/akmods/nvidia-kmod*")),
         "dnf_module": dnf_stream,
         "runfile_installer": host.exists("/usr/bin/nvidia-uninstall") or host.exists("/var/log/nvidia-installer.log"),
@@ -362,6 +561,29 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
         "nouveau": _nouveau(ctx),
         "secure_boot": _secure_boot(ctx),
     }
+
+
+_MAKELOG_KERNEL = re.compile(r"(?:for kernel |KERNEL_UNAME=|/lib/modules/|linux-headers-)([0-9][A-Za-z0-9._+~-]{2,100}?)"
+                             r"(?:[ /'\s)]|$)")
+_MAKELOG_ERROR = re.compile(r"(?:\berror:|\*\*\* \[[^\]\n]{0,512}\] Error \d|undefined!|ERROR: modpost)")
+
+
+def _dkms_make_log(ctx: ProbeContext, path: str, version: str) -> Optional[Dict[str, Any]]:
+    """A DKMS build's make.log (the build directory's, of the last build; or a kernel's log/make.log): the kernel it
+    built for, whether it failed, its first compiler/linker errors."""
+    text = ctx.host.try_read(path, 4 << 20)
+    if not text:
+        return None
+    lines = text.splitlines()
+    kernel = None
+    for line in lines[:200]:
+        m = _MAKELOG_KERNEL.search(line)
+        if m:
+            kernel = m.group(1).rstrip(".")
+            break
+    errors = [l.strip()[:300] for l in lines if _MAKELOG_ERROR.search(l)]
+    return {"path": path, "version": version, "kernel": kernel, "failed": bool(errors),
+            "errors": errors[:5], "error_count": len(errors)}
 
 
 def _boot_default(ctx: ProbeContext, installed: List[str]) -> Dict[str, Any]:

@@ -146,6 +146,25 @@ def mount_table(host) -> Tuple[Optional[str], List[Dict[str, Any]]]:
     return host.cached(("nvidia", "mount_table"), compute)
 
 
+def _compat_origin(host, path: str, real: str) -> Optional[str]:
+    """Where a libcuda in a system library directory comes from when it is a cuda-compat (forward-compatibility)
+    copy: a link into a .../compat directory, or a bind mount whose source is one (nvidia-container-cli's CUDA compat
+    mode mounts the image's /usr/local/cuda-X.Y/compat/libcuda.so.* into the library directory); None otherwise."""
+    if "/compat/" in real:
+        return real
+    _, mounts = mount_table(host)
+    for m in mounts:
+        if m["mountpoint"] == path and m.get("root") and "/compat/" in m["root"]:
+            return m["root"][:4096]
+    return None
+
+
+def _dev_char_captured(host) -> bool:
+    """The tree holds a running host's /dev/char: udev's MAJOR:MINOR links of the basic devices (1:3 null, 1:5
+    zero) are there."""
+    return any(host.readlink(f"/dev/char/{n}") for n in ("1:3", "1:5"))
+
+
 def _is_wsl(host, mounts: List[Dict[str, Any]]) -> bool:
     release = (host.try_read("/proc/sys/kernel/osrelease", 256) or "").lower()
     if "microsoft" in release and "wsl" in release:
@@ -312,8 +331,8 @@ NVIDIA_DRIVER_FACTS = obj(
     device_access=boolean("this user can read and write /dev/nvidiactl (live, with the module loaded; null: not "
                           "known)"),
     device_nodes=array(string(), "/dev/nvidia* (live only)"),
-    dev_char_links=array(string(), "/dev/char links to NVIDIA devices (live only; systemd needs them for device "
-                                   "cgroups)", since="0.2.0"),
+    dev_char_links=array(string(), "/dev/char links to NVIDIA devices (live, or a tree that carries a running host's "
+                                   "/dev/char; systemd needs them for device cgroups)", since="0.2.0"),
     gsp_firmware=map_of(array(string(), "its gsp_*.bin files"),
                         "driver version -> the GSP firmware files installed for it (/lib/firmware/nvidia/VERSION)",
                         since="0.2.0"),
@@ -363,8 +382,12 @@ NVIDIA_DRIVER_FACTS = obj(
         "",
         path=string("the libcuda file"),
         version=string("its version"),
-        active=boolean("its directory is on LD_LIBRARY_PATH or in /etc/ld.so.conf.d"),
-    ), "CUDA forward-compatibility libcuda (/usr/local/cuda*/compat, compat directories on LD_LIBRARY_PATH)"),
+        active=boolean("its directory is on LD_LIBRARY_PATH or in /etc/ld.so.conf.d, or, placed in a system library "
+                       "directory, libcuda.so.1 there points at it"),
+        origin=string("for a copy in a system library directory: the compat file it is (a link's target, a bind "
+                      "mount's source)", since="0.2.0"),
+    ), "CUDA forward-compatibility libcuda (/usr/local/cuda*/compat, compat directories on LD_LIBRARY_PATH, and "
+       "compat copies linked or mounted into the system library directories)"),
 )
 
 
@@ -420,6 +443,7 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
 
     libraries: List[Dict[str, Any]] = []
     seen_real = set()
+    placed_compat: List[Dict[str, Any]] = []  # cuda-compat libcuda put in a system library directory
     for directory in LIBRARY_DIRS:
         for name in host.listdir(directory):
             lib = library_version(name)
@@ -433,6 +457,12 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
             if real in seen_real:
                 continue
             seen_real.add(real)
+            origin = _compat_origin(host, path, real) if lib[0] == "libcuda" else None
+            if origin:
+                # the image's forward-compatibility libcuda, copied, linked or bind-mounted (nvidia-container-cli's
+                # CUDA compat mode) beside the driver's: not a second driver installation
+                placed_compat.append({"path": path, "version": lib[1], "origin": origin, "directory": directory})
+                continue
             libraries.append({"library": lib[0], "version": lib[1], "path": path})
     for name in host.listdir(WSL_LIB_DIR)[:1024]:  # WSL2: the Windows driver's libraries (no version in the name)
         wsl = _WSL_LIB.match(name)
@@ -458,13 +488,21 @@ def nvidia_driver_probe(ctx: ProbeContext) -> Dict[str, Any]:
             if lib and lib[0] == "libcuda":
                 active = directory in ld_path or directory in ld_conf
                 compat.append({"path": f"{directory}/{name}", "version": lib[1], "active": active})
+    for entry in placed_compat:
+        # in a system library directory, it is what the loader takes for libcuda.so.1 when that link points at it
+        link = host.readlink(f"{entry['directory']}/libcuda.so.1") or ""
+        active = link.rsplit("/", 1)[-1] == entry["path"].rsplit("/", 1)[-1]
+        compat.append({"path": entry["path"], "version": entry["version"], "active": active,
+                       "origin": entry["origin"]})
 
     device_nodes = None
     char_links = None
     if host.kernel_live:
         device_nodes = sorted(n for n in host.listdir("/dev") if n.startswith("nvidia"))
+    if host.kernel_live or _dev_char_captured(host):
         # /dev/char/MAJOR:MINOR links to the NVIDIA nodes: runc needs them to keep a container's device access
-        # across a systemd daemon-reload (NVIDIA/nvidia-docker#1730)
+        # across a systemd daemon-reload (NVIDIA/nvidia-docker#1730). A tree captured from a running host carries
+        # them (links, not device nodes); an image's empty /dev says nothing.
         char_links = sorted(n for n in host.listdir("/dev/char")
                             if (host.readlink(f"/dev/char/{n}") or "").rsplit("/", 1)[-1].startswith("nvidia"))[:256]
 
