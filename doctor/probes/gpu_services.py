@@ -374,7 +374,7 @@ def gpu_services_probe(ctx: ProbeContext) -> Dict[str, Any]:
             "containerd_nvidia_runtime": ("nvidia" in containerd) if containerd is not None else None,
             # who manages the containers' cgroups: "systemd" (set, or containerd's SystemdCgroup = true) or "cgroupfs"
             "docker_cgroup_driver": cgroup_driver,
-            "containerd_systemd_cgroup": (re.search(r"^\s*SystemdCgroup\s*=\s*true", containerd, re.M) is not None)
+            "containerd_systemd_cgroup": (re.search(r"^[ \t]*SystemdCgroup[ \t]*=[ \t]*true", containerd, re.M) is not None)
             if containerd is not None else None,
             "cdi_specs": cdi,
             "cgroup_version": _host_cgroup_version(host),
