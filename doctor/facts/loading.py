@@ -435,8 +435,9 @@ def _preload_mode(entry: Mapping[str, Any], consumer: Mapping[str, Any], torch: 
 
 
 def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], objects: Mapping[str, Any],
-             matrix: Any) -> Dict[str, Any]:
-    """Which file each CUDA library of one consumer resolves to, what does not load, and unmet symbol versions."""
+             matrix: Any, observe: Any = None) -> Dict[str, Any]:
+    """Which file each CUDA library of one consumer resolves to, what does not load, and unmet symbol versions.
+    ``observe``: called with the final process (the probe's symbol check reads its resolution, dl_doctor.readers.abi)."""
     entry: Mapping[str, Any] = (matrix.consumer(str(consumer.get("distribution"))) if matrix is not None else None) or {}
     site = str(consumer.get("location") or "")
     machine = str(consumer.get("machine") or inputs.get("machine") or "EM_X86_64")
@@ -510,6 +511,8 @@ def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], 
         missing.append({"soname": m["soname"], "needed_by": _rel(m["needed_by"], site) if m["needed_by"] else None,
                         "optional": bool(m["optional"] or _matches(m["soname"], optional_libs)), "how": m["how"],
                         "looked_in": m["looked_in"][:32], "in_wheels": find_in_wheels(view, m["soname"], wheel_dirs)})
+    if observe is not None:
+        observe(proc)
     loaded_paths = {o.path for o in proc.loader.objects}
     unmet = [{"object": _rel(o, site), "file": f, "version": v, "provider": p}
              for o, f, v, p in proc.loader.unmet_versions() if o in loaded_paths][:MAX_REPORTED]

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from dl_doctor.facts.loading import (CUDA_FAMILY, DRIVER_LIBRARIES, MAX_REPORTED, find_in_wheels,  # noqa: F401
                                      is_cuda_library, library_major, simulate)
 from dl_doctor.host import Host
+from dl_doctor.readers import abi
 from dl_doctor.readers.elf import read_dynamic
 from dl_doctor.readers.ldso import HostView
 
@@ -240,7 +241,8 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
                               "preload_bases": [b for b in bases if host.is_dir(f"{b}/nvidia")] or bases[:8],
                               "torch": torch_inputs, "objects": objects}
     for c in out:  # the same search the judging side will replay, run here to record what it looks at
-        simulate(view, record, c, objects[c["distribution"]], matrix)
+        simulate(view, record, c, objects[c["distribution"]], matrix,
+                 observe=abi.observe(host, c, objects[c["distribution"]]))
     for wdir in dirs:  # the environment's own copies of what loads, for comparison
         for described in out:
             for soname in described["needs"]:

@@ -421,17 +421,26 @@ def undefined_symbols(host: Host, path: str, wanted: Any = None) -> Optional[Dic
                 return None
             names: List[str] = []
             truncated = total > MAX_SYMBOLS
-            for index in range(1, min(total, MAX_SYMBOLS)):
-                got = table.entry(index)
-                if got is None:
-                    truncated = True
-                    break
-                name, binding, shndx = got
-                if shndx != SHN_UNDEF or binding != STB_GLOBAL or not name:
+            count = min(total, MAX_SYMBOLS)
+            fh.seek(table.symtab)
+            raw = fh.read(count * table.ent)  # one read: at most MAX_SYMBOLS entries
+            versym = b""
+            if table.versym is not None:
+                fh.seek(table.versym)
+                versym = fh.read(2 * count)
+            if len(raw) < count * table.ent:
+                truncated, count = True, len(raw) // table.ent
+            wide = table.wide
+            for index in range(1, count):
+                fields = struct.unpack_from(table.sym_fmt, raw, index * table.ent)
+                name_at, info, shndx = (fields[0], fields[1], fields[3]) if wide else (fields[0], fields[3], fields[5])
+                if shndx != SHN_UNDEF or info >> 4 != STB_GLOBAL or not name_at or name_at >= table.strings.size:
                     continue
+                if 2 * index + 2 <= len(versym) and struct.unpack_from(table.order + "H", versym, 2 * index)[0] \
+                        & 0x7FFF > 1:
+                    continue  # bound to a version: DT_VERNEED's, judged by its version
+                name = table.strings.get(name_at)[:MAX_NAME]
                 if wanted is not None and not wanted(name):
-                    continue
-                if table.version_index(index) > 1:
                     continue
                 names.append(name)
                 if len(names) >= MAX_UNDEFINED:
