@@ -511,11 +511,11 @@ def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], 
         missing.append({"soname": m["soname"], "needed_by": _rel(m["needed_by"], site) if m["needed_by"] else None,
                         "optional": bool(m["optional"] or _matches(m["soname"], optional_libs)), "how": m["how"],
                         "looked_in": m["looked_in"][:32], "in_wheels": find_in_wheels(view, m["soname"], wheel_dirs)})
-    if observe is not None:
-        observe(proc)
     loaded_paths = {o.path for o in proc.loader.objects}
     unmet = [{"object": _rel(o, site), "file": f, "version": v, "provider": p}
              for o, f, v, p in proc.loader.unmet_versions() if o in loaded_paths][:MAX_REPORTED]
+    if observe is not None:  # after the prediction: what it loads more cannot change it
+        observe(proc)
     return {"distribution": consumer.get("distribution"), "version": consumer.get("version"),
             "cuda_major": major, "preload": mode, "preload_applied": applied, "preload_call": entry.get("preload_call"),
             "steps": proc.steps, "fixed_by_preload": fixed_by_preload, "libraries": libraries[:MAX_REPORTED],

@@ -123,6 +123,8 @@ def check_process(host: Host, loader: Any, paths: Sequence[str], site: str) -> O
         wanted = undefined_symbols(host, path, is_framework_symbol)
         if not wanted or not wanted["names"]:
             continue
+        if path not in getattr(loader, "_by_path", {}):
+            loader.load(path, via="loaded with its package")
         closure = _closure(loader, path)
         rel = path[len(site) + 1:] if site and path.startswith(site + "/") else path
         if closure is None:
@@ -182,13 +184,13 @@ def check_process(host: Host, loader: Any, paths: Sequence[str], site: str) -> O
             "unresolved_count": count, "unknown": unknown[:8]}
 
 
-def observe(host: Host, consumer: Dict[str, Any], objects: Mapping[str, Any]):
+def observe(host: Host, consumer: Dict[str, Any], paths: Sequence[str]):
     """The callback dl_doctor.facts.loading.simulate calls with the consumer's final process: records ``abi`` on the
-    consumer (facts) for distributions that link the framework."""
+    consumer (facts) for its objects that link the framework (``paths``; those that need no CUDA library are loaded
+    into the process here, after its prediction was made)."""
     def seen(proc: Any) -> None:
-        if not consumer.get("links_torch"):
+        if not consumer.get("links_torch") or not paths:
             return
-        paths = [p for p in objects.get("needing") or [] if isinstance(p, str)]
         try:
             result = check_process(host, proc.loader, paths, str(consumer.get("location") or ""))
         except Exception as exc:  # noqa: BLE001 - one hostile object costs only this answer

@@ -199,6 +199,7 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
     host_machine = (exe or {}).get("machine") if isinstance((exe or {}).get("machine"), str) else None
     out: List[Dict[str, Any]] = []
     objects: Dict[str, Dict[str, List[str]]] = {}
+    links: Dict[str, List[str]] = {}  # each consumer's objects that link torch (the symbol check's, not the record's)
     for name in sorted(dists):
         d = dists[name]
         if PROVIDER.fullmatch(name) or not str(d.get("metadata", "")).endswith(".dist-info"):
@@ -228,6 +229,7 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
             continue
         out.append(_describe(host, name, d, entry, parsed, needing, host_machine, text))
         objects[name] = {"needing": [p for p, _ in needing], "callers": callers}
+        links[name] = [p for p, dyn in parsed if any(n.startswith(("libc10", "libtorch")) for n in dyn["needed"])]
     view = HostView(host, owned, machine=host_machine or "EM_X86_64", version_of=lib_version)
     torch_dir = (torch or {}).get("path")
     torch_inputs = None
@@ -242,7 +244,7 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
                               "torch": torch_inputs, "objects": objects}
     for c in out:  # the same search the judging side will replay, run here to record what it looks at
         simulate(view, record, c, objects[c["distribution"]], matrix,
-                 observe=abi.observe(host, c, objects[c["distribution"]]))
+                 observe=abi.observe(host, c, links.get(c["distribution"]) or []))
     for wdir in dirs:  # the environment's own copies of what loads, for comparison
         for described in out:
             for soname in described["needs"]:

@@ -12,8 +12,9 @@ from cases import Machine, case
 
 SITE = "opt/conda/envs/pytorch/lib/python3.11/site-packages"
 CXX11 = "NSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
-PINS = {"2.4": healthy.TORCH_241_CU124, "2.5": healthy.TORCH_251_CU124, "2.6": healthy.TORCH_251_CU124,
-        "2.7": healthy.TORCH_270_CU128, "2.8": healthy.TORCH_270_CU128}
+PINS = {"2.2": healthy.TORCH_241_CU124, "2.3": healthy.TORCH_241_CU124, "2.4": healthy.TORCH_241_CU124,
+        "2.5": healthy.TORCH_251_CU124, "2.6": healthy.TORCH_251_CU124, "2.7": healthy.TORCH_270_CU128,
+        "2.8": healthy.TORCH_270_CU128}
 
 
 def drop(spec, *prefixes: str) -> None:
@@ -61,6 +62,9 @@ def torch_with_symbols(spec, site: str, version: str, cxx11: bool, extra: Option
 
     mm = ".".join(version.split(".")[:2])
     cuda = "12.8" if mm in ("2.7", "2.8") else "12.4"
+    if "+cu" in version:
+        tag = version.split("+cu", 1)[1][:3]
+        cuda = f"{tag[:2]}.{tag[2:]}"
     healthy.elf = elf
     try:
         healthy.cu12_wheels(spec, site, PINS[mm])
@@ -72,7 +76,8 @@ def torch_with_symbols(spec, site: str, version: str, cxx11: bool, extra: Option
 def extension(spec, site: str, dist: str, version: str, obj: str, imports: Sequence[str], requires: Sequence[str],
               package: Optional[str] = None, needed: Sequence[str] = NEEDED, runpath: Sequence[str] = (),
               tag: str = "cp311-cp311-linux_x86_64") -> None:
-    module = package or dist.replace("-", "_")
+    """A distribution holding one compiled object that imports ``imports``."""
+    module = package or dist.replace("-", "_").lower()
     files = {f"{module}/__init__.py": f"__version__ = '{version}'\n",
              obj: healthy.elf(None, needed=list(needed), runpath=list(runpath), imports=list(imports),
                               exports=[f"PyInit_{obj.rsplit('/', 1)[-1].split('.')[0]}"],
@@ -82,7 +87,9 @@ def extension(spec, site: str, dist: str, version: str, obj: str, imports: Seque
 
 def machine(torch: str, torch_cxx11: bool, dist: str, version: str, obj: str, symbol: str, broken: bool,
             ext_cxx11: Optional[bool] = None, requires: Sequence[str] = ("torch",), exported_elsewhere: bool = False,
-            package: Optional[str] = None, lib: str = "libc10.so") -> Machine:
+            package: Optional[str] = None, lib: str = "libc10.so", twin_version: Optional[str] = None,
+            companion: Optional[str] = None, companion_needed: Sequence[str] = (),
+            obj_needed: Sequence[str] = NEEDED, twin_requires: Optional[Sequence[str]] = None) -> Machine:
     """The DLAMI g5 with torch ``torch`` and one extension. Broken: the extension imports ``symbol`` (the reporter's),
     which this torch does not export, and the common framework symbols in its own string ABI (``ext_cxx11``; the
     same as torch's unless the case is the ABI flag). Twin: the extension rebuilt against this torch."""
@@ -94,9 +101,18 @@ def machine(torch: str, torch_cxx11: bool, dist: str, version: str, obj: str, sy
     ext_abi = torch_cxx11 if ext_cxx11 is None else ext_cxx11
     extra = {lib: [symbol]} if (exported_elsewhere and not broken) else None
     torch_with_symbols(spec, SITE, torch, torch_cxx11, extra=extra)
-    common = [string_abi(n, ext_abi if broken else torch_cxx11) for names in COMMON.values() for n in names[:2]]
-    imports = list(dict.fromkeys(common + ([symbol] if broken or exported_elsewhere else [])))
-    extension(spec, SITE, dist, version, obj, imports, requires, package=package)
+    def common_of(needed: Sequence[str], cxx11: bool) -> List[str]:  # what an object imports from what it links
+        return [string_abi(n, cxx11) for lib, names in COMMON.items() if lib in needed for n in names[:2]]
+
+    common = common_of(obj_needed, ext_abi if broken else torch_cxx11)
+    imports = list(dict.fromkeys(([symbol] if broken or exported_elsewhere else []) + common))
+    extension(spec, SITE, dist, version if broken or not twin_version else twin_version, obj, imports,
+              requires if broken or twin_requires is None else twin_requires, package=package, needed=obj_needed)
+    if companion:  # another object of the same distribution (torch-scatter's _scatter_cuda.so beside _version_cuda.so)
+        key = next(k for k in spec if k.endswith("/RECORD") and f"/{dist.replace('-', '_')}-" in k)
+        spec[f"{SITE}/{companion}"] = healthy.elf(None, needed=list(companion_needed or NEEDED),
+                                                  imports=common_of(companion_needed or NEEDED, ext_abi if broken else torch_cxx11))
+        spec[key] = f"{companion},sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU,1\n" + spec[key]
     return Machine(spec)
 
 
@@ -110,3 +126,58 @@ FA = "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so"
 register("flash-attention-1644-pre-cxx11-wheel-under-torch-2.7", torch="2.7.0+cu128", torch_cxx11=True,
          dist="flash-attn", version="2.7.4.post1", obj=FA, symbol="_ZN3c105ErrorC2ENS_14SourceLocationESs",
          ext_cxx11=False, package="flash_attn")
+
+# flash-attn of the other C++ string ABI (the cxx11abiTRUE build) under torch's pre-cxx11 pip wheels
+register("flash-attention-940-cxx11-build-under-torch-2.3", torch="2.3.0+cu121", torch_cxx11=False,
+         dist="flash-attn", version="2.5.7", obj=FA, ext_cxx11=True, package="flash_attn",
+         symbol=f"_ZN3c105ErrorC2ENS_14SourceLocationE{CXX11}")
+register("flash-attention-1832-cxx11-build-under-torch-2.6", torch="2.6.0+cu124", torch_cxx11=False,
+         dist="flash-attn", version="2.6.3", obj=FA, ext_cxx11=True, package="flash_attn",
+         symbol=f"_ZN3c105ErrorC2ENS_14SourceLocationE{CXX11}")
+# the cxx11abiFALSE wheel of flash-attn 2.8.2 that imports cxx11 names all the same
+register("flash-attention-1783-abifalse-wheel-imports-cxx11", torch="2.6.0+cu124", torch_cxx11=False,
+         dist="flash-attn", version="2.8.2", obj=FA, ext_cxx11=True, package="flash_attn",
+         symbol=f"_ZN3c105ErrorC2ENS_14SourceLocationE{CXX11}")
+
+# sgl-kernel: built against a pre-cxx11 torch, run under a cxx11 one; built for torch 2.7.1 (cxx11) under an older
+# pre-cxx11 one; built for torch 2.7 (c10::cuda::SetDevice(signed char)) under torch 2.8
+SGL = "sgl_kernel/common_ops.abi3.so"
+register("sglang-5100-sgl-kernel-pre-cxx11-under-cxx11-torch", torch="2.7.0+cu128", torch_cxx11=True,
+         dist="sgl-kernel", version="0.0.8", obj=SGL, ext_cxx11=False, symbol="_ZN5torch3jit17parseSchemaOrNameERKSsb")
+register("deepresearch-83-sgl-kernel-0.2.5-cxx11-under-older-torch", torch="2.5.1+cu124", torch_cxx11=False,
+         dist="sgl-kernel", version="0.2.5", obj=SGL, ext_cxx11=True,
+         symbol=f"_ZN3c108ListType3getERK{CXX11}NS_4Type24SingletonOrSharedTypePtrIS9_EE")
+register("rllm-8-sgl-kernel-setdevice-under-torch-2.8", torch="2.8.0+cu128", torch_cxx11=True,
+         dist="sgl-kernel", version="0.3.9.post2", obj=SGL, symbol="_ZN3c104cuda9SetDeviceEa", lib="libc10_cuda.so")
+
+# vLLM's wheel built against torch 2.5.1 (pre-cxx11) under a cxx11 torch (an RTX 50 machine's cu128 torch)
+register("vllm-13608-c-abi3-pre-cxx11-under-cxx11-torch", torch="2.7.0+cu128", torch_cxx11=True,
+         dist="vllm", version="0.7.3", obj="vllm/_C.abi3.so", ext_cxx11=False,
+         symbol="_ZN5torch3jit17parseSchemaOrNameERKSsb", requires=("torch==2.5.1",), twin_version="0.9.0",
+         twin_requires=("torch==2.7.0",))
+
+# torch-scatter's PyG wheel (pre-cxx11) under NVIDIA's container torch (built with the cxx11 ABI)
+register("pytorch-scatter-462-pyg-wheel-under-ngc-torch", torch="2.4.0a0+07cecf4168.nv24.05", torch_cxx11=True,
+         dist="torch-scatter", version="2.1.2+pt24cu124", obj="torch_scatter/_version_cuda.so", ext_cxx11=False,
+         symbol="_ZN5torch3jit17parseSchemaOrNameERKSsb", requires=(), package="torch_scatter",
+         obj_needed=["libc10.so", "libtorch_cpu.so", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"],
+         companion="torch_scatter/_scatter_cuda.so")
+
+# apex built for torch < 2.4 (c10::optional in at::_ops signatures) under a torch whose ops take std::optional
+register("ai-toolkit-242-apex-for-older-torch", torch="2.5.1+cu124", torch_cxx11=False, dist="apex", version="0.1",
+         obj="fused_layer_norm_cuda.cpython-311-x86_64-linux-gnu.so", package="apex", lib="libtorch_cpu.so",
+         symbol="_ZN2at4_ops19empty_memory_format4callEN3c108ArrayRefINS2_6SymIntEEENS2_8optionalINS2_10ScalarTypeEE"
+                "ENS6_INS2_6LayoutEEENS6_INS2_6DeviceEEENS6_IbEENS6_INS2_12MemoryFormatEEE")
+
+# Transformer Engine built in NVIDIA's container (cxx11) left under a pip torch (pre-cxx11)
+register("mochi-30-transformer-engine-cxx11-under-pip-torch", torch="2.4.1+cu124", torch_cxx11=False,
+         dist="transformer-engine", version="1.7.0", package="transformer_engine",
+         obj="transformer_engine_extensions.cpython-311-x86_64-linux-gnu.so", ext_cxx11=True,
+         symbol=f"_ZN5torch3jit17parseSchemaOrNameERK{CXX11}", lib="libtorch_python.so")
+
+# xFasterTransformer's torch op library, built against torch 2.0 (torch::Library's constructor of then), on 2.2.0
+register("xfastertransformer-233-built-for-torch-2.0", torch="2.2.0+cu121", torch_cxx11=False,
+         dist="xfastertransformer", version="1.3.1", obj="xfastertransformer/libxfastertransformer_pt.so",
+         symbol="_ZN5torch7LibraryC1ENS0_4KindESsN3c108optionalINS2_11DispatchKeyEEEPKcj",
+         requires=("torch==2.0.1",), lib="libtorch_cpu.so", twin_version="1.4.0",
+         twin_requires=("torch>=2.2",))
