@@ -181,3 +181,54 @@ register("xfastertransformer-233-built-for-torch-2.0", torch="2.2.0+cu121", torc
          symbol="_ZN5torch7LibraryC1ENS0_4KindESsN3c108optionalINS2_11DispatchKeyEEEPKcj",
          requires=("torch==2.0.1",), lib="libtorch_cpu.so", twin_version="1.4.0",
          twin_requires=("torch>=2.2",))
+
+
+# -- NVIDIA's container: its own torch (a pre-release, cxx11 ABI) in the system Python, an extension in the user site
+
+NGC_SITE = "usr/local/lib/python3.10/dist-packages"
+NGC_TORCH = "2.5.0a0+e000cf0ad9.nv24.10"
+
+
+def ngc_torch_with_symbols(spec, exports_extra: Sequence[str] = ()) -> None:
+    """The NGC image's torch, its libraries with their symbol tables (cxx11 names: NVIDIA builds torch with
+    _GLIBCXX_USE_CXX11_ABI=1)."""
+    drop(spec, f"{NGC_SITE}/torch/", f"{NGC_SITE}/torch-")
+    ex = {lib: [string_abi(n, True) for n in names] for lib, names in COMMON.items()}
+    ex["libc10.so"] += list(exports_extra)
+    rp = ["$ORIGIN"]
+    e = healthy.elf
+    files = {
+        "torch/lib/libtorch_cuda.so": e("libtorch_cuda.so", runpath=rp, exports=ex["libtorch_cuda.so"],
+                                        needed=["libcudart.so.12", "libcublas.so.12", "libcudnn.so.9", "libnccl.so.2",
+                                                "libnvToolsExt.so.1", "libc10_cuda.so", "libc10.so",
+                                                "libtorch_cpu.so", "libstdc++.so.6", "libc.so.6"]),
+        "torch/lib/libc10_cuda.so": e("libc10_cuda.so", runpath=rp, exports=ex["libc10_cuda.so"],
+                                      needed=["libcudart.so.12", "libc10.so", "libc.so.6"]),
+        "torch/lib/libc10.so": e("libc10.so", exports=ex["libc10.so"], needed=["libstdc++.so.6", "libc.so.6"]),
+        "torch/lib/libtorch_cpu.so": e("libtorch_cpu.so", runpath=rp, exports=ex["libtorch_cpu.so"],
+                                       needed=["libc10.so", "libstdc++.so.6", "libc.so.6"]),
+        "torch/lib/libtorch.so": e("libtorch.so", runpath=rp, exports=ex["libtorch.so"],
+                                   needed=["libtorch_cuda.so", "libtorch_cpu.so", "libc.so.6"]),
+        "torch/lib/libtorch_python.so": e("libtorch_python.so", runpath=rp, exports=ex["libtorch_python.so"],
+                                          needed=["libtorch.so", "libc10.so", "libstdc++.so.6", "libc.so.6"]),
+        "torch/_C.cpython-310-x86_64-linux-gnu.so": e(None, runpath=["$ORIGIN/lib"],
+                                                      needed=["libtorch_python.so", "libc.so.6"]),
+        "torch/__init__.py": "import ctypes\n",
+        "torch/version.py": f"__version__ = '{NGC_TORCH}'\ndebug = False\ncuda = '12.6'\n"
+                            "git_version = 'e000cf0ad980e5d140dc895a646174e9b945cf26'\nhip = None\n"}
+    healthy.dist(spec, NGC_SITE, "torch", NGC_TORCH, files, tag="cp310-cp310-linux_x86_64", installer="")
+
+
+@case("flash-attention-709-user-site-wheel-under-ngc-torch")
+def flash_attention_709(broken: bool) -> Machine:
+    """NVIDIA's PyTorch container: 'pip install flash-attn --upgrade' as a user went to ~/.local and fetched the
+    prebuilt wheel made for pytorch.org's torch; the image's own pre-release torch does not export a c10 symbol it
+    imports. Twin: flash-attn built in the container against its torch."""
+    spec = healthy.ngc_cuda_compat()
+    ngc_torch_with_symbols(spec)
+    user_site = "root/.local/lib/python3.10/site-packages"
+    common = [string_abi(n, True) for lib, names in COMMON.items() for n in names[:2]]
+    imports = (["_ZNK3c1017SymbolicShapeMeta18init_is_contiguousEv"] if broken else []) + common
+    extension(spec, user_site, "flash-attn", "2.3.6", "flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so", imports,
+              ["torch", "einops"], package="flash_attn", tag="cp310-cp310-linux_x86_64")
+    return Machine(spec)
