@@ -34,12 +34,24 @@ def _python(env: Dict[str, Any]) -> str:
     return shlex.quote(env.get("python") or f"{env.get('prefix')}/bin/python")
 
 
-def _torch_version(env: Dict[str, Any]) -> Optional[str]:
+def _own_torch(env: Dict[str, Any]) -> Optional[str]:
     torch = (env.get("frameworks") or {}).get("torch") or {}
     if torch.get("version"):
         return str(torch["version"])
     c = next((x for x in env.get("consumers") or [] if isinstance(x, dict) and x.get("distribution") == "torch"), None)
     return str(c["version"]) if c and c.get("version") else None
+
+
+def torch_for(env: Dict[str, Any], envs: List[Dict[str, Any]]) -> Optional[str]:
+    """The torch an environment's extensions run with: its own; for a user site (~/.local/lib/pythonX.Y, on the
+    sys.path of every interpreter of that version that is not a venv), the one torch those interpreters' environments
+    hold (None where there is none, or several different ones: which one runs is not known)."""
+    own = _own_torch(env)
+    if own or env.get("kind") != "user-site":
+        return own
+    found = {_own_torch(e) for e in envs if e is not env and e.get("kind") not in ("venv", "user-site")
+             and e.get("python_version") == env.get("python_version")} - {None}
+    return next(iter(found)) if len(found) == 1 else None
 
 
 def _abi_note(unresolved: List[Dict[str, Any]]) -> Optional[str]:
@@ -85,6 +97,7 @@ def extension_undefined_symbol(facts: Facts, matrix) -> Result:
     evidence: Dict[str, Any] = {"unresolved": []}
     ok: List[str] = []
     unknown: List[str] = []
+    envs = _envs(facts)
     for env, c in consumers_with_loading(facts, matrix):
         abi = c.get("abi")
         if not isinstance(abi, dict):
@@ -96,7 +109,7 @@ def extension_undefined_symbol(facts: Facts, matrix) -> Result:
                 ok.append(f"{name} ({env.get('name')})")
             unknown += [f"{name}: {u}" for u in abi.get("unknown") or []]
             continue
-        torch = _torch_version(env)
+        torch = torch_for(env, envs)
         total = abi.get("unresolved_count") or len(unresolved)
         shown = "; ".join(f"{u.get('object')} imports {u.get('name') or u['symbol']} ({u['symbol']})"
                           for u in unresolved[:MAX_SHOWN])

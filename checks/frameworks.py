@@ -296,6 +296,12 @@ def extension_torch(facts: Facts, matrix) -> Result:
             continue
         torch_c = next((x for x in env.get("consumers") or [] if x.get("distribution") == "torch"), None)
         installed = ((env.get("frameworks") or {}).get("torch") or {}).get("version") or (torch_c or {}).get("version")
+        if not installed and env.get("kind") == "user-site":  # a user site runs with its interpreters' torch
+            from dl_doctor.checks.abi import torch_for
+
+            installed = torch_for(env, _envs(facts))
+            if not installed:
+                continue  # no one torch those interpreters hold: which one runs is not known
         name = f"{c['distribution']} {c.get('version') or ''} in {_label(env)}"
         if not installed:
             problems.append(f"{name} links against torch, which is not installed there")
