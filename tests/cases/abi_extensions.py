@@ -189,34 +189,43 @@ NGC_SITE = "usr/local/lib/python3.10/dist-packages"
 NGC_TORCH = "2.5.0a0+e000cf0ad9.nv24.10"
 
 
-def ngc_torch_with_symbols(spec, exports_extra: Sequence[str] = ()) -> None:
-    """The NGC image's torch, its libraries with their symbol tables (cxx11 names: NVIDIA builds torch with
-    _GLIBCXX_USE_CXX11_ABI=1)."""
-    drop(spec, f"{NGC_SITE}/torch/", f"{NGC_SITE}/torch-")
-    ex = {lib: [string_abi(n, True) for n in names] for lib, names in COMMON.items()}
-    ex["libc10.so"] += list(exports_extra)
-    rp = ["$ORIGIN"]
+def torch_dist_with_symbols(spec, site: str, version: str, cuda: str, cxx11: bool, runpath: Sequence[str],
+                            python_tag: str, installer: str, cuda_needed: Sequence[str],
+                            stdcxx: Optional[Dict[str, List[str]]] = None) -> None:
+    """A torch distribution not from pytorch.org's wheels (NVIDIA's container, conda-forge), its libraries with their
+    symbol tables, replacing the one in the tree."""
+    drop(spec, f"{site}/torch/", f"{site}/torch-")
+    ex = {lib: [string_abi(n, cxx11) for n in names] for lib, names in COMMON.items()}
+    rp = list(runpath) + ["$ORIGIN"]
     e = healthy.elf
     files = {
         "torch/lib/libtorch_cuda.so": e("libtorch_cuda.so", runpath=rp, exports=ex["libtorch_cuda.so"],
-                                        needed=["libcudart.so.12", "libcublas.so.12", "libcudnn.so.9", "libnccl.so.2",
-                                                "libnvToolsExt.so.1", "libc10_cuda.so", "libc10.so",
-                                                "libtorch_cpu.so", "libstdc++.so.6", "libc.so.6"]),
+                                        needed=list(cuda_needed) + ["libc10_cuda.so", "libc10.so", "libtorch_cpu.so",
+                                                                    "libstdc++.so.6", "libc.so.6"], verneed=stdcxx),
         "torch/lib/libc10_cuda.so": e("libc10_cuda.so", runpath=rp, exports=ex["libc10_cuda.so"],
                                       needed=["libcudart.so.12", "libc10.so", "libc.so.6"]),
-        "torch/lib/libc10.so": e("libc10.so", exports=ex["libc10.so"], needed=["libstdc++.so.6", "libc.so.6"]),
+        "torch/lib/libc10.so": e("libc10.so", runpath=rp, exports=ex["libc10.so"],
+                                 needed=["libstdc++.so.6", "libc.so.6"]),
         "torch/lib/libtorch_cpu.so": e("libtorch_cpu.so", runpath=rp, exports=ex["libtorch_cpu.so"],
                                        needed=["libc10.so", "libstdc++.so.6", "libc.so.6"]),
         "torch/lib/libtorch.so": e("libtorch.so", runpath=rp, exports=ex["libtorch.so"],
                                    needed=["libtorch_cuda.so", "libtorch_cpu.so", "libc.so.6"]),
         "torch/lib/libtorch_python.so": e("libtorch_python.so", runpath=rp, exports=ex["libtorch_python.so"],
                                           needed=["libtorch.so", "libc10.so", "libstdc++.so.6", "libc.so.6"]),
-        "torch/_C.cpython-310-x86_64-linux-gnu.so": e(None, runpath=["$ORIGIN/lib"],
-                                                      needed=["libtorch_python.so", "libc.so.6"]),
+        f"torch/_C.cpython-{python_tag}-x86_64-linux-gnu.so": e(None, runpath=["$ORIGIN/lib"] + list(runpath),
+                                                                needed=["libtorch_python.so", "libc.so.6"]),
         "torch/__init__.py": "import ctypes\n",
-        "torch/version.py": f"__version__ = '{NGC_TORCH}'\ndebug = False\ncuda = '12.6'\n"
+        "torch/version.py": f"__version__ = '{version}'\ndebug = False\ncuda = '{cuda}'\n"
                             "git_version = 'e000cf0ad980e5d140dc895a646174e9b945cf26'\nhip = None\n"}
-    healthy.dist(spec, NGC_SITE, "torch", NGC_TORCH, files, tag="cp310-cp310-linux_x86_64", installer="")
+    healthy.dist(spec, site, "torch", version, files, tag=f"cp{python_tag}-cp{python_tag}-linux_x86_64",
+                 installer=installer)
+
+
+def ngc_torch_with_symbols(spec) -> None:
+    """The NGC image's torch (NVIDIA builds torch with _GLIBCXX_USE_CXX11_ABI=1)."""
+    torch_dist_with_symbols(spec, NGC_SITE, NGC_TORCH, "12.6", True, [], "310", "",
+                            ["libcudart.so.12", "libcublas.so.12", "libcudnn.so.9", "libnccl.so.2",
+                             "libnvToolsExt.so.1"])
 
 
 @case("flash-attention-709-user-site-wheel-under-ngc-torch")
@@ -231,4 +240,39 @@ def flash_attention_709(broken: bool) -> Machine:
     imports = (["_ZNK3c1017SymbolicShapeMeta18init_is_contiguousEv"] if broken else []) + common
     extension(spec, user_site, "flash-attn", "2.3.6", "flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so", imports,
               ["torch", "einops"], package="flash_attn", tag="cp310-cp310-linux_x86_64")
+    return Machine(spec)
+
+
+# -- conda-forge's pytorch (built with the cxx11 ABI, like every conda-forge C++ package) and a pip wheel from PyG
+
+CF_PREFIX = "opt/miniforge3/envs/pt"
+CF_SITE = f"{CF_PREFIX}/lib/python3.11/site-packages"
+
+
+@case("pytorch-scatter-470-pyg-wheel-under-conda-forge-torch")
+def pytorch_scatter_470(broken: bool) -> Machine:
+    """conda-forge's pytorch 2.4.0 (cxx11 ABI) with torch-scatter's wheel from data.pyg.org (built against
+    pytorch.org's pre-cxx11 torch). Twin: torch-scatter from conda-forge, built against that torch."""
+    spec = healthy.conda_forge_lab_server()
+    meta = next(k for k in spec if k.startswith(f"{CF_PREFIX}/conda-meta/pytorch-"))
+    spec[meta] = spec[meta].replace('"2.5.1"', '"2.4.0"').replace("cuda126_py311hc5b8c95_305",
+                                                                  "cuda126_py311h1234567_301")
+    spec[meta.replace("2.5.1-cuda126_py311hc5b8c95_305", "2.4.0-cuda126_py311h1234567_301")] = spec.pop(meta)
+    torch_dist_with_symbols(spec, CF_SITE, "2.4.0", "12.6", True, ["$ORIGIN/../../../.."], "311", "conda",
+                            ["libcudart.so.12", "libcublas.so.12", "libcublasLt.so.12", "libcudnn.so.9",
+                             "libnccl.so.2", "libcusparse.so.12", "libcufft.so.11", "libcurand.so.10",
+                             "libcusolver.so.11", "libnvToolsExt.so.1"],
+                            stdcxx={"libstdc++.so.6": ["GLIBCXX_3.4.32", "CXXABI_1.3.15"]})
+    common_py = [string_abi(n, not broken) for lib in ("libc10.so", "libtorch_cpu.so")
+                 for n in COMMON[lib][:2]]
+    cuda_needed = ["libc10.so", "libtorch_cpu.so", "libtorch_cuda.so", "libc10_cuda.so", "libcudart.so.12",
+                   "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"]
+    version_needed = ["libc10.so", "libtorch_cpu.so", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"]
+    imports = ([string_abi("_ZN5torch3jit17parseSchemaOrNameERKSsb", not broken)] if broken else []) + common_py
+    files = {"torch_scatter/__init__.py": "__version__ = '2.1.2'\n",
+             "torch_scatter/_version_cuda.so": healthy.elf(None, needed=version_needed, imports=imports),
+             "torch_scatter/_scatter_cuda.so": healthy.elf(None, needed=cuda_needed, imports=common_py)}
+    version = "2.1.2+pt24cu121" if broken else "2.1.2"
+    healthy.dist(spec, CF_SITE, "torch-scatter", version, files, tag="cp311-cp311-linux_x86_64",
+                 installer="pip" if broken else "conda")
     return Machine(spec)
