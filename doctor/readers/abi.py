@@ -29,7 +29,7 @@ FRAMEWORK_LIBRARY = re.compile(r"lib(c10|c10_cuda|c10_hip|torch|torch_cpu|torch_
                                r"torch_hip|torch_python|torch_global_deps|shm)\.so")
 _NESTED = re.compile(r"_Z(?:T[VIST])?N[rVKRO]*(\d+)")
 MAX_OBJECTS = 16          # objects of one distribution looked at
-MAX_LOOKUPS = 20000       # symbol lookups per distribution (each walks one hash chain)
+MAX_LOOKUPS = 3000        # symbol lookups per distribution (each walks one hash chain: ~25 µs on libtorch_cpu)
 MAX_REPORTED = 20
 CXX11_STRING = "NSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
 

@@ -276,3 +276,18 @@ def pytorch_scatter_470(broken: bool) -> Machine:
     healthy.dist(spec, CF_SITE, "torch-scatter", version, files, tag="cp311-cp311-linux_x86_64",
                  installer="pip" if broken else "conda")
     return Machine(spec)
+
+
+# -- written before any check was changed for them (blind)
+
+register("mambavision-106-mmcv-wheel-for-older-torch", torch="2.4.1+cu124", torch_cxx11=False, dist="mmcv",
+         version="2.2.0", obj="mmcv/_ext.cpython-311-x86_64-linux-gnu.so", lib="libtorch_cpu.so",
+         requires=("addict", "mmengine>=0.3.0", "numpy", "packaging", "Pillow", "pyyaml", "yapf"),
+         symbol="_ZN2at4_ops10zeros_like4callERKNS_6TensorEN3c108optionalINS5_10ScalarTypeEEENS6_INS5_6LayoutEEENS6"
+                "_INS5_6DeviceEEENS6_IbEENS6_INS5_12MemoryFormatEEE")
+register("pytorch-152790-cu126-torch-exports-cxx11-only", torch="2.6.0+cu126", torch_cxx11=True,
+         dist="flash-attn", version="2.7.4.post1", obj=FA, ext_cxx11=False, package="flash_attn",
+         symbol="_ZN3c105ErrorC2ENS_14SourceLocationESs")
+register("exllamav2-522-flash-attn-for-torch-2.2-under-2.3.1", torch="2.3.1+cu121", torch_cxx11=False,
+         dist="flash-attn", version="2.5.6", obj=FA, package="flash_attn", lib="libc10_cuda.so",
+         symbol="_ZN3c104cuda9SetDeviceEi")
