@@ -36,3 +36,30 @@ def pytorch_157709(broken: bool) -> Machine:
     if broken:
         del spec[f"{prefix}/lib/libstdc++.so.6"]
     return Machine(spec)
+
+
+@case("xgrammar-821-manylinux-2-28-wheel-needs-glibcxx-3.4.29")
+def xgrammar_821(broken: bool) -> Machine:
+    """RHEL 8 (libstdc++ of GCC 8: GLIBCXX up to 3.4.25) with a venv of AppStream's python3.11: the xgrammar wheel
+    tagged manylinux_2_28 links std::__cxx11::basic_ostringstream's GCC 11 constructor (GLIBCXX_3.4.29). Twin: a
+    wheel whose objects need only what manylinux_2_28 allows."""
+    spec = healthy.dlami_rhel8_p4d()
+    spec["usr/bin/python3.11"] = healthy.elf(None, needed=("libpython3.11.so.1.0", "libc.so.6"))
+    healthy.so(spec, "usr/lib64", "libpython3.11.so.1.0", "libpython3.11.so.1.0")
+    spec["usr/lib64/python3.11/os.py"] = ""
+    venv = "home/ec2-user/venv"
+    spec[f"{venv}/pyvenv.cfg"] = "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.11.9\n"
+    spec[f"{venv}/bin/python3"] = {"symlink": "/usr/bin/python3.11"}
+    spec[f"{venv}/bin/python"] = {"symlink": "python3"}
+    site = f"{venv}/lib/python3.11/site-packages"
+    top = "GLIBCXX_3.4.29" if broken else "GLIBCXX_3.4.22"
+    obj = healthy.elf(None, needed=("libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6"),
+                      verneed={"libstdc++.so.6": ["GLIBCXX_3.4.21", top, "CXXABI_1.3.9"],
+                               "libc.so.6": ["GLIBC_2.17", "GLIBC_2.2.5"]})
+    version = "0.1.23" if broken else "0.1.24"
+    healthy.dist(spec, site, "xgrammar", version, {
+        "xgrammar/__init__.py": f"__version__ = '{version}'\n",
+        "xgrammar/xgrammar_bindings.cpython-311-x86_64-linux-gnu.so": obj},
+        requires=["pydantic", "torch>=1.10.0", "transformers>=4.38.0", "ninja"],
+        tag="cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64")
+    return Machine(spec)
