@@ -198,3 +198,45 @@ def observe(host: Host, consumer: Dict[str, Any], paths: Sequence[str]):
         if result is not None:
             consumer["abi"] = result
     return seen
+
+
+# -- symbol versions of every other compiled object of an environment ---------------------------------------------
+
+MAX_DISTRIBUTIONS = 200   # compiled distributions of one environment looked at
+MAX_DIST_OBJECTS = 32     # objects of one distribution loaded
+MAX_UNMET = 40
+
+
+def compiled_versions(host: Host, compiled: Mapping[str, Any], inputs: Mapping[str, Any],
+                      machine: str) -> List[Dict[str, Any]]:
+    """The symbol versions (DT_VERNEED) the compiled objects of the environment's distributions that are not CUDA
+    consumers (those are judged by the loading model) need and the copy that loads for them does not define
+    (DT_VERDEF): ld.so refuses the import ('version `GLIBCXX_3.4.29' not found'). Each distribution is loaded as the
+    interpreter would: after the executable and its libraries, its objects by path, their DT_NEEDED searched in
+    glibc's order (dl_doctor.facts.loading.Loader) through a view of its own (these files are not recorded)."""
+    from dl_doctor.facts.loading import Loader
+    from dl_doctor.readers.ldso import HostView
+
+    view = HostView(host, machine=machine)
+    out: List[Dict[str, Any]] = []
+    for name in sorted(compiled)[:MAX_DISTRIBUTIONS]:
+        entry = compiled[name]
+        paths = [p for p in entry.get("paths") or [] if isinstance(p, str)][:MAX_DIST_OBJECTS]
+        if not paths:
+            continue
+        loader = Loader(view, ld_library_path=list(inputs.get("ld_library_path") or []),
+                        executable=inputs.get("executable"), machine=machine)
+        if inputs.get("executable"):
+            loader.load(str(inputs["executable"]), via="the interpreter")
+        for path in paths:
+            loader.load(path, via="loaded with its package")
+        mine = set(paths)
+        site = str(entry.get("location") or "")
+        for obj, file, version, provider in loader.unmet_versions():
+            if obj in mine:
+                out.append({"distribution": name, "version": entry.get("version"),
+                            "object": obj[len(site) + 1:] if site and obj.startswith(site + "/") else obj,
+                            "file": file, "needs": version, "provider": provider})
+                if len(out) >= MAX_UNMET:
+                    return out
+    return out

@@ -200,6 +200,7 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
     out: List[Dict[str, Any]] = []
     objects: Dict[str, Dict[str, List[str]]] = {}
     links: Dict[str, List[str]] = {}  # each consumer's objects that link torch (the symbol check's, not the record's)
+    compiled: Dict[str, Dict[str, Any]] = {}  # the other distributions with ELF objects
     for name in sorted(dists):
         d = dists[name]
         if PROVIDER.fullmatch(name) or not str(d.get("metadata", "")).endswith(".dist-info"):
@@ -226,6 +227,9 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
         dlopen_by = (entry or {}).get("dlopen_by") or []
         callers = [p for p, _ in parsed if _matches(posixpath.basename(p), dlopen_by)]
         if not needing and not (entry and entry.get("dlopen") and callers):
+            if parsed:  # not a CUDA consumer: its symbol versions are judged on their own (readers.abi)
+                compiled[name] = {"version": d.get("version"), "location": d["location"],
+                                  "paths": [p for p, _ in parsed]}
             continue
         out.append(_describe(host, name, d, entry, parsed, needing, host_machine, text))
         objects[name] = {"needing": [p for p, _ in needing], "callers": callers}
@@ -254,6 +258,7 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
     for path in list(view.files):
         view.owner(path)
     record.update(view.record())
+    record["unmet_versions"] = abi.compiled_versions(host, compiled, record, host_machine or "EM_X86_64")
     return out, record
 
 

@@ -205,6 +205,16 @@ _LOADER = obj(
         callers=array(string(), "its objects that open CUDA libraries by name (the matrix's dlopen_by)"),
     ), "consumer distribution -> its objects the process loads"),
     files=map_of(_DYNAMIC, "every existing file the search looked at -> its dynamic section"),
+    unmet_versions=array(obj(
+        "",
+        distribution=string("a distribution that is not a CUDA consumer"),
+        version=string("its version"),
+        object=string("its object that needs the symbol version, relative to the site directory"),
+        file=string("the library it needs the version from (DT_VERNEED)"),
+        needs=string("the symbol version (GLIBCXX_3.4.29, GLIBC_2.28)"),
+        provider=string("the copy of that library that loads for it, which does not define the version"),
+    ), "the environment's other compiled objects (not CUDA consumers) loaded as the interpreter would load them: "
+       "each symbol version they need that the copy which loads does not define (dl_doctor.readers.abi; at most 40)"),
     links=map_of(string("where it points"), "a path the search met -> the file it resolves to (symbolic links)"),
     cache=map_of(array(string()), "a soname the search looked up in /etc/ld.so.cache -> its entries, in order"),
     globs=map_of(array(string()), "a pattern a framework's preloading globbed -> its matches"),
