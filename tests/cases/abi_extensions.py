@@ -291,3 +291,26 @@ register("pytorch-152790-cu126-torch-exports-cxx11-only", torch="2.6.0+cu126", t
 register("exllamav2-522-flash-attn-for-torch-2.2-under-2.3.1", torch="2.3.1+cu121", torch_cxx11=False,
          dist="flash-attn", version="2.5.6", obj=FA, package="flash_attn", lib="libc10_cuda.so",
          symbol="_ZN3c104cuda9SetDeviceEi")
+
+
+@case("flashinfer-911-torch2.5-wheel-under-ngc-24.08")
+def flashinfer_911(broken: bool) -> Machine:
+    """nvcr.io/nvidia/pytorch:24.08 (torch 2.5.0a0, cxx11 ABI) with flashinfer-python from flashinfer.ai's
+    cu124/torch2.5 index (built against pytorch.org's pre-cxx11 torch 2.5). Twin: flashinfer's JIT build against the
+    container's torch (its AOT kernels rebuilt in the image)."""
+    spec = healthy.ngc_cuda_compat()
+    version = "2.5.0a0+872d972e41.nv24.08"
+    torch_dist_with_symbols(spec, NGC_SITE, version, "12.6", True, [], "310", "",
+                            ["libcudart.so.12", "libcublas.so.12", "libcudnn.so.9", "libnccl.so.2",
+                             "libnvToolsExt.so.1"])
+    spec[f"{NGC_SITE}/torch/version.py"] = spec[f"{NGC_SITE}/torch/version.py"]
+    common = [string_abi(n, not broken) for lib, names in COMMON.items() for n in names[:2]]
+    imports = ([string_abi("_ZN5torch3jit17parseSchemaOrNameERKSsb", False)] if broken else []) + common
+    extension(spec, NGC_SITE, "flashinfer-python", "0.2.2.post1" if broken else "0.2.3",
+              "flashinfer/flashinfer_kernels.abi3.so", imports, ["torch", "ninja", "numpy"], package="flashinfer",
+              tag="cp38-abi3-linux_x86_64")
+    return Machine(spec)
+
+register("flashinfer-382-wheel-for-torch-2.4-under-2.3.1", torch="2.3.1+cu121", torch_cxx11=False,
+         dist="flashinfer", version="0.1.2+cu121torch2.4", obj="flashinfer/_kernels.cpython-311-x86_64-linux-gnu.so",
+         symbol="_ZN3c1021throwNullDataPtrErrorEv", package="flashinfer", twin_version="0.1.2+cu121torch2.3")
