@@ -314,3 +314,43 @@ def flashinfer_911(broken: bool) -> Machine:
 register("flashinfer-382-wheel-for-torch-2.4-under-2.3.1", torch="2.3.1+cu121", torch_cxx11=False,
          dist="flashinfer", version="0.1.2+cu121torch2.4", obj="flashinfer/_kernels.cpython-311-x86_64-linux-gnu.so",
          symbol="_ZN3c1021throwNullDataPtrErrorEv", package="flashinfer", twin_version="0.1.2+cu121torch2.3")
+
+
+@case("audio-3335-torchaudio-cxx11-under-defaults-channel-torch")
+def audio_3335(broken: bool) -> Machine:
+    """A CPU conda environment mixing distributors: pytorch 1.13.1 from Anaconda's defaults channel (pre-cxx11
+    names) and torchaudio 0.13.1 built against the pytorch channel's torch, whose C++ it links (cxx11 names:
+    torch::autograd::Node::name[abi:cxx11]). Twin: torchaudio from the same channel as torch."""
+    spec = healthy.cpu_only()
+    drop(spec, "home/ubuntu/.venv")
+    prefix = "home/ubuntu/miniconda3/envs/audio"
+    site = healthy.conda_env(spec, prefix, python="3.8.16", build="h7a1cb2a_3")
+    healthy.conda_pkg(spec, prefix, "pytorch", "1.13.1", "cpu_py38h92724a6_0", channel="defaults")
+    exports = {lib: [string_abi(n, False) for n in names] for lib, names in COMMON.items()}
+    exports["libtorch_cpu.so"] = exports["libtorch_cpu.so"] + ["_ZNK5torch8autograd4Node4nameEv"]
+    plain = healthy.elf
+
+    def elf(soname=None, needed=("libc.so.6",), machine="x86_64", **kw):
+        if soname in exports:
+            kw["exports"] = exports[soname]
+        return plain(soname, needed=needed, machine=machine, **kw)
+
+    healthy.elf = elf
+    try:
+        healthy.torch(spec, site, "1.13.1", None, python_tag="38")
+    finally:
+        healthy.elf = plain
+    cxx11 = broken
+    imports = [string_abi(n, cxx11) for lib in ("libc10.so", "libtorch_cpu.so") for n in COMMON[lib][:2]]
+    imports = (["_ZNK5torch8autograd4Node4nameB5cxx11Ev"] if broken else ["_ZNK5torch8autograd4Node4nameEv"]) + imports
+    lib = healthy.elf(None, needed=["libc10.so", "libtorch.so", "libtorch_cpu.so", "libstdc++.so.6", "libc.so.6"],
+                      runpath=["$ORIGIN/../../torch/lib"], imports=imports)
+    healthy.dist(spec, site, "torchaudio", "0.13.1", {"torchaudio/__init__.py": "", "torchaudio/lib/libtorchaudio.so": lib,
+                                                      "torchaudio/version.py": "__version__ = '0.13.1'\n"},
+                 requires=["torch==1.13.1"], tag="cp38-cp38-linux_x86_64", installer="conda")
+    healthy.conda_pkg(spec, prefix, "torchaudio", "0.13.1", "py38_cpu" if broken else "cpu_py38h7f8d0b4_0",
+                      channel="pytorch" if broken else "defaults")
+    spec["proc/self/environ"] = healthy.environ({"PATH": f"/{prefix}/bin:/usr/local/bin:/usr/bin:/bin",
+                                                 "HOME": "/home/ubuntu", "USER": "ubuntu", "CONDA_PREFIX": f"/{prefix}",
+                                                 "CONDA_DEFAULT_ENV": "audio", "LANG": "C.UTF-8"})
+    return Machine(spec)
