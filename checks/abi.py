@@ -98,7 +98,12 @@ def extension_undefined_symbol(facts: Facts, matrix) -> Result:
     ok: List[str] = []
     unknown: List[str] = []
     envs = _envs(facts)
-    for env, c in consumers_with_loading(facts, matrix):
+    pairs = [(env, c) for env, c in consumers_with_loading(facts, matrix)]
+    for env in envs:  # torch extensions that need no CUDA library (the loader inputs' extensions_abi)
+        for name, abi in sorted(((env.get("loader") or {}).get("extensions_abi") or {}).items()):
+            if isinstance(abi, dict):
+                pairs.append((env, {"distribution": name, "version": abi.get("version"), "abi": abi}))
+    for env, c in pairs:
         abi = c.get("abi")
         if not isinstance(abi, dict):
             continue

@@ -208,12 +208,17 @@ MAX_UNMET = 40
 
 
 def compiled_versions(host: Host, compiled: Mapping[str, Any], inputs: Mapping[str, Any],
-                      machine: str) -> List[Dict[str, Any]]:
+                      machine: str, torch_extension: Optional[str] = None,
+                      extensions: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """The symbol versions (DT_VERNEED) the compiled objects of the environment's distributions that are not CUDA
     consumers (those are judged by the loading model) need and the copy that loads for them does not define
     (DT_VERDEF): ld.so refuses the import ('version `GLIBCXX_3.4.29' not found'). Each distribution is loaded as the
     interpreter would: after the executable and its libraries, its objects by path, their DT_NEEDED searched in
-    glibc's order (dl_doctor.facts.loading.Loader) through a view of its own (these files are not recorded)."""
+    glibc's order (dl_doctor.facts.loading.Loader) through a view of its own (these files are not recorded).
+
+    A distribution whose objects link torch (a torch extension that needs no CUDA library: torchaudio's CPU build,
+    torch-scatter's) is loaded after ``torch_extension`` (torch._C: 'import torch' comes first), and its framework
+    imports are looked up as for a CUDA consumer (check_process); the answers go into ``extensions``."""
     from dl_doctor.facts.loading import Loader
     from dl_doctor.readers.ldso import HostView
 
@@ -228,10 +233,21 @@ def compiled_versions(host: Host, compiled: Mapping[str, Any], inputs: Mapping[s
                         executable=inputs.get("executable"), machine=machine)
         if inputs.get("executable"):
             loader.load(str(inputs["executable"]), via="the interpreter")
+        linking = [p for p in paths if any(n.startswith(("libc10", "libtorch")) for n in
+                                           (view.dynamic(p) or {}).get("needed") or [])]
+        if linking and torch_extension and name != "torch":
+            loader.load(torch_extension, via="import torch")
         for path in paths:
             loader.load(path, via="loaded with its package")
         mine = set(paths)
         site = str(entry.get("location") or "")
+        if linking and extensions is not None and name != "torch":
+            try:
+                result = check_process(host, loader, linking, site)
+            except Exception as exc:  # noqa: BLE001 - one hostile object costs only this answer
+                result = {"objects": 0, "symbols": 0, "unresolved": [], "unknown": [f"not read: {type(exc).__name__}"]}
+            if result is not None:
+                extensions[name] = {"version": entry.get("version"), **result}
         for obj, file, version, provider in loader.unmet_versions():
             if obj in mine:
                 out.append({"distribution": name, "version": entry.get("version"),

@@ -258,7 +258,15 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
     for path in list(view.files):
         view.owner(path)
     record.update(view.record())
-    record["unmet_versions"] = abi.compiled_versions(host, compiled, record, host_machine or "EM_X86_64")
+    torch_ext = None
+    if "torch" in dists and dists["torch"].get("location"):
+        loc = dists["torch"]["location"]
+        torch_ext = next(iter(sorted(host.glob(f"{loc}/torch/_C.cpython-*.so")) + host.glob(f"{loc}/torch/_C.so")), None)
+    extensions: Dict[str, Any] = {}
+    record["unmet_versions"] = abi.compiled_versions(host, compiled, record, host_machine or "EM_X86_64",
+                                                     torch_extension=torch_ext, extensions=extensions)
+    if extensions:
+        record["extensions_abi"] = extensions
     return out, record
 
 
