@@ -12,7 +12,7 @@ from cases import Machine, case
 
 SITE = "opt/conda/envs/pytorch/lib/python3.11/site-packages"
 CXX11 = "NSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
-PINS = {"2.2": healthy.TORCH_241_CU124, "2.3": healthy.TORCH_241_CU124, "2.4": healthy.TORCH_241_CU124,
+PINS = {"2.1": healthy.TORCH_241_CU124, "2.2": healthy.TORCH_241_CU124, "2.3": healthy.TORCH_241_CU124, "2.4": healthy.TORCH_241_CU124,
         "2.5": healthy.TORCH_251_CU124, "2.6": healthy.TORCH_251_CU124, "2.7": healthy.TORCH_270_CU128,
         "2.8": healthy.TORCH_270_CU128}
 
@@ -89,7 +89,8 @@ def machine(torch: str, torch_cxx11: bool, dist: str, version: str, obj: str, sy
             ext_cxx11: Optional[bool] = None, requires: Sequence[str] = ("torch",), exported_elsewhere: bool = False,
             package: Optional[str] = None, lib: str = "libc10.so", twin_version: Optional[str] = None,
             companion: Optional[str] = None, companion_needed: Sequence[str] = (),
-            obj_needed: Sequence[str] = NEEDED, twin_requires: Optional[Sequence[str]] = None) -> Machine:
+            obj_needed: Sequence[str] = NEEDED, twin_requires: Optional[Sequence[str]] = None,
+            tag_obj: str = "linux_x86_64") -> Machine:
     """The DLAMI g5 with torch ``torch`` and one extension. Broken: the extension imports ``symbol`` (the reporter's),
     which this torch does not export, and the common framework symbols in its own string ABI (``ext_cxx11``; the
     same as torch's unless the case is the ABI flag). Twin: the extension rebuilt against this torch."""
@@ -107,7 +108,8 @@ def machine(torch: str, torch_cxx11: bool, dist: str, version: str, obj: str, sy
     common = common_of(obj_needed, ext_abi if broken else torch_cxx11)
     imports = list(dict.fromkeys(([symbol] if broken or exported_elsewhere else []) + common))
     extension(spec, SITE, dist, version if broken or not twin_version else twin_version, obj, imports,
-              requires if broken or twin_requires is None else twin_requires, package=package, needed=obj_needed)
+              requires if broken or twin_requires is None else twin_requires, package=package, needed=obj_needed,
+              tag=f"cp311-cp311-{tag_obj}")
     if companion:  # another object of the same distribution (torch-scatter's _scatter_cuda.so beside _version_cuda.so)
         key = next(k for k in spec if k.endswith("/RECORD") and f"/{dist.replace('-', '_')}-" in k)
         spec[f"{SITE}/{companion}"] = healthy.elf(None, needed=list(companion_needed or NEEDED),
@@ -354,3 +356,15 @@ def audio_3335(broken: bool) -> Machine:
                                                  "HOME": "/home/ubuntu", "USER": "ubuntu", "CONDA_PREFIX": f"/{prefix}",
                                                  "CONDA_DEFAULT_ENV": "audio", "LANG": "C.UTF-8"})
     return Machine(spec)
+
+
+# -- xformers' wheels pin the torch they were built for (Requires-Dist: torch==X): pip left another torch
+
+register("fooocus-2517-xformers-0.0.20-under-torch-2.1.0", torch="2.1.0+cu121", torch_cxx11=False, dist="xformers",
+         version="0.0.20", obj="xformers/_C.so", symbol="_ZN3c1019UndefinedTensorImpl10_singletonE",
+         exported_elsewhere=True, requires=("numpy", "pyre-extensions==0.0.29", "torch==2.0.1"),
+         twin_version="0.0.23", twin_requires=("numpy", "torch==2.1.0"), tag_obj="manylinux2014_x86_64")
+register("sd-1click-colab-77-xformers-for-torch-2.0.1-on-colab", torch="2.1.0+cu121", torch_cxx11=False,
+         dist="xformers", version="0.0.20", obj="xformers/_C.so", symbol="_ZN3c1019UndefinedTensorImpl10_singletonE",
+         exported_elsewhere=True, requires=("numpy", "pyre-extensions==0.0.29", "torch==2.0.1"),
+         twin_version="0.0.22.post7", twin_requires=("numpy", "torch==2.1.0"), tag_obj="manylinux2014_x86_64")
