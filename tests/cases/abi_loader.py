@@ -63,3 +63,44 @@ def xgrammar_821(broken: bool) -> Machine:
         requires=["pydantic", "torch>=1.10.0", "transformers>=4.38.0", "ninja"],
         tag="cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64")
     return Machine(spec)
+
+
+CENTOS7 = ('NAME="CentOS Linux"\nVERSION="7 (Core)"\nID="centos"\nID_LIKE="rhel fedora"\nVERSION_ID="7"\n'
+           'PRETTY_NAME="CentOS Linux 7 (Core)"\nANSI_COLOR="0;31"\nCPE_NAME="cpe:/o:centos:centos:7"\n')
+
+
+@case("blake3-py-5-manylinux1-wheel-needs-glibc-2.18-on-centos7")
+def blake3_py_5(broken: bool) -> Machine:
+    """CentOS 7.7 (glibc 2.17) with a Python 3.8.2 built into /opt/python and a venv of it: blake3 0.1.4's wheel
+    is tagged manylinux1 but its extension needs GLIBC_2.18 (a Rust toolchain's __cxa_thread_atexit_impl). Twin:
+    blake3 built on the machine (needs only glibc 2.17's versions)."""
+    spec = healthy.cpu_only()
+    drop = [k for k in spec if k.startswith(("home/ubuntu/.venv", "var/lib/dpkg", "usr/lib/x86_64-linux-gnu/",
+                                              "etc/ld.so.conf.d/x86_64"))]
+    for k in drop:
+        del spec[k]
+    spec["etc/os-release"] = CENTOS7
+    spec["etc/centos-release"] = "CentOS Linux release 7.7.1908 (Core)\n"
+    spec["etc/ld.so.conf.d/libc.conf"] = "/usr/local/lib\n"
+    glibc_versions = ["GLIBC_2.2.5"] + [f"GLIBC_2.{n}" for n in range(3, 18)]
+    for name in ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"):
+        spec[f"usr/lib64/{name}"] = healthy.elf(name, needed=(), verdef=[name] + glibc_versions)
+    spec["usr/lib64/libgcc_s.so.1"] = healthy.elf("libgcc_s.so.1", verdef=["libgcc_s.so.1", "GCC_3.0", "GCC_4.2.0"])
+    spec["lib64"] = {"symlink": "usr/lib64"}
+    spec["opt/python/3.8.2/bin/python3.8"] = healthy.elf(None, needed=("libpthread.so.0", "libdl.so.2", "libutil.so.1",
+                                                                       "libm.so.6", "libc.so.6"))
+    spec["usr/lib64/libutil.so.1"] = healthy.elf("libutil.so.1", verdef=["libutil.so.1", "GLIBC_2.2.5"])
+    spec["opt/python/3.8.2/lib/python3.8/os.py"] = ""
+    venv = "opt/util/py38"
+    spec[f"{venv}/pyvenv.cfg"] = "home = /opt/python/3.8.2/bin\ninclude-system-site-packages = false\nversion = 3.8.2\n"
+    spec[f"{venv}/bin/python3.8"] = {"symlink": "/opt/python/3.8.2/bin/python3.8"}
+    spec[f"{venv}/bin/python"] = {"symlink": "python3.8"}
+    site = f"{venv}/lib/python3.8/site-packages"
+    needs = ["GLIBC_2.2.5", "GLIBC_2.3", "GLIBC_2.14"] + (["GLIBC_2.18"] if broken else [])
+    obj = healthy.elf(None, needed=("libgcc_s.so.1", "libpthread.so.0", "libdl.so.2", "libc.so.6"),
+                      verneed={"libc.so.6": needs, "libgcc_s.so.1": ["GCC_3.0"]})
+    healthy.dist(spec, site, "blake3", "0.1.4", {"blake3.cpython-38-x86_64-linux-gnu.so": obj},
+                 tag="cp38-cp38-manylinux1_x86_64" if broken else "cp38-cp38-linux_x86_64")
+    spec["proc/self/environ"] = healthy.environ({"PATH": f"/{venv}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": "/root",
+                                                 "USER": "root", "VIRTUAL_ENV": f"/{venv}", "LANG": "en_US.UTF-8"})
+    return Machine(spec)
