@@ -368,3 +368,32 @@ register("sd-1click-colab-77-xformers-for-torch-2.0.1-on-colab", torch="2.1.0+cu
          dist="xformers", version="0.0.20", obj="xformers/_C.so", symbol="_ZN3c1019UndefinedTensorImpl10_singletonE",
          exported_elsewhere=True, requires=("numpy", "pyre-extensions==0.0.29", "torch==2.0.1"),
          twin_version="0.0.22.post7", twin_requires=("numpy", "torch==2.1.0"), tag_obj="manylinux2014_x86_64")
+
+
+@case("transformer-engine-756-extension-and-common-library-of-two-abis")
+def transformer_engine_756(broken: bool) -> Machine:
+    """Transformer Engine built from its main branch against pip's torch 2.2.2 (pre-cxx11): its torch extension is
+    compiled with torch's -D_GLIBCXX_USE_CXX11_ABI=0, its common library libtransformer_engine.so with the default
+    (=1), and the extension now links transformer_engine::getenv<int>(const std::string&, const int&) from it.
+    Twin: TE 1.5 (the fix: getenv compiled into the extension itself)."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    drop(spec, *(f"{SITE}/{p}" for p in ("torch/", "torch-", "nvidia/", "nvidia_", "torchvision", "torchaudio",
+                                         "flash_attn", "flash-attn", "xformers", "bitsandbytes")))
+    torch_with_symbols(spec, SITE, "2.2.2+cu121", False)
+    getenv_old = "_ZN18transformer_engine6getenvIiEET_RKSsRKS1_"
+    getenv_new = f"_ZN18transformer_engine6getenvIiEET_RK{CXX11}RKS1_"
+    common = [string_abi(n, False) for names in COMMON.values() for n in names[:2]]
+    lib = healthy.elf("libtransformer_engine.so", needed=["libcudart.so.12", "libcublas.so.12", "libstdc++.so.6",
+                                                          "libc.so.6"],
+                      exports=[getenv_new, "nvte_fused_attn_fwd", "nvte_cublas_gemm"])
+    ext = healthy.elf(None, needed=["libtransformer_engine.so"] + NEEDED, runpath=["$ORIGIN"],
+                      imports=([getenv_old] if broken else []) + ["nvte_fused_attn_fwd"] + common,
+                      exports=["PyInit_transformer_engine_extensions"])
+    version = "1.6.0.dev0+a1b2c3d" if broken else "1.5.0"
+    healthy.dist(spec, SITE, "transformer-engine", version, {
+        "transformer_engine/__init__.py": f"__version__ = '{version}'\n",
+        "libtransformer_engine.so": lib,
+        "transformer_engine_extensions.cpython-311-x86_64-linux-gnu.so": ext},
+        requires=["pydantic", "importlib-metadata>=1.0", "packaging", "torch", "flash-attn<=2.5.6,>=2.0.6"],
+        tag="cp311-cp311-linux_x86_64")
+    return Machine(spec)
