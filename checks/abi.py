@@ -63,7 +63,7 @@ def _abi_note(unresolved: List[Dict[str, Any]]) -> Optional[str]:
     mine, theirs = ("1", "0") if u.get("cxx11") else ("0", "1")
     return (f"a C++ ABI flag mismatch: it was built with _GLIBCXX_USE_CXX11_ABI={mine} "
             f"({'std::__cxx11::basic_string' if mine == '1' else 'the pre-cxx11 std::string'} in its symbols), "
-            f"torch with _GLIBCXX_USE_CXX11_ABI={theirs} ({u['other_abi']['exported_by']} exports "
+            f"{u['other_abi']['exported_by']}, which it links, with _GLIBCXX_USE_CXX11_ABI={theirs} (it exports "
             f"{u['other_abi']['symbol']})")
 
 

@@ -178,6 +178,27 @@ def check_process(host: Host, loader: Any, paths: Sequence[str], site: str) -> O
                                "other_abi": {"symbol": variant, "exported_by": found_variant} if found_variant
                                else None,
                                "cxx11": uses_cxx11_abi(name)})
+        # Any other C++ import with a std::string in it: where a library it links exports the same symbol in the
+        # other string ABI, the two were built with different _GLIBCXX_USE_CXX11_ABI (an extension and its own
+        # common library: Transformer Engine's). A name found nowhere is left alone (the global scope may hold it).
+        others = undefined_symbols(host, path, lambda n: n.startswith("_Z") and not is_framework_symbol(n)
+                                   and other_abi(n) is not None) or {"names": []}
+        for name in list(dict.fromkeys(others["names"]))[:MAX_REPORTED * 10]:
+            if lookups > MAX_LOOKUPS:
+                break
+            lookups += 2 * len(tables)
+            if any((exported(host, o.path, [name]) or {}).get(name) for o in tables):
+                continue
+            variant = other_abi(name)
+            owner = next((o for o in tables if (exported(host, o.path, [variant]) or {}).get(variant)), None)
+            if owner is None:
+                continue
+            count += 1
+            if len(unresolved) < MAX_REPORTED:
+                unresolved.append({"object": rel, "symbol": name, "name": demangle(name),
+                                   "libraries": [posixpath.basename(owner.path)],
+                                   "other_abi": {"symbol": variant, "exported_by": posixpath.basename(owner.path)},
+                                   "cxx11": uses_cxx11_abi(name)})
     if not objects and not unknown:
         return None
     return {"objects": objects, "symbols": symbols, "unresolved": unresolved[:MAX_REPORTED],
