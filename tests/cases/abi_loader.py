@@ -104,3 +104,21 @@ def blake3_py_5(broken: bool) -> Machine:
     spec["proc/self/environ"] = healthy.environ({"PATH": f"/{venv}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": "/root",
                                                  "USER": "root", "VIRTUAL_ENV": f"/{venv}", "LANG": "en_US.UTF-8"})
     return Machine(spec)
+
+
+@case("ragflow-4466-system-cuda-12.1-nvjitlink-on-ld-library-path")
+def ragflow_4466(broken: bool) -> Machine:
+    """LD_LIBRARY_PATH=/usr/local/cuda-12.1/lib64: that toolkit's libnvJitLink.so.12 (12.1) is found before the
+    nvidia-nvjitlink-cu12 wheel's for the wheel's libcusparse.so.12, which needs nvJitLink symbols of its own minor
+    ('__nvJitLinkAddData_12_1, version libnvJitLink.so.12'). Twin: LD_LIBRARY_PATH does not name the old toolkit."""
+    spec = healthy.dlami_ubuntu2204_g5()
+    healthy.so(spec, "usr/local/cuda-12.1/targets/x86_64-linux/lib", "libnvJitLink.so.12.1.105", "libnvJitLink.so.12",
+               needed=["libc.so.6"])
+    raw = spec["proc/self/environ"]
+    env = dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+    if broken:
+        env["LD_LIBRARY_PATH"] = "/usr/local/cuda-12.1/lib64:"
+    else:
+        env.pop("LD_LIBRARY_PATH", None)
+    spec["proc/self/environ"] = healthy.environ(env)
+    return Machine(spec)
