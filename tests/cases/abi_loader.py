@@ -122,3 +122,21 @@ def ragflow_4466(broken: bool) -> Machine:
         env.pop("LD_LIBRARY_PATH", None)
     spec["proc/self/environ"] = healthy.environ(env)
     return Machine(spec)
+
+
+@case("pytorch-134929-conda-lib-nvjitlink-on-ld-library-path")
+def pytorch_134929(broken: bool) -> Machine:
+    """A notebook container whose /opt/conda/lib holds conda's libnvJitLink.so.12 of CUDA 12.1, and a notebook that
+    sets LD_LIBRARY_PATH=/opt/conda/lib before importing torch: the wheel's libcusparse.so.12 (CUDA 12.4) takes
+    that older nvJitLink. Twin: the notebook leaves LD_LIBRARY_PATH alone."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    healthy.so(spec, "opt/conda/lib", "libnvJitLink.so.12.1.105", "libnvJitLink.so.12", needed=["libc.so.6"])
+    healthy.conda_pkg(spec, "opt/conda", "cuda-nvjitlink", "12.1.105", "hd3aeb46_0", channel="nvidia",
+                      files=["lib/libnvJitLink.so.12.1.105", "lib/libnvJitLink.so.12"])
+    raw = spec["proc/self/environ"]
+    env = dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+    if broken:
+        env["LD_LIBRARY_PATH"] = "/opt/conda/lib:" + env.get("LD_LIBRARY_PATH", "")
+        env["CUDA_HOME"] = "/opt/conda"
+    spec["proc/self/environ"] = healthy.environ(env)
+    return Machine(spec)
