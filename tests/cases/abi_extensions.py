@@ -397,3 +397,7 @@ def transformer_engine_756(broken: bool) -> Machine:
         requires=["pydantic", "importlib-metadata>=1.0", "packaging", "torch", "flash-attn<=2.5.6,>=2.0.6"],
         tag="cp311-cp311-linux_x86_64")
     return Machine(spec)
+
+register("flash-attention-975-cxx11abitrue-wheel-under-torch-2.4", torch="2.4.1+cu124", torch_cxx11=False,
+         dist="flash-attn", version="2.6.0+cu122torch2.4cxx11abiTRUE", obj=FA, ext_cxx11=True, package="flash_attn",
+         symbol=f"_ZN3c105ErrorC2ENS_14SourceLocationE{CXX11}", twin_version="2.6.0+cu122torch2.4cxx11abiFALSE")

@@ -140,3 +140,4 @@ def pytorch_134929(broken: bool) -> Machine:
         env["CUDA_HOME"] = "/opt/conda"
     spec["proc/self/environ"] = healthy.environ(env)
     return Machine(spec)
+
