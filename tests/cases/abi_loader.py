@@ -141,3 +141,43 @@ def pytorch_134929(broken: bool) -> Machine:
     spec["proc/self/environ"] = healthy.environ(env)
     return Machine(spec)
 
+
+
+OL79 = ('NAME="Oracle Linux Server"\nVERSION="7.9"\nID="ol"\nID_LIKE="fedora"\nVERSION_ID="7.9"\n'
+        'PRETTY_NAME="Oracle Linux Server 7.9"\nCPE_NAME="cpe:/o:oracle:linux:7:9:server"\n')
+
+
+@case("youtokentome-113-conda-env-on-oracle-linux-7")
+def youtokentome_113(broken: bool) -> Machine:
+    """Oracle Linux 7.9 (libstdc++ of GCC 4.8.5: GLIBCXX up to 3.4.19) and a conda environment with its own newer
+    libstdc++ in lib/: youtokentome's extension (no RUNPATH) finds the system's, and needs GLIBCXX_3.4.20. Twin: the
+    workaround of the thread, LD_LIBRARY_PATH=$CONDA_PREFIX/lib, so the environment's copy loads."""
+    spec = healthy.cpu_only()
+    for k in [k for k in spec if k.startswith(("home/ubuntu/.venv", "var/lib/dpkg", "usr/lib/x86_64-linux-gnu/",
+                                              "etc/ld.so.conf.d/x86_64"))]:
+        del spec[k]
+    spec["etc/os-release"] = OL79
+    spec["etc/oracle-release"] = "Oracle Linux Server release 7.9\n"
+    glibc_versions = ["GLIBC_2.2.5"] + [f"GLIBC_2.{n}" for n in range(3, 18)]
+    for name in ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"):
+        spec[f"usr/lib64/{name}"] = healthy.elf(name, needed=(), verdef=[name] + glibc_versions)
+    healthy.so(spec, "usr/lib64", "libstdc++.so.6.0.19", "libstdc++.so.6",
+               verdef=["libstdc++.so.6", "GLIBCXX_3.4"] + [f"GLIBCXX_3.4.{n}" for n in range(1, 20)]
+               + ["CXXABI_1.3", "CXXABI_1.3.7"])
+    spec["usr/lib64/libgcc_s.so.1"] = healthy.elf("libgcc_s.so.1", verdef=["libgcc_s.so.1", "GCC_3.0", "GCC_4.2.0"])
+    spec["lib64"] = {"symlink": "usr/lib64"}
+    prefix = "home/timothee/.conda/envs/tmp1"
+    site = healthy.conda_env(spec, prefix, python="3.10.13", build="h955ad1f_0")
+    obj = healthy.elf(None, needed=("libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6"),
+                      verneed={"libstdc++.so.6": ["GLIBCXX_3.4", "GLIBCXX_3.4.9", "GLIBCXX_3.4.20", "CXXABI_1.3"],
+                               "libc.so.6": ["GLIBC_2.2.5", "GLIBC_2.14"]})
+    healthy.dist(spec, site, "youtokentome", "1.0.6", {
+        "_youtokentome_cython.cpython-310-x86_64-linux-gnu.so": obj, "youtokentome/__init__.py": "",
+        "youtokentome/youtokentome.py": "import _youtokentome_cython\n"},
+        requires=["Click>=7.0"], tag="cp310-cp310-linux_x86_64")
+    env = {"PATH": f"/{prefix}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": "/home/timothee", "USER": "timothee",
+           "CONDA_PREFIX": f"/{prefix}", "CONDA_DEFAULT_ENV": "tmp1", "LANG": "en_US.UTF-8"}
+    if not broken:
+        env["LD_LIBRARY_PATH"] = f"/{prefix}/lib"
+    spec["proc/self/environ"] = healthy.environ(env)
+    return Machine(spec)
