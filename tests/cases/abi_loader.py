@@ -181,3 +181,35 @@ def youtokentome_113(broken: bool) -> Machine:
         env["LD_LIBRARY_PATH"] = f"/{prefix}/lib"
     spec["proc/self/environ"] = healthy.environ(env)
     return Machine(spec)
+
+
+UBUNTU1804 = ('NAME="Ubuntu"\nVERSION="18.04.6 LTS (Bionic Beaver)"\nID=ubuntu\nID_LIKE=debian\n'
+              'PRETTY_NAME="Ubuntu 18.04.6 LTS"\nVERSION_ID="18.04"\nVERSION_CODENAME=bionic\nUBUNTU_CODENAME=bionic\n')
+
+
+@case("pytorch-aarch64-16-torch-wheel-needs-glibc-2.28-on-ubuntu-18.04")
+def pytorch_aarch64_16(broken: bool) -> Machine:
+    """An aarch64 host on Ubuntu 18.04 (glibc 2.27) with a miniconda environment: the community torch 1.6.0 aarch64
+    wheel's libtorch_python.so needs GLIBC_2.28. Twin: a torch 1.6.0 build whose objects need glibc 2.17's versions
+    (the manylinux2014 build)."""
+    spec = healthy.grace_hopper()
+    spec["etc/os-release"] = UBUNTU1804
+    libdir = healthy.LIBDIR["aarch64"]
+    versions = [f"GLIBC_2.{n}" for n in range(17, 28)]
+    for name in ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"):
+        spec[f"{libdir}/{name}"] = healthy.elf(name, needed=(), machine="aarch64", verdef=[name] + versions)
+    prefix = "www/miniconda3/envs/vits"
+    site = healthy.conda_env(spec, prefix, python="3.7.10", machine="aarch64", build="h10a5ad8_0")
+    plain = healthy.elf
+
+    def elf(soname=None, needed=("libc.so.6",), machine="x86_64", **kw):
+        if soname == "libtorch_python.so":
+            kw["verneed"] = {"libc.so.6": ["GLIBC_2.17"] + (["GLIBC_2.28"] if broken else [])}
+        return plain(soname, needed=needed, machine=machine, **kw)
+
+    healthy.elf = elf
+    try:
+        healthy.torch(spec, site, "1.6.0", None, machine="aarch64", python_tag="37")
+    finally:
+        healthy.elf = plain
+    return Machine(spec)
