@@ -211,6 +211,9 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
             text = host.try_read(posixpath.join(d["location"], entry["build_info"]), 1 << 20)
             if text is not None and len(text) < (1 << 20) - 4 and \
                     "cuda" not in read_build_info(text, entry.get("build_keys") or {}):
+                # not a CUDA build: its symbol versions are still judged (readers.abi)
+                compiled[name] = {"version": d.get("version"), "location": d["location"],
+                                  "paths": record_objects(host, d["metadata"], d["location"])}
                 continue  # (a file cut off by the cap proves nothing: its objects are scanned)
         paths = record_objects(host, d["metadata"], d["location"])
         if not paths and entry and entry.get("package"):  # no RECORD (conda's builds may drop it): its package dir

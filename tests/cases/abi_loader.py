@@ -212,4 +212,6 @@ def pytorch_aarch64_16(broken: bool) -> Machine:
         healthy.torch(spec, site, "1.6.0", None, machine="aarch64", python_tag="37")
     finally:
         healthy.elf = plain
+    # conda records the environments it creates (the first measurement's tree lacked this file: no check looked there)
+    spec["home/ubuntu/.conda/environments.txt"] = "/www/miniconda3\n/www/miniconda3/envs/vits\n"
     return Machine(spec)
