@@ -233,47 +233,55 @@ def compiled_versions(host: Host, compiled: Mapping[str, Any], inputs: Mapping[s
                       extensions: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """The symbol versions (DT_VERNEED) the compiled objects of the environment's distributions that are not CUDA
     consumers (those are judged by the loading model) need and the copy that loads for them does not define
-    (DT_VERDEF): ld.so refuses the import ('version `GLIBCXX_3.4.29' not found'). Each distribution is loaded as the
-    interpreter would: after the executable and its libraries, its objects by path, their DT_NEEDED searched in
-    glibc's order (dl_doctor.facts.loading.Loader) through a view of its own (these files are not recorded).
+    (DT_VERDEF): ld.so refuses the import ('version `GLIBCXX_3.4.29' not found'). They are loaded as one interpreter
+    would import them: the executable and its libraries, torch._C where a distribution links torch ('import torch'
+    comes first), then each distribution's objects by path, their DT_NEEDED searched in glibc's order
+    (dl_doctor.facts.loading.Loader) through a view of its own (these files are not recorded); a soname already
+    loaded is reused, as in one process.
 
     A distribution whose objects link torch (a torch extension that needs no CUDA library: torchaudio's CPU build,
-    torch-scatter's) is loaded after ``torch_extension`` (torch._C: 'import torch' comes first), and its framework
-    imports are looked up as for a CUDA consumer (check_process); the answers go into ``extensions``."""
+    torch-scatter's) has its framework imports looked up as for a CUDA consumer (check_process); the answers go into
+    ``extensions``."""
     from dl_doctor.facts.loading import Loader
     from dl_doctor.readers.ldso import HostView
 
     view = HostView(host, machine=machine)
-    out: List[Dict[str, Any]] = []
+    selected: List[Any] = []
     for name in sorted(compiled)[:MAX_DISTRIBUTIONS]:
         entry = compiled[name]
         paths = [p for p in entry.get("paths") or [] if isinstance(p, str)][:MAX_DIST_OBJECTS]
-        if not paths:
-            continue
-        loader = Loader(view, ld_library_path=list(inputs.get("ld_library_path") or []),
-                        executable=inputs.get("executable"), machine=machine)
-        if inputs.get("executable"):
-            loader.load(str(inputs["executable"]), via="the interpreter")
-        linking = [p for p in paths if any(n.startswith(("libc10", "libtorch")) for n in
-                                           (view.dynamic(p) or {}).get("needed") or [])]
-        if linking and torch_extension and name != "torch":
-            loader.load(torch_extension, via="import torch")
+        dyns = {p: view.dynamic(p) for p in paths}
+        linking = [p for p, d in dyns.items() if d and name != "torch" and
+                   any(n.startswith(("libc10", "libtorch")) for n in d.get("needed") or [])]
+        # an object that needs no symbol version and links no framework cannot fail either way: not loaded
+        if linking or any(d and d.get("verneed") for d in dyns.values()):
+            selected.append((name, entry, paths, linking))
+    if not selected:
+        return []
+    loader = Loader(view, ld_library_path=list(inputs.get("ld_library_path") or []),
+                    executable=inputs.get("executable"), machine=machine)
+    if inputs.get("executable"):
+        loader.load(str(inputs["executable"]), via="the interpreter")
+    if torch_extension and any(linking for _, _, _, linking in selected):
+        loader.load(torch_extension, via="import torch")
+    out: List[Dict[str, Any]] = []
+    for name, entry, paths, linking in selected:
         for path in paths:
             loader.load(path, via="loaded with its package")
-        mine = set(paths)
         site = str(entry.get("location") or "")
-        if linking and extensions is not None and name != "torch":
+        if linking and extensions is not None:
             try:
                 result = check_process(host, loader, linking, site)
             except Exception as exc:  # noqa: BLE001 - one hostile object costs only this answer
                 result = {"objects": 0, "symbols": 0, "unresolved": [], "unknown": [f"not read: {type(exc).__name__}"]}
             if result is not None:
                 extensions[name] = {"version": entry.get("version"), **result}
-        for obj, file, version, provider in loader.unmet_versions():
-            if obj in mine:
-                out.append({"distribution": name, "version": entry.get("version"),
-                            "object": obj[len(site) + 1:] if site and obj.startswith(site + "/") else obj,
-                            "file": file, "needs": version, "provider": provider})
-                if len(out) >= MAX_UNMET:
-                    return out
+    owner = {p: (name, entry) for name, entry, paths, _ in selected for p in paths}
+    for obj, file, version, provider in loader.unmet_versions():
+        if obj in owner and len(out) < MAX_UNMET:
+            name, entry = owner[obj]
+            site = str(entry.get("location") or "")
+            out.append({"distribution": name, "version": entry.get("version"),
+                        "object": obj[len(site) + 1:] if site and obj.startswith(site + "/") else obj,
+                        "file": file, "needs": version, "provider": provider})
     return out
