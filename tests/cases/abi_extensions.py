@@ -401,3 +401,50 @@ def transformer_engine_756(broken: bool) -> Machine:
 register("flash-attention-975-cxx11abitrue-wheel-under-torch-2.4", torch="2.4.1+cu124", torch_cxx11=False,
          dist="flash-attn", version="2.6.0+cu122torch2.4cxx11abiTRUE", obj=FA, ext_cxx11=True, package="flash_attn",
          symbol=f"_ZN3c105ErrorC2ENS_14SourceLocationE{CXX11}", twin_version="2.6.0+cu122torch2.4cxx11abiFALSE")
+
+
+@case("nixpkgs-162286-torchvision-wheel-under-distro-built-torch")
+def nixpkgs_162286(broken: bool) -> Machine:
+    """A venv whose torch 1.12.0 was built on the machine (the distribution's compiler: the cxx11 ABI) and whose
+    torchvision 0.13.0 is pip's wheel, built against pytorch.org's pre-cxx11 torch: torchvision/image.so imports
+    c10::Error's constructor with std::string ('Ss'). Twin: torchvision compiled on the machine too."""
+    spec = healthy.cpu_only()
+    drop(spec, "home/ubuntu/.venv")
+    spec["usr/bin/python3.10"] = healthy.elf(None)
+    spec["usr/lib/python3.10/os.py"] = ""
+    prefix = "home/octopus/workdir"
+    spec[f"{prefix}/pyvenv.cfg"] = "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.10.6\n"
+    spec[f"{prefix}/bin/python3"] = {"symlink": "/usr/bin/python3.10"}
+    spec[f"{prefix}/bin/python"] = {"symlink": "python3"}
+    site = f"{prefix}/lib/python3.10/site-packages"
+    exports = {lib: [string_abi(n, True) for n in names] for lib, names in COMMON.items()}
+    plain = healthy.elf
+
+    def elf(soname=None, needed=("libc.so.6",), machine="x86_64", **kw):
+        if soname in exports:
+            kw["exports"] = exports[soname]
+        return plain(soname, needed=needed, machine=machine, **kw)
+
+    healthy.elf = elf
+    try:
+        healthy.torch(spec, site, "1.12.0", None, python_tag="310")
+    finally:
+        healthy.elf = plain
+    imports = [string_abi(n, not broken) for lib in ("libc10.so", "libtorch_cpu.so") for n in COMMON[lib][:2]]
+    if broken:
+        imports = ["_ZN3c105ErrorC2ENS_14SourceLocationESs"] + imports
+    image = healthy.elf(None, needed=["libc10.so", "libtorch_cpu.so", "libjpeg.so.8", "libpng16.so.16",
+                                      "libstdc++.so.6", "libc.so.6"], runpath=["$ORIGIN/../torch/lib"],
+                        imports=imports)
+    spec["usr/lib/x86_64-linux-gnu/libjpeg.so.8"] = healthy.elf("libjpeg.so.8")
+    spec["usr/lib/x86_64-linux-gnu/libpng16.so.16"] = healthy.elf("libpng16.so.16")
+    healthy.dist(spec, site, "torchvision", "0.13.0", {
+        "torchvision/__init__.py": "", "torchvision/image.so": image,
+        "torchvision/version.py": "__version__ = '0.13.0'\ngit_version = 'da3794e9'\ncuda = None\n"},
+        requires=["numpy", "requests", "torch==1.12.0", "pillow!=8.3.*,>=5.3.0"],
+        tag="cp310-cp310-manylinux1_x86_64" if broken else "cp310-cp310-linux_x86_64",
+        installer="pip")
+    spec["proc/self/environ"] = healthy.environ({"PATH": f"/{prefix}/bin:/usr/local/bin:/usr/bin:/bin",
+                                                 "HOME": "/home/octopus", "USER": "octopus",
+                                                 "VIRTUAL_ENV": f"/{prefix}", "LANG": "C.UTF-8"})
+    return Machine(spec)
