@@ -49,14 +49,17 @@ class _Strings:
     MAX_READ = 64 << 20  # a crafted file pointing every tag at a different long string costs at most this much I/O
     MAX_PAGES = 1024     # and at most this many pages (4 MiB) kept at once
 
-    def __init__(self, fh, offset: int, size: int):
+    def __init__(self, fh, offset: int, size: int, strict: bool = False):
         self.fh, self.offset, self.size = fh, offset, size
         self.pages: Dict[int, bytes] = {}
         self.read = 0
+        self.strict = strict  # symbol lookups: an exhausted budget is an error (unknown), not an empty name
 
     def _page(self, n: int) -> bytes:
         if n not in self.pages:
             if self.read >= self.MAX_READ:
+                if self.strict:
+                    raise ValueError("string table read budget spent")
                 return b""
             if len(self.pages) >= self.MAX_PAGES:
                 self.pages.clear()
@@ -277,10 +280,27 @@ def sysv_hash(name: bytes) -> int:
     return h
 
 
+MAX_WHOLE_STRTAB = 48 << 20
+MAX_MEMORY_TABLE = 48 << 20
+
+
+class _WholeStrings:
+    """A string table read once (bounded by MAX_WHOLE_STRTAB)."""
+
+    def __init__(self, fh, offset: int, size: int):
+        fh.seek(offset)
+        self.data = fh.read(size)
+        self.size = len(self.data)
+
+    def get(self, index: int) -> str:
+        end = self.data.find(b"\0", index, index + 65536)
+        return self.data[index:end if end >= 0 else index + 65536].decode("utf-8", "surrogateescape")
+
+
 class _Symbols:
     """One object's dynamic symbol table: its entries read by index, lookups through its hash table."""
 
-    def __init__(self, fh, wide: bool, order: str, loads, tags):
+    def __init__(self, fh, wide: bool, order: str, loads, tags, cache: Any = None):
         self.fh, self.wide, self.order = fh, wide, order
         values = dict(tags)
         self.sym_fmt = order + ("IBBHQQ" if wide else "IIIBBH")
@@ -296,8 +316,20 @@ class _Symbols:
 
         self.symtab = file_offset(values.get(DT_SYMTAB))
         strtab = file_offset(values.get(DT_STRTAB))
-        self.strings = _Strings(fh, strtab, min(values.get(DT_STRSZ) or MAX_STRTAB, MAX_STRTAB)) \
-            if strtab is not None else None
+        size = min(values.get(DT_STRSZ) or MAX_STRTAB, MAX_STRTAB)
+        # symbol names are read in bulk: the whole table at once where it is of a sane size (libtorch_cpu's: ~9 MB),
+        # else a page at a time; a read that runs out of its budget raises (the answer is unknown, never 'absent')
+        if strtab is None:
+            self.strings = None
+        elif size <= MAX_WHOLE_STRTAB:
+            if cache is not None and "strings" in cache:
+                self.strings = cache["strings"]
+            else:
+                self.strings = _WholeStrings(fh, strtab, size)
+                if cache is not None:
+                    cache["strings"] = self.strings
+        else:
+            self.strings = _Strings(fh, strtab, size, strict=True)
         self.hash = file_offset(values.get(DT_HASH))
         self.gnu = file_offset(values.get(DT_GNU_HASH))
         self.versym = file_offset(values.get(DT_VERSYM))
@@ -307,7 +339,35 @@ class _Symbols:
     def usable(self) -> bool:
         return self.symtab is not None and self.strings is not None and (self.hash is not None or self.gnu is not None)
 
+    def load_memory(self, cache: Any) -> None:
+        """Keep the symbol table and the hash table's words in memory (bounded), for many lookups in one run."""
+        if cache is None:
+            return
+        if "symtab" not in cache:
+            count = self.count() or 0
+            size = min(count, MAX_SYMBOLS) * self.ent
+            self.fh.seek(self.symtab)
+            cache["symtab"] = self.fh.read(size) if size <= MAX_MEMORY_TABLE else None
+            hash_at = self.gnu if self.gnu is not None else self.hash
+            words = None
+            if hash_at is not None:
+                if self.gnu is not None:
+                    nbuckets, symoffset, bloom_size, _ = self._gnu()
+                    span = 16 + bloom_size * (8 if self.wide else 4) + 4 * (nbuckets + max(0, count - symoffset) + 1)
+                else:
+                    nbucket, nchain = self._u32(self.hash, 2)
+                    span = 8 + 4 * (nbucket + nchain)
+                if span <= MAX_MEMORY_TABLE:
+                    self.fh.seek(hash_at)
+                    words = self.fh.read(span)
+            cache["hash"] = words
+        self.memory_symtab, self.memory_hash = cache.get("symtab"), cache.get("hash")
+
     def _u32(self, at: int, n: int = 1) -> Tuple[int, ...]:
+        base = self.gnu if self.gnu is not None else self.hash
+        mem = getattr(self, "memory_hash", None)
+        if mem is not None and base is not None and 0 <= at - base and at - base + 4 * n <= len(mem):
+            return struct.unpack_from(self.order + "I" * n, mem, at - base)
         self.fh.seek(at)
         raw = self.fh.read(4 * n)
         if len(raw) < 4 * n:
@@ -316,8 +376,12 @@ class _Symbols:
 
     def entry(self, index: int) -> Optional[Tuple[str, int, int]]:
         """(name, binding, section index) of symbol ``index``."""
-        self.fh.seek(self.symtab + index * self.ent)
-        raw = self.fh.read(self.sym_size)
+        mem = getattr(self, "memory_symtab", None)
+        if mem is not None and (index + 1) * self.ent <= len(mem):
+            raw = mem[index * self.ent:index * self.ent + self.sym_size]
+        else:
+            self.fh.seek(self.symtab + index * self.ent)
+            raw = self.fh.read(self.sym_size)
         if len(raw) < self.sym_size:
             return None
         fields = struct.unpack(self.sym_fmt, raw)
@@ -397,13 +461,22 @@ class _Symbols:
         return struct.unpack(self.order + "H", raw)[0] & 0x7FFF if len(raw) == 2 else 1
 
 
-def _symbols(fh) -> Optional[_Symbols]:
+def _symbols(fh, cache: Any = None) -> Optional[_Symbols]:
     header = _header(fh)
     if header is None or header[4] is None:
         return None
     wide, order, _machine, loads, tags, _truncated = header
-    table = _Symbols(fh, wide, order, loads, tags)
+    table = _Symbols(fh, wide, order, loads, tags, cache)
     return table if table.usable else None
+
+
+def _table_cache(host: Host, path: str) -> Any:
+    """A per-run place for one file's string table (looked up many times by one check: read once)."""
+    try:
+        st = host.stat(path)
+    except OSError:
+        return None
+    return host.cached(("elf-dynstr", st.st_dev, st.st_ino, st.st_size, int(st.st_mtime)), dict)
 
 
 def undefined_symbols(host: Host, path: str, wanted: Any = None) -> Optional[Dict[str, Any]]:
@@ -456,9 +529,12 @@ def exported(host: Host, path: str, names: Any) -> Optional[Dict[str, bool]]:
     up); None: no table to look in (unknown, not 'exports nothing')."""
     try:
         with host.open_binary(path) as fh:
-            table = _symbols(fh)
+            cache = _table_cache(host, path)
+            table = _symbols(fh, cache)
             if table is None:
                 return None
+            if len(names) > 8:
+                table.load_memory(cache)
             return {n: table.defines(n) for n in names}
     except Exception:  # noqa: BLE001
         return None
