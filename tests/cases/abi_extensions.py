@@ -158,13 +158,6 @@ register("vllm-13608-c-abi3-pre-cxx11-under-cxx11-torch", torch="2.7.0+cu128", t
          symbol="_ZN5torch3jit17parseSchemaOrNameERKSsb", requires=("torch==2.5.1",), twin_version="0.9.0",
          twin_requires=("torch==2.7.0",))
 
-# torch-scatter's PyG wheel (pre-cxx11) under NVIDIA's container torch (built with the cxx11 ABI)
-register("pytorch-scatter-462-pyg-wheel-under-ngc-torch", torch="2.4.0a0+07cecf4168.nv24.05", torch_cxx11=True,
-         dist="torch-scatter", version="2.1.2+pt24cu124", obj="torch_scatter/_version_cuda.so", ext_cxx11=False,
-         symbol="_ZN5torch3jit17parseSchemaOrNameERKSsb", requires=(), package="torch_scatter",
-         obj_needed=["libc10.so", "libtorch_cpu.so", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"],
-         companion="torch_scatter/_scatter_cuda.so")
-
 # apex built for torch < 2.4 (c10::optional in at::_ops signatures) under a torch whose ops take std::optional
 register("ai-toolkit-242-apex-for-older-torch", torch="2.5.1+cu124", torch_cxx11=False, dist="apex", version="0.1",
          obj="fused_layer_norm_cuda.cpython-311-x86_64-linux-gnu.so", package="apex", lib="libtorch_cpu.so",
@@ -447,4 +440,26 @@ def nixpkgs_162286(broken: bool) -> Machine:
     spec["proc/self/environ"] = healthy.environ({"PATH": f"/{prefix}/bin:/usr/local/bin:/usr/bin:/bin",
                                                  "HOME": "/home/octopus", "USER": "octopus",
                                                  "VIRTUAL_ENV": f"/{prefix}", "LANG": "C.UTF-8"})
+    return Machine(spec)
+
+
+@case("pytorch-scatter-462-pyg-wheel-under-ngc-torch")
+def pytorch_scatter_462(broken: bool) -> Machine:
+    """nvcr.io/nvidia/pytorch:24.05 (torch 2.4.0a0, built with the cxx11 ABI) with torch-scatter 2.1.2 from
+    data.pyg.org's torch-2.4.0+cu124 index (built against pytorch.org's pre-cxx11 torch). Twin: torch-scatter built
+    from source in the container."""
+    spec = healthy.ngc_cuda_compat()
+    torch_dist_with_symbols(spec, NGC_SITE, "2.4.0a0+07cecf4168.nv24.05", "12.4", True, [], "310", "",
+                            ["libcudart.so.12", "libcublas.so.12", "libcudnn.so.9", "libnccl.so.2",
+                             "libnvToolsExt.so.1"])
+    version_needed = ["libc10.so", "libtorch_cpu.so", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"]
+    cuda_needed = ["libc10.so", "libtorch_cpu.so", "libtorch_cuda.so", "libc10_cuda.so", "libcudart.so.12",
+                   "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"]
+    common = [string_abi(n, not broken) for lib in ("libc10.so", "libtorch_cpu.so") for n in COMMON[lib][:2]]
+    imports = ([string_abi("_ZN5torch3jit17parseSchemaOrNameERKSsb", False)] if broken else []) + common
+    files = {"torch_scatter/__init__.py": "__version__ = '2.1.2'\n",
+             "torch_scatter/_version_cuda.so": healthy.elf(None, needed=version_needed, imports=imports),
+             "torch_scatter/_scatter_cuda.so": healthy.elf(None, needed=cuda_needed, imports=common)}
+    healthy.dist(spec, NGC_SITE, "torch-scatter", "2.1.2+pt24cu124" if broken else "2.1.2", files,
+                 tag="cp310-cp310-linux_x86_64")
     return Machine(spec)
