@@ -314,7 +314,9 @@ class _Symbols:
                 return None
             return next((off + vaddr - va for va, off, size in loads if va <= vaddr < va + size), None)
 
-        self.symtab = file_offset(values.get(DT_SYMTAB))
+        # (Any: each is checked by ``usable`` before a table is used)
+        self.symtab: Any = file_offset(values.get(DT_SYMTAB))
+        self.strings: Any = None
         strtab = file_offset(values.get(DT_STRTAB))
         size = min(values.get(DT_STRSZ) or MAX_STRTAB, MAX_STRTAB)
         # symbol names are read in bulk: the whole table at once where it is of a sane size (libtorch_cpu's: ~9 MB),
@@ -330,9 +332,9 @@ class _Symbols:
                     cache["strings"] = self.strings
         else:
             self.strings = _Strings(fh, strtab, size, strict=True)
-        self.hash = file_offset(values.get(DT_HASH))
-        self.gnu = file_offset(values.get(DT_GNU_HASH))
-        self.versym = file_offset(values.get(DT_VERSYM))
+        self.hash: Any = file_offset(values.get(DT_HASH))
+        self.gnu: Any = file_offset(values.get(DT_GNU_HASH))
+        self.versym: Any = file_offset(values.get(DT_VERSYM))
         self._gnu_head: Optional[Tuple[int, int, int, int]] = None
 
     @property
