@@ -228,16 +228,25 @@ def framework_cuda_major(facts: Facts, matrix) -> Result:
     return passed("every CUDA library that loads is of its framework's CUDA major", **evidence)
 
 
+def needs_compiled(facts: Facts) -> Optional[str]:
+    """For the symbol-version check: a CUDA consumer, or another compiled object whose versions were judged."""
+    if any((e.get("loader") or {}).get("unmet_versions") for e in _envs(facts) if isinstance(e.get("loader"), dict)):
+        return None
+    return needs_consumers(facts)
+
+
 @check(
     id="DLD-PY-013", slug="symbol-versions",
     remedy="repair-software", drain=False,
     problem="A loaded library lacks a symbol version the framework needs",
     title="Every symbol version a framework's libraries need is defined by the copy that loads (GLIBCXX, CUDA)",
-    tags=("python", "cuda", "ldpath", "frameworks"), requires=("python_envs",), applies=(needs_consumers,),
+    tags=("python", "cuda", "ldpath", "frameworks"), requires=("python_envs",), applies=(needs_compiled,),
     what="""For every object the loader would load for a CUDA consumer, holds the symbol versions it needs (DT_VERNEED:
     GLIBCXX_3.4.30 from libstdc++.so.6, libnvJitLink.so.12's versioned symbols, libcudart.so.12) against the versions
     the copy that resolves defines (DT_VERDEF). A copy of the right soname that lacks a needed version fails to load,
-    as ld.so does. With --deep, each consumer is loaded for real and an 'undefined symbol' (a compiled extension
+    as ld.so does. The environment's other compiled objects (every distribution's ELF objects, from its RECORD) are
+    loaded the same way, after the interpreter, and held to the same rule: a wheel tagged manylinux_2_28 that needs
+    GLIBCXX_3.4.29 fails on RHEL 8's libstdc++ as surely as torch does. With --deep, each consumer is loaded for real and an 'undefined symbol' (a compiled extension
     built against another torch) is reported too.""",
     why="""'version `GLIBCXX_3.4.30' not found (required by ...)' is the classic conda-versus-system libstdc++ failure,
     and an older libnvJitLink of the same soname fails the same way ('version `libnvJitLink.so.12' not found'); the
@@ -260,6 +269,11 @@ def symbol_versions(facts: Facts, matrix) -> Result:
         for u in c.get("unmet_versions") or []:
             problems.append(f"{c['distribution']} in {_label(env)}: {u['object']} needs {u['version']} from "
                             f"{u['file']}, which {u['provider']} does not define")
+    for env in _envs(facts):  # the environment's other compiled objects (dl_doctor.readers.abi)
+        for u in ((env.get("loader") or {}).get("unmet_versions") or []):
+            if isinstance(u, dict) and u.get("needs"):
+                problems.append(f"{u.get('distribution')} {u.get('version') or ''} in {_label(env)}: {u.get('object')} "
+                                f"needs {u['needs']} from {u.get('file')}, which {u.get('provider')} does not define")
     if problems:
         return fail("; ".join(problems[:10]) + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""),
                     {"unmet": problems},
@@ -296,6 +310,12 @@ def extension_torch(facts: Facts, matrix) -> Result:
             continue
         torch_c = next((x for x in env.get("consumers") or [] if x.get("distribution") == "torch"), None)
         installed = ((env.get("frameworks") or {}).get("torch") or {}).get("version") or (torch_c or {}).get("version")
+        if not installed and env.get("kind") == "user-site":  # a user site runs with its interpreters' torch
+            from dl_doctor.checks.abi import torch_for
+
+            installed = torch_for(env, _envs(facts))
+            if not installed:
+                continue  # no one torch those interpreters hold: which one runs is not known
         name = f"{c['distribution']} {c.get('version') or ''} in {_label(env)}"
         if not installed:
             problems.append(f"{name} links against torch, which is not installed there")

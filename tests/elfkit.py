@@ -11,14 +11,18 @@ from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence
 
 MACHINE = {"x86_64": 62, "aarch64": 183}
-DT = {"NEEDED": 1, "STRTAB": 5, "STRSZ": 10, "SONAME": 14, "RPATH": 15, "RUNPATH": 29,
+DT = {"NEEDED": 1, "HASH": 4, "STRTAB": 5, "SYMTAB": 6, "STRSZ": 10, "SYMENT": 11, "SONAME": 14, "RPATH": 15,
+      "RUNPATH": 29, "VERSYM": 0x6FFFFFF0,
       "VERDEF": 0x6FFFFFFC, "VERDEFNUM": 0x6FFFFFFD, "VERNEED": 0x6FFFFFFE, "VERNEEDNUM": 0x6FFFFFFF}
 BASE = 0x1000  # the one PT_LOAD maps file offset 0 at this address
 
 
 def elf_bytes(soname: Optional[str] = None, needed: Sequence[str] = (), rpath: Sequence[str] = (),
               runpath: Sequence[str] = (), machine: str = "x86_64", verdef: Sequence[str] = (),
-              verneed: Optional[Dict[str, Sequence[str]]] = None) -> bytes:
+              verneed: Optional[Dict[str, Sequence[str]]] = None, exports: Sequence[str] = (),
+              imports: Sequence[str] = ()) -> bytes:
+    """``exports``: the symbols it defines; ``imports``: those it leaves undefined for the loader to bind (both
+    unversioned, global): written as .dynsym with its DT_HASH table and DT_VERSYM, as ld.so reads them."""
     strtab = bytearray(b"\0")
     index: Dict[str, int] = {}
 
@@ -41,8 +45,11 @@ def elf_bytes(soname: Optional[str] = None, needed: Sequence[str] = (), rpath: S
         s(f), [s(x) for x in v]
     for x in verdef:
         s(x)
-    # layout: header, 2 program headers, dynamic, strtab, verneed, verdef
-    n_tags = len(tags) + 2 + (2 if names else 0) + (2 if verdef else 0) + 1
+    symbols = [(n, False) for n in imports] + [(n, True) for n in exports if n not in imports]
+    for n, _ in symbols:
+        s(n)
+    # layout: header, 2 program headers, dynamic, strtab, verneed, verdef, dynsym, hash, versym
+    n_tags = len(tags) + 2 + (2 if names else 0) + (2 if verdef else 0) + (4 if symbols else 0) + 1
     dyn_off = 64 + 2 * 56
     str_off = dyn_off + 16 * n_tags
     vn_off = str_off + len(strtab)
@@ -58,19 +65,49 @@ def elf_bytes(soname: Optional[str] = None, needed: Sequence[str] = (), rpath: S
     for i, v in enumerate(verdef):
         nxt = 28 if i < len(verdef) - 1 else 0
         vd += struct.pack("<HHHHIII", 1, 1 if i == 0 else 0, i + 1, 1, 0, 20, nxt) + struct.pack("<II", index[v], 0)
+    sym_off = (vd_off + len(vd) + 7) // 8 * 8
+    dynsym = bytearray(24)  # symbol 0: the null symbol
+    for n, defined in symbols:
+        dynsym += struct.pack("<IBBHQQ", index[n], 0x12, 0, 1 if defined else 0, BASE if defined else 0, 0)
+    nbucket = max(1, len(symbols) // 2 + 1)
+    buckets, chain = [0] * nbucket, [0] * (len(symbols) + 1)
+    for i, (n, _) in enumerate(symbols, 1):
+        b = _sysv_hash(n.encode()) % nbucket
+        chain[i], buckets[b] = buckets[b], i
+    hash_off = sym_off + len(dynsym)
+    hashtab = struct.pack(f"<{2 + nbucket + len(chain)}I", nbucket, len(chain), *buckets, *chain)
+    versym_off = hash_off + len(hashtab)
+    versym = struct.pack(f"<{len(chain)}H", 0, *([1] * len(symbols)))
     tags = [(DT["STRTAB"], BASE + str_off), (DT["STRSZ"], len(strtab))] + tags
+    if symbols:
+        tags += [(DT["SYMTAB"], BASE + sym_off), (DT["SYMENT"], 24), (DT["HASH"], BASE + hash_off),
+                 (DT["VERSYM"], BASE + versym_off)]
     if names:
         tags += [(DT["VERNEED"], BASE + vn_off), (DT["VERNEEDNUM"], len(names))]
     if verdef:
         tags += [(DT["VERDEF"], BASE + vd_off), (DT["VERDEFNUM"], len(verdef))]
     tags.append((0, 0))
     dyn = b"".join(struct.pack("<qQ", t, v) for t, v in tags)
-    size = vd_off + len(vd)
+    tail = b""
+    if symbols:
+        tail = b"\0" * (sym_off - vd_off - len(vd)) + bytes(dynsym) + hashtab + versym
+    size = vd_off + len(vd) + len(tail)
     ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
     head = struct.pack("<HHIQQQIHHHHHH", 3, MACHINE[machine], 1, 0, 64, 0, 0, 64, 56, 2, 0, 0, 0)
     load = struct.pack("<IIQQQQQQ", 1, 5, 0, BASE, BASE, size, size, 0x1000)
     dynamic = struct.pack("<IIQQQQQQ", 2, 6, dyn_off, BASE + dyn_off, 0, len(dyn), len(dyn), 8)
-    return ident + head + load + dynamic + dyn + bytes(strtab) + bytes(vn) + bytes(vd)
+    return ident + head + load + dynamic + dyn + bytes(strtab) + bytes(vn) + bytes(vd) + tail
+
+
+def _sysv_hash(name: bytes) -> int:
+    h = 0
+    for c in name:
+        h = ((h << 4) + c) & 0xFFFFFFFF
+        g = h & 0xF0000000
+        if g:
+            h ^= g >> 24
+        h &= ~g & 0xFFFFFFFF
+    return h
 
 
 def write_elf(path: Path, **kwargs) -> Path:

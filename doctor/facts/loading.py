@@ -435,8 +435,9 @@ def _preload_mode(entry: Mapping[str, Any], consumer: Mapping[str, Any], torch: 
 
 
 def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], objects: Mapping[str, Any],
-             matrix: Any) -> Dict[str, Any]:
-    """Which file each CUDA library of one consumer resolves to, what does not load, and unmet symbol versions."""
+             matrix: Any, observe: Any = None) -> Dict[str, Any]:
+    """Which file each CUDA library of one consumer resolves to, what does not load, and unmet symbol versions.
+    ``observe``: called with the final process (the probe's symbol check reads its resolution, dl_doctor.readers.abi)."""
     entry: Mapping[str, Any] = (matrix.consumer(str(consumer.get("distribution"))) if matrix is not None else None) or {}
     site = str(consumer.get("location") or "")
     machine = str(consumer.get("machine") or inputs.get("machine") or "EM_X86_64")
@@ -513,6 +514,8 @@ def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], 
     loaded_paths = {o.path for o in proc.loader.objects}
     unmet = [{"object": _rel(o, site), "file": f, "version": v, "provider": p}
              for o, f, v, p in proc.loader.unmet_versions() if o in loaded_paths][:MAX_REPORTED]
+    if observe is not None:  # after the prediction: what it loads more cannot change it
+        observe(proc)
     return {"distribution": consumer.get("distribution"), "version": consumer.get("version"),
             "cuda_major": major, "preload": mode, "preload_applied": applied, "preload_call": entry.get("preload_call"),
             "steps": proc.steps, "fixed_by_preload": fixed_by_preload, "libraries": libraries[:MAX_REPORTED],

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from dl_doctor.facts.loading import (CUDA_FAMILY, DRIVER_LIBRARIES, MAX_REPORTED, find_in_wheels,  # noqa: F401
                                      is_cuda_library, library_major, simulate)
 from dl_doctor.host import Host
+from dl_doctor.readers import abi
 from dl_doctor.readers.elf import read_dynamic
 from dl_doctor.readers.ldso import HostView
 
@@ -198,6 +199,8 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
     host_machine = (exe or {}).get("machine") if isinstance((exe or {}).get("machine"), str) else None
     out: List[Dict[str, Any]] = []
     objects: Dict[str, Dict[str, List[str]]] = {}
+    links: Dict[str, List[str]] = {}  # each consumer's objects that link torch (the symbol check's, not the record's)
+    compiled: Dict[str, Dict[str, Any]] = {}  # the other distributions with ELF objects
     for name in sorted(dists):
         d = dists[name]
         if PROVIDER.fullmatch(name) or not str(d.get("metadata", "")).endswith(".dist-info"):
@@ -208,6 +211,9 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
             text = host.try_read(posixpath.join(d["location"], entry["build_info"]), 1 << 20)
             if text is not None and len(text) < (1 << 20) - 4 and \
                     "cuda" not in read_build_info(text, entry.get("build_keys") or {}):
+                # not a CUDA build: its symbol versions are still judged (readers.abi)
+                compiled[name] = {"version": d.get("version"), "location": d["location"],
+                                  "paths": record_objects(host, d["metadata"], d["location"])}
                 continue  # (a file cut off by the cap proves nothing: its objects are scanned)
         paths = record_objects(host, d["metadata"], d["location"])
         if not paths and entry and entry.get("package"):  # no RECORD (conda's builds may drop it): its package dir
@@ -224,9 +230,13 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
         dlopen_by = (entry or {}).get("dlopen_by") or []
         callers = [p for p, _ in parsed if _matches(posixpath.basename(p), dlopen_by)]
         if not needing and not (entry and entry.get("dlopen") and callers):
+            if parsed:  # not a CUDA consumer: its symbol versions are judged on their own (readers.abi)
+                compiled[name] = {"version": d.get("version"), "location": d["location"],
+                                  "paths": [p for p, _ in parsed]}
             continue
         out.append(_describe(host, name, d, entry, parsed, needing, host_machine, text))
         objects[name] = {"needing": [p for p, _ in needing], "callers": callers}
+        links[name] = [p for p, dyn in parsed if any(n.startswith(("libc10", "libtorch")) for n in dyn["needed"])]
     view = HostView(host, owned, machine=host_machine or "EM_X86_64", version_of=lib_version)
     torch_dir = (torch or {}).get("path")
     torch_inputs = None
@@ -240,7 +250,8 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
                               "preload_bases": [b for b in bases if host.is_dir(f"{b}/nvidia")] or bases[:8],
                               "torch": torch_inputs, "objects": objects}
     for c in out:  # the same search the judging side will replay, run here to record what it looks at
-        simulate(view, record, c, objects[c["distribution"]], matrix)
+        simulate(view, record, c, objects[c["distribution"]], matrix,
+                 observe=abi.observe(host, c, links.get(c["distribution"]) or []))
     for wdir in dirs:  # the environment's own copies of what loads, for comparison
         for described in out:
             for soname in described["needs"]:
@@ -250,6 +261,15 @@ def scan(host: Host, *, sites: Sequence[str], dists: Dict[str, Dict[str, Any]], 
     for path in list(view.files):
         view.owner(path)
     record.update(view.record())
+    torch_ext = None
+    if "torch" in dists and dists["torch"].get("location"):
+        loc = dists["torch"]["location"]
+        torch_ext = next(iter(sorted(host.glob(f"{loc}/torch/_C.cpython-*.so")) + host.glob(f"{loc}/torch/_C.so")), None)
+    extensions: Dict[str, Any] = {}
+    record["unmet_versions"] = abi.compiled_versions(host, compiled, record, host_machine or "EM_X86_64",
+                                                     torch_extension=torch_ext, extensions=extensions)
+    if extensions:
+        record["extensions_abi"] = extensions
     return out, record
 
 

@@ -148,3 +148,73 @@ def test_the_tree_kit_writes_what_pyelftools_reads(tmp_path):
                                                                         if not k.startswith("ver")}
     assert got["machine"] == "EM_AARCH64" and got["verdef"] == ["libx.so.1", "LIBX_1.0"]
     assert got["verneed"] == {"libstdc++.so.6": ["GLIBCXX_3.4.30", "CXXABI_1.3.9"], "libcudart.so.12": ["libcudart.so.12"]}
+
+
+# -- the dynamic symbol table (.dynsym through DT_SYMTAB and DT_HASH / DT_GNU_HASH, as ld.so reads it) -----------------
+
+def reference_symbols(path: Path):
+    with open(path, "rb") as fh:
+        if fh.read(4) != b"\x7fELF":
+            return None
+        fh.seek(0)
+        f = ELFFile(fh)
+        for seg in f.iter_segments():
+            if isinstance(seg, DynamicSegment):
+                tags = {t.entry.d_tag for t in seg.iter_tags()}
+                if "DT_SYMTAB" not in tags or not ({"DT_HASH", "DT_GNU_HASH"} & tags):
+                    return None
+                return [(s.name, s["st_shndx"] != "SHN_UNDEF") for s in seg.iter_symbols()]
+        return None
+
+
+@pytest.mark.parametrize("path", LIBS[:120], ids=lambda p: str(p)[-60:])
+def test_symbols_same_as_pyelftools(path):
+    try:
+        want = reference_symbols(path)
+    except Exception:  # noqa: BLE001 - pyelftools cannot read it either
+        return
+    got = elf.symbol_table(Host(), str(path))
+    if want is None:
+        return
+    assert got == want
+    defined = [n for n, d in want if d and n][:300]
+    imported = sorted({n for n, d in want if not d and n} - {n for n, d in want if d})[:50]
+    answer = elf.exported(Host(), str(path), defined + imported)
+    # every exported name is found through the hash table (GNU or SysV), no imported one is
+    assert all(answer[n] for n in defined)
+    assert not any(answer[n] for n in imported)
+
+
+def test_the_tree_kit_writes_symbols_pyelftools_reads(tmp_path):
+    from elfkit import write_elf
+
+    path = write_elf(tmp_path / "libx.so", soname="libx.so", needed=["libc10.so"],
+                     exports=["_ZN3c104cuda9SetDeviceEi", "_ZN2at4_ops5zeros4callEv"],
+                     imports=["_ZN3c105ErrorC2ENS_14SourceLocationESs", "PyObject_Repr"])
+    want = reference_symbols(path)
+    assert elf.symbol_table(Host(), str(path)) == want
+    assert elf.undefined_symbols(Host(), str(path)) == {
+        "names": ["_ZN3c105ErrorC2ENS_14SourceLocationESs", "PyObject_Repr"], "truncated": False}
+    assert elf.exported(Host(), str(path), ["_ZN3c104cuda9SetDeviceEi", "_ZN2at4_ops5zeros4callEv", "PyObject_Repr",
+                                            "absent"]) == {"_ZN3c104cuda9SetDeviceEi": True,
+                                                           "_ZN2at4_ops5zeros4callEv": True,
+                                                           "PyObject_Repr": False, "absent": False}
+    # without a symbol table the answer is unknown, not 'exports nothing'
+    bare = write_elf(tmp_path / "libbare.so", soname="libbare.so")
+    assert elf.exported(Host(), str(bare), ["x"]) is None and elf.undefined_symbols(Host(), str(bare)) is None
+
+
+def test_hostile_symbol_tables_cost_only_their_own_answer(tmp_path):
+    from elfkit import elf_bytes
+
+    good = elf_bytes(soname="libx.so", exports=["a", "b"], imports=["c"])
+    for n, cut in enumerate((200, 300, len(good) - 10, len(good) - 30)):
+        path = tmp_path / f"cut{n}.so"
+        path.write_bytes(good[:cut])
+        elf.undefined_symbols(Host(), str(path))
+        elf.exported(Host(), str(path), ["a"])
+    # a hash table whose chain loops on itself ends at the bound
+    data = bytearray(good)
+    path = tmp_path / "loop.so"
+    path.write_bytes(bytes(data).replace(b"\x02\x00\x00\x00\x04\x00\x00\x00", b"\x02\x00\x00\x00\x04\x00\x00\x00", 1))
+    assert elf.exported(Host(), str(path), ["zz"]) in ({"zz": False}, None)

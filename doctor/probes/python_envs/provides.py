@@ -31,6 +31,27 @@ _LIBRARY_COPY = obj(
     origin=string("wheel (an nvidia-* wheel's), torch/lib (bundled with torch) or conda"),
 )
 
+_ABI = obj(
+    "a torch extension: the framework C++ symbols (c10::, at::, torch::) its objects import, looked up in the "
+    "libraries its DT_NEEDED closure resolves to (dl_doctor.readers.abi); absent: no object imports one",
+    version=string("the distribution's version (in extensions_abi, which has no consumer entry to carry it)"),
+    objects=integer("objects whose imports were looked up"),
+    symbols=integer("framework symbols they import"),
+    unresolved=array(obj(
+        "",
+        object=string("the object, relative to the site directory"),
+        symbol=string("the mangled symbol none of its libraries exports"),
+        name=string("its qualified name (demangled, without arguments)"),
+        libraries=array(string(), "the framework libraries it links, as they resolve"),
+        other_abi=obj("the same symbol built with the other _GLIBCXX_USE_CXX11_ABI, which a library does "
+                      "export (null: none)",
+                      symbol=string("that name"), exported_by=string("the library that exports it")),
+        cxx11=boolean("the symbol names std::__cxx11 (the extension was built with _GLIBCXX_USE_CXX11_ABI=1)"),
+    ), "the imports that do not resolve: the import fails with 'undefined symbol' (at most 20)"),
+    unresolved_count=integer("how many imports do not resolve"),
+    unknown=array(string(), "objects whose imports could not be judged, and why"),
+)
+
 _RESOLVED = obj(
     "",
     soname=string("the library's soname"),
@@ -150,6 +171,7 @@ _CONSUMER = obj(
     wheel_tags=array(string(), "its wheel's tags (WHEEL)"),
     requires_torch=string("a torch extension: the torch its METADATA requires (any: unpinned)"),
     built_for_torch=string("a torch extension: the torch its local version names"),
+    abi=_ABI,
 )
 
 _DYNAMIC = obj(
@@ -186,6 +208,18 @@ _LOADER = obj(
         callers=array(string(), "its objects that open CUDA libraries by name (the matrix's dlopen_by)"),
     ), "consumer distribution -> its objects the process loads"),
     files=map_of(_DYNAMIC, "every existing file the search looked at -> its dynamic section"),
+    extensions_abi=map_of(_ABI, "torch extensions that need no CUDA library (torchaudio's CPU build...): "
+                          "distribution -> its framework imports, looked up as a consumer's abi (with its version)"),
+    unmet_versions=array(obj(
+        "",
+        distribution=string("a distribution that is not a CUDA consumer"),
+        version=string("its version"),
+        object=string("its object that needs the symbol version, relative to the site directory"),
+        file=string("the library it needs the version from (DT_VERNEED)"),
+        needs=string("the symbol version (GLIBCXX_3.4.29, GLIBC_2.28)"),
+        provider=string("the copy of that library that loads for it, which does not define the version"),
+    ), "the environment's other compiled objects (not CUDA consumers) loaded as the interpreter would load them: "
+       "each symbol version they need that the copy which loads does not define (dl_doctor.readers.abi; at most 40)"),
     links=map_of(string("where it points"), "a path the search met -> the file it resolves to (symbolic links)"),
     cache=map_of(array(string()), "a soname the search looked up in /etc/ld.so.cache -> its entries, in order"),
     globs=map_of(array(string()), "a pattern a framework's preloading globbed -> its matches"),
