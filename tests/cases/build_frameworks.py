@@ -1,0 +1,240 @@
+"""What each framework build needs of the GPU, the driver and CUDA, and what the schedulers give it (issue 27, helper
+`build`): builds without code for the GPU's architecture, builds for a CUDA the driver or the libraries that load
+cannot serve, nvcc against the framework's CUDA, Slurm's gres.conf, Ray's and Kubernetes' device lists."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+import healthy
+from cases import Machine, case
+from elfkit import fatbin
+
+SITE = "opt/conda/envs/pytorch/lib/python3.11/site-packages"
+ENV = "/opt/conda/envs/pytorch"
+
+
+def drop(spec, *prefixes: str) -> None:
+    for path in [p for p in spec if p.startswith(prefixes)]:
+        del spec[path]
+
+
+def workstation(device: str, buses: Sequence[str], driver: str = "550.127.05", torch: bool = True) -> Dict:
+    """An Ubuntu 22.04 GPU server of the lab's own (not a cloud instance): the DLAMI-like layout of tests/healthy.py
+    (nvidia-driver-<branch>-server, CUDA 12.4 and 12.1 toolkits, /opt/conda/envs/pytorch with torch 2.5.1+cu124),
+    its own GPUs and driver, DMI of a tower workstation."""
+    spec = healthy._ubuntu_dlami("ubuntu2204", "workstation", device, buses, driver, "2.5.1+cu124",
+                                 healthy.TORCH_251_CU124, "128G", second_env=False, extensions=False)
+    drop(spec, "sys/class/dmi/id/")
+    spec["sys/class/dmi/id/sys_vendor"] = "Dell Inc.\n"
+    spec["sys/class/dmi/id/product_name"] = "Precision 7920 Tower\n"
+    spec["sys/class/dmi/id/board_asset_tag"] = "\n"
+    spec["sys/class/dmi/id/bios_vendor"] = "Dell Inc.\n"
+    if not torch:
+        drop(spec, f"{SITE}/torch/", f"{SITE}/torch-", f"{SITE}/torchvision", f"{SITE}/torchaudio")
+    return spec
+
+
+def sections(arch: str) -> bytes:
+    """The .nv_fatbin of a CUDA library built for ``arch`` (TORCH_CUDA_ARCH_LIST style: 'sm_50;sm_60;compute_70'),
+    three compilation units of it."""
+    entries = [a for a in arch.split(";") if a]
+    return fatbin(entries, entries, entries)
+
+
+def torch_bundled(spec, site: str, version: str, cuda: str, arch: str) -> None:
+    """A torch 1.x wheel of download.pytorch.org that bundles its CUDA runtime in torch/lib under hashed names
+    (libcudart-<hash>.so.X), with libtorch_cuda.so's fatbin built for ``arch``."""
+    drop(spec, f"{site}/torch/", f"{site}/torch-")
+    major = cuda.split(".")[0]
+    cudart = f"libcudart-{'a7b20f20' if major == '10' else 'e409450e'}.so.{cuda if major == '10' else '11.0'}"
+    nvtx = "libnvToolsExt-3965bdd0.so.1"
+    lib = "torch/lib"
+    files = {
+        f"{lib}/{cudart}": healthy.elf(cudart), f"{lib}/{nvtx}": healthy.elf(nvtx),
+        f"{lib}/libc10.so": healthy.elf("libc10.so", needed=["libstdc++.so.6", "libc.so.6"]),
+        f"{lib}/libc10_cuda.so": healthy.elf("libc10_cuda.so", runpath=["$ORIGIN"],
+                                             needed=[cudart, "libc10.so", "libc.so.6"]),
+        f"{lib}/libtorch_cpu.so": healthy.elf("libtorch_cpu.so", runpath=["$ORIGIN"],
+                                              needed=["libc10.so", "libstdc++.so.6", "libc.so.6"]),
+        f"{lib}/libtorch_cuda.so": healthy.elf("libtorch_cuda.so", runpath=["$ORIGIN"],
+                                               needed=["libc10_cuda.so", cudart, nvtx, "libc10.so", "libtorch_cpu.so",
+                                                       "libstdc++.so.6", "libc.so.6"], fatbin=sections(arch)),
+        f"{lib}/libtorch.so": healthy.elf("libtorch.so", runpath=["$ORIGIN"],
+                                          needed=["libtorch_cuda.so", "libtorch_cpu.so", "libc.so.6"]),
+        f"{lib}/libtorch_python.so": healthy.elf("libtorch_python.so", runpath=["$ORIGIN"],
+                                                 needed=["libtorch.so", "libc10.so", "libc.so.6"]),
+        "torch/_C.cpython-39-x86_64-linux-gnu.so": healthy.elf(None, runpath=["$ORIGIN/lib"],
+                                                               needed=["libtorch_python.so", "libc.so.6"]),
+        "torch/__init__.py": "import os\nimport sys\nimport platform\nimport ctypes\n",
+        "torch/version.py": f"__version__ = '{version}'\ndebug = False\ncuda = '{cuda}'\n"
+                            "git_version = '67ece03c8cd632cce9523cd96efde6f2d1cc8121'\nhip = None\n"}
+    healthy.dist(spec, site, "torch", version, files, requires=["typing-extensions"],
+                 tag="cp39-cp39-linux_x86_64")
+
+
+def with_fatbin(spec, site: str, arch: str) -> None:
+    """Give the installed torch wheel's libtorch_cuda.so the .nv_fatbin of a build for ``arch`` (the wheel's own
+    TORCH_CUDA_ARCH_LIST), keeping its dynamic section."""
+    path = f"{site}/torch/lib/libtorch_cuda.so"
+    spec[path] = healthy.elf(
+        "libtorch_cuda.so", runpath=healthy.TORCH_RUNPATH,
+        needed=["libc10_cuda.so", "libcudart.so.12", "libcublas.so.12", "libcublasLt.so.12", "libcudnn.so.9",
+                "libnccl.so.2", "libcusparse.so.12", "libcufft.so.11", "libcurand.so.10", "libcusolver.so.11",
+                "libnvToolsExt.so.1", "libc10.so", "libtorch_cpu.so", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"],
+        verneed={"libstdc++.so.6": ["GLIBCXX_3.4.19", "CXXABI_1.3.9"], "libc.so.6": ["GLIBC_2.17"]},
+        fatbin=sections(arch))
+
+
+def set_environ(spec, **changes: Optional[str]) -> None:
+    env = dict(kv.split("=", 1) for kv in spec["proc/self/environ"].decode().split("\0") if kv)
+    for k, v in changes.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    spec["proc/self/environ"] = healthy.environ(env)
+
+
+# -- a build without code for the GPU (DLD-PY-003) -------------------------------------------------------------------
+
+@case("pytorch-31285-rtx3090-torch-cu102")
+def pytorch_31285(broken: bool) -> Machine:
+    """torch 1.12.0+cu102 (sm_37..sm_70, no PTX) on an RTX 3090 (sm_86): no kernel image; the cu116 build has sm_86."""
+    spec = workstation("2204", ("0000:01:00.0", "0000:02:00.0"), torch=False)
+    site = "opt/conda/envs/pytorch/lib/python3.9/site-packages"
+    drop(spec, "opt/conda/envs/pytorch/")
+    site = healthy.conda_env(spec, ENV, python="3.9.13")
+    if broken:
+        torch_bundled(spec, site, "1.12.0+cu102", "10.2", "sm_37;sm_50;sm_60;sm_70")
+    else:
+        torch_bundled(spec, site, "1.12.0+cu116", "11.6", "sm_37;sm_50;sm_60;sm_70;sm_75;sm_80;sm_86")
+    return Machine(spec)
+
+
+# -- a driver too old for the build (DLD-CUDA-001) -------------------------------------------------------------------
+
+@case("fooocus-1313-driver-470-torch-cu121")
+def fooocus_1313(broken: bool) -> Machine:
+    """Driver 470.86 (CUDA 11.4) under a torch CUDA 12 build: 'found version 11040'; 535 serves it."""
+    spec = workstation("25a0", ("0000:01:00.0",), driver="470.86" if broken else "535.183.01")
+    return Machine(spec)
+
+
+# -- TensorFlow built for another CUDA than the libraries that load (DLD-PY-011) -------------------------------------
+
+TF29_BUILD_INFO = ('"""Auto-generated module providing information about the build."""\nimport collections\n\n'
+                   "build_info = collections.OrderedDict([('cpu_compiler', '/dt9/usr/bin/gcc'), "
+                   "('cuda_compute_capabilities', ['sm_35', 'sm_50', 'sm_60', 'sm_70', 'sm_75', 'compute_80']), "
+                   "('cuda_version', '11.2'), ('cudnn_version', '8'), ('is_cuda_build', True), "
+                   "('is_rocm_build', False), ('is_tensorrt_build', True)])\n")
+
+
+def tensorflow_cuda11(spec, site: str, version: str = "2.9.1") -> None:
+    """tensorflow 2.9 from PyPI: a CUDA 11.2 / cuDNN 8 build that opens the CUDA libraries by name (dso_loader) and
+    ships none of them; its objects' RUNPATHs name only its own directories."""
+    healthy.dist(spec, site, "tensorflow", version, {
+        "tensorflow/__init__.py": "",
+        "tensorflow/libtensorflow_framework.so.2": healthy.elf(
+            "libtensorflow_framework.so.2", needed=["libstdc++.so.6", "libc.so.6"], runpath=["$ORIGIN"]),
+        "tensorflow/python/_pywrap_tensorflow_internal.so": healthy.elf(
+            None, needed=["libtensorflow_framework.so.2", "libc.so.6"],
+            runpath=["$ORIGIN/../../_solib_local/_U_S_Stensorflow_Spython_C_Upywrap_Utensorflow_Uinternal.so___Utensorflow",
+                     "$ORIGIN/..", "$ORIGIN/../.."]),
+        "tensorflow/python/platform/build_info.py": TF29_BUILD_INFO},
+        requires=["absl-py>=1.0.0", "numpy>=1.20", "keras<2.10.0,>=2.9.0rc0"], tag="cp37-cp37m-manylinux2014_x86_64")
+    healthy.pure(spec, site, "keras", "2.9.0")
+
+
+def cuda11_libs(spec, root: str, cudnn: bool = True) -> None:
+    """The CUDA 11.2 toolkit's lib64 (and cuDNN 8.1 copied into it, as the TensorFlow guide said)."""
+    lib = f"{root}/targets/x86_64-linux/lib"
+    for real, soname in (("libcudart.so.11.2.152", "libcudart.so.11.0"), ("libcublas.so.11.4.1.1043", "libcublas.so.11"),
+                         ("libcublasLt.so.11.4.1.1043", "libcublasLt.so.11"), ("libcufft.so.10.4.0.135", "libcufft.so.10"),
+                         ("libcurand.so.10.2.3.135", "libcurand.so.10"), ("libcusolver.so.11.1.0.135", "libcusolver.so.11"),
+                         ("libcusparse.so.11.4.0.135", "libcusparse.so.11")) + \
+            ((("libcudnn.so.8.1.1", "libcudnn.so.8"),) if cudnn else ()):
+        healthy.so(spec, lib.strip("/"), real, soname, links=[soname.split(".so")[0] + ".so"])
+
+
+@case("behaviormetrics-385-tf29-no-cudnn8")
+def behaviormetrics_385(broken: bool) -> Machine:
+    """tensorflow 2.9 (CUDA 11.2, cuDNN 8) in a container whose CUDA 11.2 runtime has no cuDNN 8 and no cusolver on
+    the loader's path: 'Could not load dynamic library libcudnn.so.8' and 'Skipping registering GPU devices'."""
+    spec = workstation("1eb8", ("0000:00:1e.0",), torch=False)
+    site = healthy.site_of("/usr/local", "3.7").replace("usr/local/lib/python3.7/site-packages",
+                                                        "usr/local/lib/python3.7/dist-packages")
+    spec["usr/bin/python3.7"] = healthy.elf(None, needed=["libc.so.6"])
+    spec["usr/local/bin/python3"] = {"symlink": "/usr/bin/python3.7"}
+    tensorflow_cuda11(spec, site)
+    root = healthy.cuda_toolkit(spec, "11.2.2", link=False)
+    cuda11_libs(spec, root, cudnn=not broken)
+    spec["etc/ld.so.conf.d/cuda-11-2.conf"] = f"{root}/targets/x86_64-linux/lib\n"
+    set_environ(spec, LD_LIBRARY_PATH="/usr/local/lib/python3.7/dist-packages/cv2/../../lib64:/opt/ros/noetic/lib:"
+                                      "/usr/local/nvidia/lib:/usr/local/nvidia/lib64")
+    return Machine(spec)
+
+
+# -- nvcc against the framework's CUDA (DLD-PY-008) ------------------------------------------------------------------
+
+@case("vllm-1453-nvcc-118-torch-cu121")
+def vllm_1453(broken: bool) -> Machine:
+    """Building vLLM from source: nvcc of CUDA 11.8 first on PATH and in CUDA_HOME under torch 2.1.2+cu121 ('The
+    detected CUDA version (11.8) mismatches ... (12.1)'); the twin points CUDA_HOME at the 12.1 toolkit."""
+    spec = workstation("2237", ("0000:00:1e.0",))
+    drop(spec, f"{SITE}/torch/", f"{SITE}/torch-", f"{SITE}/torchvision", f"{SITE}/torchaudio")
+    healthy.torch(spec, SITE, "2.1.2+cu121", "12.1", healthy.TORCH_251_CU124)
+    healthy.cuda_toolkit(spec, "11.8.0", libs=healthy.CUDA_118_LIBS, link=broken)
+    if not broken:
+        spec["usr/local/cuda"] = {"symlink": "/usr/local/cuda-12.1"}
+    home = "/usr/local/cuda-11.8" if broken else "/usr/local/cuda-12.1"
+    set_environ(spec, CUDA_HOME=home, PATH=f"/opt/conda/envs/pytorch/bin:{home}/bin:/usr/local/sbin:/usr/local/bin:"
+                                          "/usr/sbin:/usr/bin:/sbin:/bin")
+    return Machine(spec)
+
+
+# -- Slurm (DLD-SCHED-*) ----------------------------------------------------------------------------------------------
+
+SLURM_CONF = ("ClusterName=bibigrid\nSlurmctldHost=bibigrid-master\nProctrackType=proctrack/cgroup\n"
+              "TaskPlugin=task/cgroup,task/affinity\nGresTypes=gpu\nSlurmdLogFile=/var/log/slurm/slurmd.log\n"
+              "SelectType=select/cons_tres\n"
+              "NodeName=bibigrid-worker-[0-3] CPUs=8 RealMemory=31000 {gres}State=UNKNOWN\n"
+              "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
+
+
+def slurm_node(spec, gres_conf: Optional[str], node_gres: str, log: str = "") -> None:
+    spec["etc/slurm/slurm.conf"] = SLURM_CONF.format(gres=node_gres)
+    if gres_conf is not None:
+        spec["etc/slurm/gres.conf"] = gres_conf
+    spec["etc/slurm/cgroup.conf"] = "ConstrainCores=yes\nConstrainRAMSpace=yes\nConstrainDevices=yes\n"
+    spec["usr/sbin/slurmd"] = healthy.elf(None, needed=["libslurmfull.so", "libc.so.6"], runpath=["/usr/lib/x86_64-linux-gnu/slurm-wlm"])
+    spec["usr/lib/x86_64-linux-gnu/slurm-wlm/gres_gpu.so"] = healthy.elf(None)
+    spec["usr/lib/x86_64-linux-gnu/slurm-wlm/gpu_nvml.so"] = healthy.elf(None, needed=["libnvidia-ml.so.1", "libc.so.6"])
+    spec["var/log/slurm/slurmd.log"] = log
+
+
+@case("bibigrid-705-gres-file-without-gpu")
+def bibigrid_705(broken: bool) -> Machine:
+    """A worker without GPUs given the GPU nodes' gres.conf (File=/dev/nvidia0): slurmd waits for the file, then
+    'fatal: can't stat gres.conf file /dev/nvidia0'. The twin keeps gres.conf off CPU-only workers."""
+    spec = healthy.cpu_only()
+    if broken:
+        slurm_node(spec, "Name=gpu File=/dev/nvidia0\n", "Gres=gpu:1 ", log=(
+            "[2026-02-02T09:51:48.112] error: Waiting for gres.conf file /dev/nvidia0\n"
+            "[2026-02-02T09:52:07.120] fatal: can't stat gres.conf file /dev/nvidia0: No such file or directory\n"))
+    else:
+        slurm_node(spec, None, "", log="[2026-02-02T09:51:48.112] slurmd version 23.02.7 started\n"
+                                       "[2026-02-02T09:51:48.120] slurmd started on Mon, 02 Feb 2026 09:51:48 +0000\n")
+    return Machine(spec)
+
+
+# -- Ray (DLD-SCHED-*) -------------------------------------------------------------------------------------------------
+
+@case("ray-3265-task-without-num-gpus")
+def ray_3265(broken: bool) -> Machine:
+    """A Ray worker for a task scheduled without num_gpus: Ray sets CUDA_VISIBLE_DEVICES to the empty string for it,
+    so torch sees no GPU ('no CUDA-capable device is detected'); with num_gpus=1 Ray gives it one GPU's index."""
+    spec = workstation("1db4", ("0000:00:1b.0", "0000:00:1c.0"))
+    set_environ(spec, CUDA_VISIBLE_DEVICES="" if broken else "0", RAY_RAYLET_PID="4107",
+                RAY_JOB_ID="01000000", RAY_NODE_IP_ADDRESS="172.31.5.6", RAY_ADDRESS="172.31.5.6:6379")
+    return Machine(spec)
