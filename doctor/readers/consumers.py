@@ -19,8 +19,8 @@ import posixpath
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from dl_doctor.facts.loading import (CUDA_FAMILY, DRIVER_LIBRARIES, MAX_REPORTED, find_in_wheels,  # noqa: F401
-                                     is_cuda_library, library_major, simulate)
+from dl_doctor.facts.loading import (CUDA_FAMILY, DRIVER_LIBRARIES, MAX_REPORTED, dlopen_names,  # noqa: F401
+                                     find_in_wheels, is_cuda_library, library_major, simulate)
 from dl_doctor.host import Host
 from dl_doctor.readers.elf import read_dynamic, read_fatbin
 from dl_doctor.readers.ldso import HostView
@@ -299,7 +299,7 @@ def _describe(host: Host, name: str, d: Dict[str, Any], entry: Optional[Dict[str
     major, major_from = cuda_major_of(name, d.get("version") or "", build.get("cuda"), needed)
     if major is None and len(entry.get("dlopen") or {}) == 1:  # the matrix knows only one build (ctranslate2 4.x)
         major, major_from = int(next(iter(entry["dlopen"]))), "matrix"
-    dlopen = ((entry.get("dlopen") or {}).get(str(major)) or []) if major is not None else []
+    dlopen = dlopen_names(entry, {"cuda_major": major, "build": build})
     machines = sorted({str(dyn.get("machine")) for _, dyn in parsed})
     machine = host_machine or next((m for m in ("EM_X86_64", "EM_AARCH64") if m in machines),
                                    machines[0] if machines else "EM_X86_64")

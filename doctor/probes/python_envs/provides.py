@@ -153,6 +153,8 @@ _CONSUMER = obj(
         how=string("DT_NEEDED or dlopen"),
         looked_in=array(string(), "where the loader looked, in order"),
         in_wheels=string("a copy in the environment's wheels that the loader does not reach"),
+        other_versions=array(string(), "files of the same library under another soname version in those "
+                                       "directories (another CUDA release's): never taken for it"),
     ), "what is missing and where the loader looked"),
     unmet_versions=array(obj(
         "",
