@@ -238,3 +238,117 @@ def ray_3265(broken: bool) -> Machine:
     set_environ(spec, CUDA_VISIBLE_DEVICES="" if broken else "0", RAY_RAYLET_PID="4107",
                 RAY_JOB_ID="01000000", RAY_NODE_IP_ADDRESS="172.31.5.6", RAY_ADDRESS="172.31.5.6:6379")
     return Machine(spec)
+
+
+# -- more blind cases: TensorFlow 2.4 on CUDA 11.1, Slurm's gres.conf ---------------------------------------------------
+
+TF24_BUILD_INFO = ('"""Auto-generated module providing information about the build."""\nimport collections\n\n'
+                   "build_info = collections.OrderedDict([('cuda_version', '11.0'), ('cudnn_version', '8'), "
+                   "('is_cuda_build', True), ('is_rocm_build', False)])\n")
+
+
+def cuda_libs(spec, root: str, libs) -> None:
+    lib = f"{root}/targets/x86_64-linux/lib".strip("/")
+    for real, soname in libs:
+        healthy.so(spec, lib, real, soname, links=[soname.split(".so")[0] + ".so"])
+
+
+CUDA_111_LIBS = [("libcudart.so.11.1.74", "libcudart.so.11.0"), ("libcublas.so.11.3.0.106", "libcublas.so.11"),
+                 ("libcublasLt.so.11.3.0.106", "libcublasLt.so.11"), ("libcufft.so.10.3.0.74", "libcufft.so.10"),
+                 ("libcurand.so.10.2.2.74", "libcurand.so.10"), ("libcusolver.so.11.0.0.74", "libcusolver.so.11"),
+                 ("libcusparse.so.11.3.0.10", "libcusparse.so.11"), ("libcudnn.so.8.0.5", "libcudnn.so.8")]
+CUDA_110_CUSOLVER = [("libcusolver.so.10.6.0.245", "libcusolver.so.10")]
+
+
+@case("tensorflow-44753-tf24-cusolver10-on-cuda111")
+def tensorflow_44753(broken: bool) -> Machine:
+    """tensorflow 2.4.0rc1 is a CUDA 11.0 build: it opens libcusolver.so.10 (CUDA 11.0's cuSOLVER soname); CUDA 11.1
+    ships libcusolver.so.11 only, so 'Could not load dynamic library libcusolver.so.10'. The twin adds CUDA 11.0's
+    cuSOLVER beside it (the 11.0 toolkit's lib64 in ld.so.conf)."""
+    spec = workstation("2204", ("0000:01:00.0",), driver="455.38", torch=False)
+    site = "usr/local/lib/python3.8/dist-packages"
+    spec["usr/bin/python3.8"] = healthy.elf(None, needed=["libc.so.6"])
+    healthy.dist(spec, site, "tensorflow", "2.4.0rc1", {
+        "tensorflow/__init__.py": "",
+        "tensorflow/libtensorflow_framework.so.2": healthy.elf(
+            "libtensorflow_framework.so.2", needed=["libstdc++.so.6", "libc.so.6"], runpath=["$ORIGIN"]),
+        "tensorflow/python/_pywrap_tensorflow_internal.so": healthy.elf(
+            None, needed=["libtensorflow_framework.so.2", "libc.so.6"], runpath=["$ORIGIN/..", "$ORIGIN/../.."]),
+        "tensorflow/python/platform/build_info.py": TF24_BUILD_INFO},
+        requires=["numpy~=1.19.2", "absl-py~=0.10"], tag="cp38-cp38-manylinux2010_x86_64")
+    drop(spec, "usr/local/cuda-12.4/", "usr/local/cuda-12.1/", "usr/local/cuda")
+    root = healthy.cuda_toolkit(spec, "11.1.1")
+    cuda_libs(spec, root, CUDA_111_LIBS)
+    conf = f"{root}/targets/x86_64-linux/lib\n"
+    if not broken:
+        old = healthy.cuda_toolkit(spec, "11.0.3", link=False)
+        cuda_libs(spec, old, CUDA_110_CUSOLVER)
+        conf += f"{old}/targets/x86_64-linux/lib\n"
+    spec["etc/ld.so.conf.d/cuda.conf"] = conf
+    set_environ(spec, LD_LIBRARY_PATH=None, CUDA_HOME="/usr/local/cuda-11.1",
+                PATH="/usr/local/cuda-11.1/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    return Machine(spec)
+
+
+GPU_BUSES = ("0000:18:00.0", "0000:3b:00.0", "0000:86:00.0", "0000:af:00.0")
+
+
+@case("deepops-1214-autodetect-nvml-without-plugin")
+def deepops_1214(broken: bool) -> Machine:
+    """gres.conf says AutoDetect=nvml but this Slurm was configured without NVML (no gpu_nvml.so in its plugin
+    directory): slurmd exits at start. The twin is Slurm rebuilt with NVML (the plugin present)."""
+    spec = workstation("20b5", GPU_BUSES)
+    slurm_node(spec, "AutoDetect=nvml\n", "Gres=gpu:4 ", log=(
+        "[2022-08-23T15:24:51.120] error: We were configured to autodetect nvml functionality, but we weren't able "
+        "to find that lib when Slurm was configured.\n[2022-08-23T15:24:51.120] fatal: We were configured to autodetect "
+        "nvml functionality, but we weren't able to find that lib when Slurm was configured.\n") if broken else
+        "[2022-08-23T15:24:51.390] gpu/nvml: _get_system_gpu_list_nvml: 4 GPU system device(s) detected\n")
+    if broken:
+        del spec["usr/lib/x86_64-linux-gnu/slurm-wlm/gpu_nvml.so"]
+    return Machine(spec, nvml=healthy_nvml(GPU_BUSES, "NVIDIA A100 80GB PCIe", (8, 0), "550.127.05"))
+
+
+@case("magic-castle-27-gres-duplicate-records")
+def magic_castle_27(broken: bool) -> Machine:
+    """A template wrote 'Name=gpu' once per GPU after AutoDetect=nvml: 'fatal: gres.conf duplicate records for gpu'.
+    AutoDetect=nvml alone is the fix."""
+    spec = workstation("1eb8", ("0000:00:1e.0", "0000:00:1f.0"))
+    gres = ("###########################################################\n# Slurm's Generic Resource (GRES) "
+            "configuration file\n# Use NVML to gather GPU configuration information\n# Information about all other "
+            "GRES gathered from slurm.conf\n###########################################################\n"
+            "AutoDetect=nvml\n") + ("Name=gpu\nName=gpu\n" if broken else "")
+    slurm_node(spec, gres, "Gres=gpu:2 ", log="[2020-02-20T18:59:13.000] fatal: gres.conf duplicate records for gpu\n"
+               if broken else "[2020-02-20T18:59:13.000] slurmd started on Thu, 20 Feb 2020 18:59:13 +0000\n")
+    return Machine(spec, nvml=healthy_nvml(("0000:00:1e.0", "0000:00:1f.0"), "Tesla T4", (7, 5), "550.127.05"))
+
+
+@case("ansible-role-cuda-3-slurmd-before-device-nodes")
+def ansible_role_cuda_3(broken: bool) -> Machine:
+    """slurmd started at boot before anything created /dev/nvidia0 (no persistence daemon, no nvidia-smi run yet):
+    'fatal: can't stat gres.conf file /dev//nvidia0'. The twin has the device nodes."""
+    spec = workstation("1db4", ("0000:00:1b.0", "0000:00:1c.0"))
+    slurm_node(spec, "Name=gpu File=/dev/nvidia[0-1]\n", "Gres=gpu:2 ", log=(
+        "[2016-07-08T15:11:04.000] error: Waiting for gres.conf file /dev//nvidia0\n"
+        "[2016-07-08T15:11:23.000] fatal: can't stat gres.conf file /dev//nvidia0: No such file or directory\n")
+        if broken else "[2016-07-08T15:11:04.000] slurmd started on Fri, 08 Jul 2016 15:11:04 +0000\n")
+    nodes = ["nvidiactl", "nvidia-uvm"] if broken else ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"]
+    return Machine(spec, nvml=healthy_nvml(("0000:00:1b.0", "0000:00:1c.0"), "Tesla V100-PCIE-16GB", (7, 0), "550.127.05"), device_nodes=nodes)
+
+
+def healthy_nvml(buses, name: str, cc, driver: str):
+    """The g5 NVML recording with this host's GPUs (one per PCI bus address): their name, compute capability, the
+    driver."""
+    import copy
+
+    from cases import nvml_fixture
+
+    doc = nvml_fixture("g5_ubuntu", driver_version=driver)
+    base = doc["devices"][0]
+    doc["devices"] = []
+    for i, bus in enumerate(buses):
+        d = copy.deepcopy(base)
+        d["name"], d["cc"] = name, list(cc)
+        d["bus_id"] = "0000" + bus.upper()
+        d["uuid"] = f"GPU-{i:08x}-aaaa-bbbb-cccc-{i:012x}"
+        doc["devices"].append(d)
+    return doc
