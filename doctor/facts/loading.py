@@ -404,7 +404,10 @@ class Process:
         (libcudart.so.10.2 where a build needs libcudart.so.11.0): what the loader would never take for it."""
         base = soname.split(".so", 1)[0] + ".so."
         out: List[str] = []
-        for d in list(dict.fromkeys(looked))[:24]:
+        # the directories searched (RPATH, LD_LIBRARY_PATH, RUNPATH, the defaults) and those ld.so.cache pointed to
+        # for the libraries this process did find
+        dirs = [d.split(" (", 1)[0] for d in looked] + [posixpath.dirname(o.path) for o in self.loader.objects]
+        for d in list(dict.fromkeys(dirs))[:32]:
             if not d.startswith("/"):
                 continue
             for hit in self.loader.view.glob(f"{d.rstrip('/')}/{base}*"):
@@ -553,7 +556,8 @@ def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], 
         seen.add((m["soname"], m["needed_by"]))
         missing.append({"soname": m["soname"], "needed_by": _rel(m["needed_by"], site) if m["needed_by"] else None,
                         "optional": bool(m["optional"] or _matches(m["soname"], optional_libs)), "how": m["how"],
-                        "looked_in": m["looked_in"][:32], "in_wheels": find_in_wheels(view, m["soname"], wheel_dirs)})
+                        "looked_in": m["looked_in"][:32], "in_wheels": find_in_wheels(view, m["soname"], wheel_dirs),
+                        "other_versions": m.get("other_versions") or []})
     loaded_paths = {o.path for o in proc.loader.objects}
     unmet = [{"object": _rel(o, site), "file": f, "version": v, "provider": p}
              for o, f, v, p in proc.loader.unmet_versions() if o in loaded_paths][:MAX_REPORTED]
