@@ -142,9 +142,15 @@ def framework_libraries(facts: Facts, matrix) -> Result:
         elif sonames:
             first = required[0]
             how = "opened with dlopen by" if first.get("how") == "dlopen" else "needed by"
-            others = sorted({o for m in required for o in m.get("other_versions") or []})
-            found = (f"; the loader's directories have only {', '.join(o.rsplit('/', 1)[-1] + ' (' + o + ')' for o in others[:4])}: "
-                     f"another CUDA release's libraries, which this {build} build cannot use" if others else "")
+            pairs, where = [], []
+            for m in required:
+                names = sorted({o.rsplit("/", 1)[-1] for o in m.get("other_versions") or []}, key=lambda n: (len(n), n))
+                if names:
+                    pairs.append(f"{names[0]} for {m['soname']}")
+                    where += [o.rsplit("/", 1)[0] for o in m["other_versions"][:1]]
+            found = (f"; the loader finds other releases only: {', '.join(pairs[:4])} (in "
+                     f"{', '.join(dict.fromkeys(where[:2]))}): another CUDA release's libraries, which this {build} "
+                     f"build never loads" if pairs else "")
             failing.append(f"{who}: {', '.join(sonames)} not found ({first['soname']} {how} "
                            f"{first.get('needed_by') or 'the package'}){found}")
             heads.append(f"{c['distribution']} in {env.get('name') or _label(env)} cannot find "

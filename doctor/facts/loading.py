@@ -397,11 +397,12 @@ class Process:
         for soname, requester in self.loader.missing[before:]:
             looked = self.loader.search_order(requester)
             self.missing.append({"soname": soname, "needed_by": requester, "optional": optional, "how": "DT_NEEDED",
-                                 "looked_in": looked, "other_versions": self.other_versions(soname, looked)})
+                                 "looked_in": looked})
 
     def other_versions(self, soname: str, looked: Sequence[str]) -> List[str]:
-        """Files of the same library under another soname version in the directories the search looked in
-        (libcudart.so.10.2 where a build needs libcudart.so.11.0): what the loader would never take for it."""
+        """Files of the same library under another soname version in the directories the search looked in and those
+        the process loaded its other libraries from (libcudart.so.10.2 where a build needs libcudart.so.11.0): what
+        the loader would never take for it. Asked once the process has loaded everything it will."""
         base = soname.split(".so", 1)[0] + ".so."
         out: List[str] = []
         # the directories searched (RPATH, LD_LIBRARY_PATH, RUNPATH, the defaults) and those ld.so.cache pointed to
@@ -434,8 +435,7 @@ class Process:
             looked += self.loader.search_order(c)
         looked = list(dict.fromkeys(looked))
         self.missing.append({"soname": soname, "needed_by": callers[0] if callers else None,
-                             "optional": optional, "how": "dlopen", "looked_in": looked,
-                             "other_versions": self.other_versions(soname, looked)})
+                             "optional": optional, "how": "dlopen", "looked_in": looked})
 
 
 def _preload_mode(entry: Mapping[str, Any], consumer: Mapping[str, Any], torch: Optional[Mapping[str, Any]]
@@ -557,7 +557,7 @@ def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], 
         missing.append({"soname": m["soname"], "needed_by": _rel(m["needed_by"], site) if m["needed_by"] else None,
                         "optional": bool(m["optional"] or _matches(m["soname"], optional_libs)), "how": m["how"],
                         "looked_in": m["looked_in"][:32], "in_wheels": find_in_wheels(view, m["soname"], wheel_dirs),
-                        "other_versions": m.get("other_versions") or []})
+                        "other_versions": proc.other_versions(m["soname"], m["looked_in"])})
     loaded_paths = {o.path for o in proc.loader.objects}
     unmet = [{"object": _rel(o, site), "file": f, "version": v, "provider": p}
              for o, f, v, p in proc.loader.unmet_versions() if o in loaded_paths][:MAX_REPORTED]

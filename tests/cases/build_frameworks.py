@@ -260,15 +260,16 @@ CUDA_111_LIBS = [("libcudart.so.11.1.74", "libcudart.so.11.0"), ("libcublas.so.1
 CUDA_110_CUSOLVER = [("libcusolver.so.10.6.0.245", "libcusolver.so.10")]
 
 
-@case("tensorflow-44753-tf24-cusolver10-on-cuda111")
-def tensorflow_44753(broken: bool) -> Machine:
-    """tensorflow 2.4.0rc1 is a CUDA 11.0 build: it opens libcusolver.so.10 (CUDA 11.0's cuSOLVER soname); CUDA 11.1
-    ships libcusolver.so.11 only, so 'Could not load dynamic library libcusolver.so.10'. The twin adds CUDA 11.0's
-    cuSOLVER beside it (the 11.0 toolkit's lib64 in ld.so.conf)."""
-    spec = workstation("2204", ("0000:01:00.0",), driver="455.38", torch=False)
+def tf_cuda110(broken: bool, dist: str = "tensorflow", version: str = "2.4.0rc1", toolkit: str = "11.1.1",
+               libs=None) -> Machine:
+    """A CUDA 11.0 build of TensorFlow 2.4 (it opens libcusolver.so.10, CUDA 11.0's cuSOLVER soname) on a machine
+    whose only CUDA is a later 11.x (libcusolver.so.11). The twin adds CUDA 11.0's cuSOLVER beside it (the 11.0
+    toolkit's lib64 in ld.so.conf)."""
+    spec = workstation("2204", ("0000:01:00.0",), driver="455.38" if toolkit.startswith("11.1") else "460.73.01",
+                       torch=False)
     site = "usr/local/lib/python3.8/dist-packages"
     spec["usr/bin/python3.8"] = healthy.elf(None, needed=["libc.so.6"])
-    healthy.dist(spec, site, "tensorflow", "2.4.0rc1", {
+    healthy.dist(spec, site, dist, version, {
         "tensorflow/__init__.py": "",
         "tensorflow/libtensorflow_framework.so.2": healthy.elf(
             "libtensorflow_framework.so.2", needed=["libstdc++.so.6", "libc.so.6"], runpath=["$ORIGIN"]),
@@ -277,17 +278,40 @@ def tensorflow_44753(broken: bool) -> Machine:
         "tensorflow/python/platform/build_info.py": TF24_BUILD_INFO},
         requires=["numpy~=1.19.2", "absl-py~=0.10"], tag="cp38-cp38-manylinux2010_x86_64")
     drop(spec, "usr/local/cuda-12.4/", "usr/local/cuda-12.1/", "usr/local/cuda")
-    root = healthy.cuda_toolkit(spec, "11.1.1")
-    cuda_libs(spec, root, CUDA_111_LIBS)
+    root = healthy.cuda_toolkit(spec, toolkit)
+    if libs is None:
+        cuda_libs(spec, root, CUDA_111_LIBS)
+    else:
+        cuda11_libs(spec, root)
     conf = f"{root}/targets/x86_64-linux/lib\n"
     if not broken:
         old = healthy.cuda_toolkit(spec, "11.0.3", link=False)
         cuda_libs(spec, old, CUDA_110_CUSOLVER)
         conf += f"{old}/targets/x86_64-linux/lib\n"
     spec["etc/ld.so.conf.d/cuda.conf"] = conf
-    set_environ(spec, LD_LIBRARY_PATH=None, CUDA_HOME="/usr/local/cuda-11.1",
-                PATH="/usr/local/cuda-11.1/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    mm = ".".join(toolkit.split(".")[:2])
+    set_environ(spec, LD_LIBRARY_PATH=None, CUDA_HOME=f"/usr/local/cuda-{mm}",
+                PATH=f"/usr/local/cuda-{mm}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     return Machine(spec)
+
+
+@case("tensorflow-44753-tf24-cusolver10-on-cuda111")
+def tensorflow_44753(broken: bool) -> Machine:
+    """tensorflow 2.4.0rc1 (CUDA 11.0) on CUDA 11.1: 'Could not load dynamic library libcusolver.so.10'."""
+    return tf_cuda110(broken)
+
+
+@case("tensorflow-43947-tf-nightly-cusolver10-on-cuda111")
+def tensorflow_43947(broken: bool) -> Machine:
+    """tf-nightly of the 2.4 cycle (a CUDA 11.0 build) on CUDA 11.1: libcusolver.so.10 not found."""
+    return tf_cuda110(broken, "tf-nightly", "2.4.0.dev20201023")
+
+
+@case("tensorflow-48498-tf241-cusolver10-on-cuda112")
+def tensorflow_48498(broken: bool) -> Machine:
+    """tensorflow 2.4.1 (CUDA 11.0) with CUDA 11.2 installed: every other library is found, libcusolver.so.10 is
+    not (CUDA 11.2 ships libcusolver.so.11)."""
+    return tf_cuda110(broken, "tensorflow", "2.4.1", toolkit="11.2.2", libs="11.2")
 
 
 GPU_BUSES = ("0000:18:00.0", "0000:3b:00.0", "0000:86:00.0", "0000:af:00.0")
@@ -352,3 +376,307 @@ def healthy_nvml(buses, name: str, cc, driver: str):
         d["uuid"] = f"GPU-{i:08x}-aaaa-bbbb-cccc-{i:012x}"
         doc["devices"].append(d)
     return doc
+
+
+# -- builds without code for the GPU, more (DLD-PY-003) ---------------------------------------------------------------
+
+TORCH_270_CU126 = {"nvidia-cuda-runtime-cu12": "12.6.77", "nvidia-cuda-nvrtc-cu12": "12.6.77",
+                   "nvidia-cuda-cupti-cu12": "12.6.80", "nvidia-cublas-cu12": "12.6.4.1",
+                   "nvidia-cudnn-cu12": "9.5.1.17", "nvidia-cufft-cu12": "11.3.0.4", "nvidia-curand-cu12": "10.3.7.77",
+                   "nvidia-cusolver-cu12": "11.7.1.2", "nvidia-cusparse-cu12": "12.5.4.2",
+                   "nvidia-nccl-cu12": "2.26.2", "nvidia-nvjitlink-cu12": "12.6.85", "nvidia-nvtx-cu12": "12.6.77"}
+ARCH_CU126 = "sm_50;sm_60;sm_70;sm_75;sm_80;sm_86;sm_90"
+ARCH_CU128 = "sm_75;sm_80;sm_86;sm_90;sm_100;sm_120;compute_120"
+ARCH_CU128_29 = "sm_70;sm_75;sm_80;sm_86;sm_90;sm_100;sm_120"
+
+
+def retorch(spec, version: str, cuda: str, pins: Dict[str, str], arch: str) -> None:
+    """Replace the env's torch (and its nvidia-* wheels, torchvision, torchaudio) by this build, its fatbin for
+    ``arch`` (the wheel's TORCH_CUDA_ARCH_LIST)."""
+    drop(spec, *(f"{SITE}/{p}" for p in ("torch/", "torch-", "nvidia/", "nvidia_", "torchvision", "torchaudio")))
+    healthy.cu12_wheels(spec, SITE, pins)
+    healthy.torch(spec, SITE, version, cuda, pins)
+    with_fatbin(spec, SITE, arch)
+
+
+def torch_extension(spec, name: str, version: str, module: str, arch: str, torch_pin: str) -> None:
+    """A compiled torch extension wheel (vLLM's _C): its object links libtorch and libcudart.so.12 and carries the
+    kernels of ``arch`` in its .nv_fatbin."""
+    healthy.dist(spec, SITE, name, version, {
+        f"{module}/__init__.py": f"__version__ = '{version}'\n",
+        f"{module}/_C.abi3.so": healthy.elf(None, needed=["libc10.so", "libtorch.so", "libtorch_cpu.so", "libc10_cuda.so",
+                                                         "libtorch_cuda.so", "libcudart.so.12", "libstdc++.so.6",
+                                                         "libc.so.6"], fatbin=sections(arch))},
+        requires=[f"torch=={torch_pin}", "transformers>=4.45", "numpy"], tag="cp38-abi3-manylinux1_x86_64")
+
+
+@case("pytorch-167244-rtx5090-torch-cu124")
+def pytorch_167244(broken: bool) -> Machine:
+    """A torch nightly for CUDA 12.4 (sm_50..sm_90, no PTX) on two RTX 5090s (sm_120, driver 570.124.06); the cu128
+    build carries sm_120."""
+    spec = workstation("2b85", ("0000:01:00.0", "0000:02:00.0"), driver="570.124.06")
+    spec["proc/driver/nvidia/version"] = healthy.nvrm("570.124.06", "open")  # Blackwell runs the open modules only
+    if broken:
+        retorch(spec, "2.7.0.dev20250310+cu124", "12.4", healthy.TORCH_251_CU124, ARCH_CU126)
+    else:
+        retorch(spec, "2.7.0+cu128", "12.8", healthy.TORCH_270_CU128, ARCH_CU128)
+    return Machine(spec)
+
+
+@case("vllm-19542-gtx1080ti-no-sm61")
+def vllm_19542(broken: bool) -> Machine:
+    """vLLM 0.9.1 from PyPI is built for 7.0 and newer; on a GTX 1080 Ti (sm_61) its kernels have no image although
+    torch 2.7.0+cu126 (sm_60 SASS) runs. The twin is vLLM built from source with 6.1 in TORCH_CUDA_ARCH_LIST."""
+    spec = workstation("1b06", ("0000:01:00.0",))
+    retorch(spec, "2.7.0+cu126", "12.6", TORCH_270_CU126, ARCH_CU126)
+    torch_extension(spec, "vllm", "0.9.1", "vllm", "sm_70;sm_75;sm_80;sm_86;sm_89;sm_90;compute_90" if broken else
+                    "sm_61;sm_70;sm_75;sm_80;sm_86;sm_89;sm_90;compute_90", "2.7.0")
+    return Machine(spec, nvml=healthy_nvml(("0000:01:00.0",), "NVIDIA GeForce GTX 1080 Ti", (6, 1), "550.127.05"))
+
+
+@case("vllm-3785-p100-no-sm60")
+def vllm_3785(broken: bool) -> Machine:
+    """vLLM 0.4.0's wheels start at sm_70; Tesla P100s (sm_60) have no kernel image for its ops while torch 2.1.2
+    (sm_60 SASS) runs. The twin runs a vLLM built with 6.0 added (the Pascal patch's build)."""
+    spec = workstation("15f8", ("0000:00:1b.0", "0000:00:1c.0"))
+    retorch(spec, "2.1.2+cu121", "12.1", healthy.TORCH_251_CU124, ARCH_CU126)
+    torch_extension(spec, "vllm", "0.4.0.post1", "vllm", "sm_70;sm_75;sm_80;sm_86;sm_89;sm_90;compute_90" if broken
+                    else "sm_60;sm_70;sm_75;sm_80;sm_86;sm_89;sm_90;compute_90", "2.1.2")
+    return Machine(spec, nvml=healthy_nvml(("0000:00:1b.0", "0000:00:1c.0"), "Tesla P100-PCIE-16GB", (6, 0),
+                                           "550.127.05"))
+
+
+@case("comfyui-16438-cu128-torch29-on-pascal")
+def comfyui_16438(broken: bool) -> Machine:
+    """torch 2.9's cu128 build starts at sm_70 (cu126 keeps sm_50/sm_60): on a Tesla P40 (sm_61) the install works
+    and the first kernel fails; the twin is the cu126 build."""
+    spec = workstation("1b38", ("0000:3b:00.0",), driver="570.172.08")
+    if broken:
+        retorch(spec, "2.9.0+cu128", "12.8", healthy.TORCH_270_CU128, ARCH_CU128_29)
+    else:
+        retorch(spec, "2.9.0+cu126", "12.6", TORCH_270_CU126, ARCH_CU126)
+    return Machine(spec, nvml=healthy_nvml(("0000:3b:00.0",), "Tesla P40", (6, 1), "570.172.08"))
+
+
+# -- the driver against the build (DLD-CUDA-001) ---------------------------------------------------------------------
+
+def driver_case(broken: bool, old: str, device: str = "2204") -> Machine:
+    return Machine(workstation(device, ("0000:01:00.0",), driver=old if broken else "550.127.05"))
+
+
+@case("gpt-sovits-83-driver-470-torch-cu12")
+def gpt_sovits_83(broken: bool) -> Machine:
+    """Driver 470 (CUDA 11.4) under a torch CUDA 12 build ('found version 11040'): the maintainers' answer, a newer
+    driver (or a cu118 build)."""
+    return driver_case(broken, "470.223.02")
+
+
+@case("seqnet-36-driver-470-torch-cu12")
+def seqnet_36(broken: bool) -> Machine:
+    """The same driver floor under a training repository's torch: 'found version 11040' on driver 470.199.02."""
+    return driver_case(broken, "470.199.02", device="1eb8")
+
+
+@case("chatchat-2420-driver-510-torch-cu12")
+def chatchat_2420(broken: bool) -> Machine:
+    """An update pulled a torch CUDA 12 build onto a server whose driver 510 supports CUDA 11.6 ('found version
+    11060')."""
+    return driver_case(broken, "510.108.03", device="20b5")
+
+
+@case("sglang-11395-cuda13-image-on-driver-550")
+def sglang_11395(broken: bool) -> Machine:
+    """An image built for CUDA 13 (NVIDIA_REQUIRE_CUDA cuda>=13.0) on hosts whose driver 550 supports CUDA 12.4
+    ('found version 12040'); CUDA 13 needs R580."""
+    spec = healthy.docker_pytorch_nvidia_runtime()
+    if broken:
+        set_environ(spec, NVIDIA_REQUIRE_CUDA="cuda>=13.0 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,"
+                                              "driver<536", CUDA_VERSION="13.0.1")
+    return Machine(spec)
+
+
+# -- nvcc against torch's CUDA (DLD-PY-008) ----------------------------------------------------------------------------
+
+def nvcc_case(broken: bool, nvcc: str, libs, torch_version: str, torch_cuda: str) -> Machine:
+    spec = workstation("2204", ("0000:01:00.0",))
+    if torch_version != "2.5.1+cu124":
+        drop(spec, f"{SITE}/torch/", f"{SITE}/torch-", f"{SITE}/torchvision", f"{SITE}/torchaudio")
+        healthy.torch(spec, SITE, torch_version, torch_cuda, healthy.TORCH_251_CU124)
+    mm = ".".join(nvcc.split(".")[:2])
+    healthy.cuda_toolkit(spec, nvcc, libs=libs, link=False)
+    good = "/usr/local/cuda-" + ("12.4" if torch_cuda.startswith("12.4") else "12.1")
+    home = f"/usr/local/cuda-{mm}" if broken else good
+    spec["usr/local/cuda"] = {"symlink": home}
+    set_environ(spec, CUDA_HOME=home, PATH=f"/opt/conda/envs/pytorch/bin:{home}/bin:/usr/local/sbin:/usr/local/bin:"
+                                          "/usr/sbin:/usr/bin:/sbin:/bin")
+    return Machine(spec)
+
+
+@case("autoalign-25-nvcc-118-torch-cu124")
+def autoalign_25(broken: bool) -> Machine:
+    """Building the project's CUDA extension with the CUDA 11.8 toolkit under torch 2.5.1+cu124."""
+    return nvcc_case(broken, "11.8.0", healthy.CUDA_118_LIBS, "2.5.1+cu124", "12.4")
+
+
+@case("chamferdist-26-nvcc-118-torch-cu121")
+def chamferdist_26(broken: bool) -> Machine:
+    """chamferdist's build with CUDA 11.8's nvcc and a torch 2.2.2+cu121."""
+    return nvcc_case(broken, "11.8.0", healthy.CUDA_118_LIBS, "2.2.2+cu121", "12.1")
+
+
+@case("stable-fast-161-nvcc-118-torch-cu121")
+def stable_fast_161(broken: bool) -> Machine:
+    """stable-fast's source build on a CUDA 11.8 machine with torch 2.4.0+cu121."""
+    return nvcc_case(broken, "11.8.0", healthy.CUDA_118_LIBS, "2.4.0+cu121", "12.1")
+
+
+# -- TensorFlow against the CUDA libraries the loader finds (DLD-PY-011) ------------------------------------------------
+
+TF23_BUILD_INFO = ('"""Auto-generated module providing information about the build."""\nimport collections\n\n'
+                   "build_info = collections.OrderedDict([('cuda_version', '10.1'), ('cudnn_version', '7'), "
+                   "('is_cuda_build', True), ('is_rocm_build', False)])\n")
+CUDA_110_LIBS = [("libcudart.so.11.0.221", "libcudart.so.11.0"), ("libcublas.so.11.2.0.252", "libcublas.so.11"),
+                 ("libcufft.so.10.2.1.245", "libcufft.so.10"), ("libcurand.so.10.2.1.245", "libcurand.so.10"),
+                 ("libcusolver.so.10.6.0.245", "libcusolver.so.10"), ("libcusparse.so.11.1.1.245", "libcusparse.so.11")]
+CUDA_101_LIBS = [("libcudart.so.10.1.243", "libcudart.so.10.1"), ("libcublas.so.10.2.1.243", "libcublas.so.10"),
+                 ("libcufft.so.10.1.1.243", "libcufft.so.10"), ("libcurand.so.10.1.1.243", "libcurand.so.10"),
+                 ("libcusolver.so.10.2.0.243", "libcusolver.so.10"), ("libcusparse.so.10.3.0.243", "libcusparse.so.10"),
+                 ("libcudnn.so.7.6.5", "libcudnn.so.7")]
+
+
+@case("tensorflow-42162-tf23-cuda101-on-cuda110")
+def tensorflow_42162(broken: bool) -> Machine:
+    """tensorflow 2.3 is a CUDA 10.1 build ('libcudart.so.10.1'); the machine has only CUDA 11.0 (libcudart.so.11.0),
+    which it never loads. The twin has the CUDA 10.1 runtime and cuDNN 7 beside it."""
+    spec = workstation("1e87", ("0000:01:00.0",), torch=False)
+    site = "usr/local/lib/python3.8/dist-packages"
+    spec["usr/bin/python3.8"] = healthy.elf(None, needed=["libc.so.6"])
+    healthy.dist(spec, site, "tensorflow", "2.3.0", {
+        "tensorflow/__init__.py": "",
+        "tensorflow/libtensorflow_framework.so.2": healthy.elf(
+            "libtensorflow_framework.so.2", needed=["libstdc++.so.6", "libc.so.6"], runpath=["$ORIGIN"]),
+        "tensorflow/python/_pywrap_tensorflow_internal.so": healthy.elf(
+            None, needed=["libtensorflow_framework.so.2", "libc.so.6"], runpath=["$ORIGIN/..", "$ORIGIN/../.."]),
+        "tensorflow/python/platform/build_info.py": TF23_BUILD_INFO},
+        requires=["numpy<1.19.0,>=1.16.0", "absl-py>=0.7.0"], tag="cp38-cp38-manylinux2010_x86_64")
+    drop(spec, "usr/local/cuda-12.4/", "usr/local/cuda-12.1/", "usr/local/cuda")
+    root = healthy.cuda_toolkit(spec, "11.0.3")
+    cuda_libs(spec, root, CUDA_110_LIBS)
+    conf = f"{root}/targets/x86_64-linux/lib\n"
+    if not broken:
+        old = healthy.cuda_toolkit(spec, "10.1.243", link=False)
+        cuda_libs(spec, old, CUDA_101_LIBS)
+        conf += f"{old}/targets/x86_64-linux/lib\n"
+    spec["etc/ld.so.conf.d/cuda.conf"] = conf
+    set_environ(spec, LD_LIBRARY_PATH=None, CUDA_HOME=None,
+                PATH="/usr/local/cuda-11.0/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    return Machine(spec)
+
+
+@case("tensorflow-56413-tf29-cudart-in-conda-lib")
+def tensorflow_56413(broken: bool) -> Machine:
+    """tensorflow 2.9 pip-installed into a conda env whose cudatoolkit 11.2 put libcudart.so.11.0 in $CONDA_PREFIX/lib:
+    TensorFlow's loader never looks there (its RUNPATH is its own directory), so 'Could not load dynamic library
+    libcudart.so.11.0'. The twin follows the install guide: LD_LIBRARY_PATH=$CONDA_PREFIX/lib."""
+    spec = workstation("1eb8", ("0000:00:1e.0",), torch=False)
+    prefix = "/opt/conda/envs/tf"
+    site = healthy.conda_env(spec, prefix, python="3.9.12")
+    tensorflow_cuda11(spec, site)
+    lib = f"{prefix.strip('/')}/lib"
+    for real, soname in (("libcudart.so.11.2.152", "libcudart.so.11.0"), ("libcublas.so.11.4.1.1043", "libcublas.so.11"),
+                         ("libcublasLt.so.11.4.1.1043", "libcublasLt.so.11"), ("libcufft.so.10.4.0.135", "libcufft.so.10"),
+                         ("libcurand.so.10.2.3.135", "libcurand.so.10"), ("libcusolver.so.11.1.0.135", "libcusolver.so.11"),
+                         ("libcusparse.so.11.4.0.135", "libcusparse.so.11"), ("libcudnn.so.8.1.0", "libcudnn.so.8")):
+        healthy.so(spec, lib, real, soname, links=[soname.split(".so")[0] + ".so"])
+    healthy.conda_pkg(spec, prefix, "cudatoolkit", "11.2.2", "hbe64b41_10")
+    healthy.conda_pkg(spec, prefix, "cudnn", "8.1.0.77", "h90431f1_0")
+    set_environ(spec, CONDA_PREFIX=prefix, CONDA_DEFAULT_ENV="tf",
+                PATH=f"{prefix}/bin:/opt/conda/condabin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                LD_LIBRARY_PATH=None if broken else f"{prefix}/lib/")
+    return Machine(spec)
+
+
+# -- Ray -----------------------------------------------------------------------------------------------------------------
+
+@case("ray-9503-tune-trainable-without-gpu")
+def ray_9503(broken: bool) -> Machine:
+    """A Tune trainable started without a GPU in its resources (the trial's placement group had none): Ray set
+    CUDA_VISIBLE_DEVICES='' in its worker and torch sees no GPU. With resources_per_trial={'gpu': 1} it gets one."""
+    spec = workstation("1e07", ("0000:65:00.0",))
+    set_environ(spec, CUDA_VISIBLE_DEVICES="" if broken else "0", RAY_RAYLET_PID="2231", RAY_JOB_ID="02000000",
+                RAY_NODE_IP_ADDRESS="192.168.1.20", TUNE_ORIG_WORKING_DIR="/home/ubuntu/exp")
+    return Machine(spec)
+
+
+@case("leggedlab-26-rtx5090-torch-cu126")
+def leggedlab_26(broken: bool) -> Machine:
+    """A training stack's torch 2.7.0+cu126 (sm_50..sm_90) on an RTX 5090 (sm_120); the reporter's fix, a cu128
+    build, carries sm_120."""
+    spec = workstation("2b85", ("0000:01:00.0",), driver="575.57.08")
+    spec["proc/driver/nvidia/version"] = healthy.nvrm("575.57.08", "open")
+    if broken:
+        retorch(spec, "2.7.0+cu126", "12.6", TORCH_270_CU126, ARCH_CU126)
+    else:
+        retorch(spec, "2.8.0.dev20250605+cu128", "12.8", healthy.TORCH_270_CU128, ARCH_CU128)
+    return Machine(spec)
+
+
+@case("flymyai-47-rtx5090-torch-cu124")
+def flymyai_47(broken: bool) -> Machine:
+    """The trainer's pinned torch 2.6.0+cu124 (sm_50..sm_90) on an RTX 5090: 'sm_120 is not compatible'."""
+    spec = workstation("2b85", ("0000:41:00.0",), driver="570.172.08")
+    spec["proc/driver/nvidia/version"] = healthy.nvrm("570.172.08", "open")
+    if broken:
+        retorch(spec, "2.6.0+cu124", "12.4", healthy.TORCH_251_CU124, ARCH_CU126)
+    else:
+        retorch(spec, "2.7.1+cu128", "12.8", healthy.TORCH_270_CU128, ARCH_CU128)
+    return Machine(spec)
+
+
+CUDA_116_LIBS = [("libcudart.so.11.6.55", "libcudart.so.11.0"), ("libnvToolsExt.so.1.0.0", "libnvToolsExt.so.1")]
+CUDA_120_LIBS = [("libcudart.so.12.0.146", "libcudart.so.12"), ("libnvToolsExt.so.1.0.0", "libnvToolsExt.so.1")]
+CUDA_123_LIBS = [("libcudart.so.12.3.101", "libcudart.so.12"), ("libnvToolsExt.so.1.0.0", "libnvToolsExt.so.1")]
+
+
+def nvcc_bundled_case(broken: bool, nvcc: str, libs, good: str, good_libs, torch_version: str,
+                      torch_cuda: str) -> Machine:
+    """A torch wheel of download.pytorch.org that bundles its CUDA runtime (torch/lib), and the toolkit CUDA_HOME,
+    the nvcc on PATH and /usr/local/cuda point at: the broken machine's is another CUDA major than torch's; the
+    twin's is the toolkit of torch's CUDA."""
+    spec = workstation("2204", ("0000:01:00.0",), torch=False)
+    torch_bundled(spec, SITE, torch_version, torch_cuda, ARCH_CU126)
+    for version, ls in ((nvcc, libs), (good, good_libs)):
+        if not spec.get(f"usr/local/cuda-{'.'.join(version.split('.')[:2])}/version.json"):
+            healthy.cuda_toolkit(spec, version, libs=ls, link=False)
+    mm = ".".join((nvcc if broken else good).split(".")[:2])
+    home = f"/usr/local/cuda-{mm}"
+    spec["usr/local/cuda"] = {"symlink": home}
+    set_environ(spec, CUDA_HOME=home, LD_LIBRARY_PATH=f"{home}/lib64",
+                PATH=f"/opt/conda/envs/pytorch/bin:{home}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    return Machine(spec)
+
+
+@case("dect-1-nvcc-121-torch-cu118")
+def dect_1(broken: bool) -> Machine:
+    """The CUDA 12.1 toolkit under torch 2.0.1+cu118: 'The detected CUDA version (12.1) mismatches ... (11.8)'."""
+    return nvcc_bundled_case(broken, "12.1.1", healthy.CUDA_121_LIBS, "11.8.0", healthy.CUDA_118_LIBS,
+                             "2.0.1+cu118", "11.8")
+
+
+@case("hupor-2-nvcc-120-torch-cu116")
+def hupor_2(broken: bool) -> Machine:
+    """The CUDA 12.0 toolkit under torch 1.13.1+cu116."""
+    return nvcc_bundled_case(broken, "12.0.1", CUDA_120_LIBS, "11.6.2", CUDA_116_LIBS, "1.13.1+cu116", "11.6")
+
+
+@case("rational-kat-cu-4-nvcc-121-torch-cu118")
+def rational_kat_cu_4(broken: bool) -> Machine:
+    """Building the CUDA kernels with CUDA 12.1's nvcc after switching torch to cu118."""
+    return nvcc_bundled_case(broken, "12.1.1", healthy.CUDA_121_LIBS, "11.8.0", healthy.CUDA_118_LIBS,
+                             "2.1.2+cu118", "11.8")
+
+
+@case("lettuce-144-nvcc-123-torch-cu118")
+def lettuce_144(broken: bool) -> Machine:
+    """The CUDA 12.3 toolkit under torch 2.1.0+cu118 when lettuce builds its native extension."""
+    return nvcc_bundled_case(broken, "12.3.2", CUDA_123_LIBS, "11.8.0", healthy.CUDA_118_LIBS, "2.1.0+cu118", "11.8")
