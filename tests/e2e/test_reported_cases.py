@@ -39,6 +39,6 @@ def test_a_blind_case_through_the_entry_point(record, run_cli, tmp_path):
     machine = BUILDERS[record["id"]](True)
     root = cases.build(tmp_path / "root", machine.spec)
     r = run_cli("why", "--json", "--sysroot", str(root), record["symptom"], timeout=300)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode in (0, 1), r.stderr  # 1: the tree's evidence confirms a cause (docs/why.md, exit codes)
     answer = json.loads(r.stdout)
     assert cases.why_first(record, cases.Outcome([], answer)), [c["id"] for c in answer["causes"][:3]]
