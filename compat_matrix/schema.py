@@ -104,7 +104,8 @@ TABLES: Dict[str, Table] = {
         "name": "str", "distributions": ("list", "str"), "package": "str", "build_info": "str",
         "build_keys": ("map", "str"), "preload": ("enum", ("wheels", "on-failure", "opt-in", "none")),
         "preload_call": "str", "optional_objects": ("list", "str"), "optional_libraries": ("list", "str"),
-        "dlopen_by": ("list", "str"), "dlopen": ("map", ("list", "str")), "install": ("list", "str")},
+        "dlopen_by": ("list", "str"), "dlopen": ("map", ("list", "str")), "install": ("list", "str"),
+        "cuda_major_since": ("map", "int")},
         ("name", "preload")),
     "cuda_library": Table(("soname", "cuda_major"), {
         "soname": "str", "cuda_major": "int", "wheel": "str", "version_follows_cuda": "bool", "pin": "str"},

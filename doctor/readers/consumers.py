@@ -108,6 +108,22 @@ def read_build_info(text: str, keys: Dict[str, str]) -> Dict[str, Any]:
     return out
 
 
+def release_major(since: Dict[str, Any], version: str) -> Optional[int]:
+    """The CUDA major of a release's own wheels from the matrix's ``cuda_major_since`` ({first release: major})."""
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    if not m:
+        return None
+    have = (int(m.group(1)), int(m.group(2)))
+    best: Optional[Tuple[Tuple[int, int], int]] = None
+    for first, major in since.items():
+        f = re.match(r"(\d+)\.(\d+)$", str(first))
+        if f and isinstance(major, int) and (int(f.group(1)), int(f.group(2))) <= have:
+            key = (int(f.group(1)), int(f.group(2)))
+            if best is None or key > best[0]:
+                best = (key, major)
+    return best[1] if best else None
+
+
 def cuda_major_of(name: str, version: str, build_cuda: Optional[str], needed: Sequence[str]) -> Tuple[Optional[int], str]:
     """The CUDA major a distribution was built for, and where that was read."""
     lead = re.match(r"\d+", build_cuda) if build_cuda else None
@@ -299,6 +315,9 @@ def _describe(host: Host, name: str, d: Dict[str, Any], entry: Optional[Dict[str
     major, major_from = cuda_major_of(name, d.get("version") or "", build.get("cuda"), needed)
     if major is None and len(entry.get("dlopen") or {}) == 1:  # the matrix knows only one build (ctranslate2 4.x)
         major, major_from = int(next(iter(entry["dlopen"]))), "matrix"
+    if major is None and entry.get("cuda_major_since"):  # its own build information unreadable: its release's CUDA
+        major = release_major(entry["cuda_major_since"], d.get("version") or "")
+        major_from = "matrix (the CUDA major of its release's wheels)" if major is not None else major_from
     dlopen = dlopen_names(entry, {"cuda_major": major, "build": build})
     machines = sorted({str(dyn.get("machine")) for _, dyn in parsed})
     machine = host_machine or next((m for m in ("EM_X86_64", "EM_AARCH64") if m in machines),
