@@ -98,7 +98,7 @@ def _get(rec: Dict[str, str], key: str) -> Optional[str]:
 SLURM_FACTS = obj(
     "Slurm's view of this node's GPUs, from its configuration files (null: no Slurm configuration here)",
     slurm=obj(
-        "",
+        "Slurm's configuration as slurmd on this node reads it",
         config_dir=string("the directory slurm.conf was read from"),
         slurm_conf=string("its path"),
         gres_types=array(string(), "slurm.conf GresTypes"),
