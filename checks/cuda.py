@@ -35,11 +35,28 @@ def _sass_ccs(env: Dict[str, Any], torch: Dict[str, Any], matrix) -> Tuple[Optio
             if m:
                 out.append(f"{m.group(1)}.{m.group(2)}{m.group(3)}")
         return out, "torch.cuda.get_arch_list() (--deep)"
+    code = _fatbin_sass(torch.get("device_code"))
+    if code:
+        return code
     variant = matrix.torch_variant(torch.get("version") or "", torch.get("cuda"))
     if variant and variant.get("arch_list"):
         return [a.replace("+PTX", "") for a in variant["arch_list"]], f"the matrix's arch list for torch " \
             f"{torch.get('version')}"
     return None, "unknown"
+
+
+def _fatbin_sass(code: Any) -> Optional[Tuple[List[str], str]]:
+    """The compute capabilities a build's own .nv_fatbin carries SASS for (python_envs device_code), where the walk
+    read every entry (a partial walk cannot prove a cubin absent)."""
+    if not isinstance(code, dict) or not code.get("complete") or not (code.get("sass") or code.get("ptx")):
+        return None
+    out = []
+    for a in code.get("sass") or []:
+        n = str(a)
+        if n.isdigit() and 2 <= len(n) <= 3:
+            out.append(f"{n[:-1]}.{n[-1]}")
+    objects = ", ".join(str(o).rsplit("/", 1)[-1] for o in (code.get("objects") or [])[:3]) or "its objects"
+    return out, f"the .nv_fatbin of {objects}"
 
 
 def _has_sass(cc: str, sass: List[str]) -> bool:
@@ -61,6 +78,22 @@ def _has_sass(cc: str, sass: List[str]) -> bool:
 def _minor_compat_verdict(facts: Facts, matrix, row: Dict[str, Any], gpus: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Whether a consumer served only through minor-version compatibility would need PTX JIT on a GPU here:
     {"jit": [GPU names without SASS], "ok": [...], "source": ..., "known": bool}."""
+    if row.get("kind") == "consumer":
+        for env in facts.get("python_envs.environments") or []:
+            if (env.get("prefix") or env.get("name")) != row.get("where"):
+                continue
+            for c in env.get("consumers") or []:
+                if not str(row["what"]).startswith(f"{c.get('distribution')} {c.get('version') or ''}".strip()):
+                    continue
+                found = _fatbin_sass(c.get("device_code"))
+                if found is None or not gpus or any(not g.get("cc") for g in gpus):
+                    return {"known": False, "jit": [], "ok": [], "source": found[1] if found else None}
+                sass, source = found
+                jit = [f"{g['name']} (sm_{g['cc'].replace('.', '')})" for g in gpus if not _has_sass(g["cc"], sass)]
+                ok = [f"{g['name']} (sm_{g['cc'].replace('.', '')})" for g in gpus if _has_sass(g["cc"], sass)]
+                return {"known": True, "jit": list(dict.fromkeys(jit)), "ok": list(dict.fromkeys(ok)),
+                        "source": source}
+        return {"known": False, "jit": [], "ok": [], "source": None}
     if row.get("kind") != "framework":
         return {"known": False, "jit": [], "ok": [], "source": None}
     for env in facts.get("python_envs.environments") or []:
