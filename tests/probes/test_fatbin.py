@@ -41,3 +41,16 @@ def test_a_malformed_fatbin_is_a_lower_bound_not_a_crash(tmp_path):
     host = _tree(tmp_path, d=elf_bytes("libd.so", fatbin=broken), e=elf_bytes("libe.so", fatbin=huge))
     assert read_fatbin(host, "/d") == {"sass": [80], "ptx": [], "complete": False, "section": True}
     assert read_fatbin(host, "/e")["complete"] is False
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fatbin"
+
+
+def test_the_sections_nvcc_writes(tmp_path):
+    """.nv_fatbin sections cut from objects CUDA 13.0's nvcc built (nvcc -shared a.cu b.cu -gencode ...): plain, and
+    compressed (-Xfatbin -compress-all). An arch-specific cubin (sm_90a) reads as its architecture."""
+    plain = (FIXTURES / "nvcc13-sm80-sm90a-compute90-sm120.bin").read_bytes()
+    packed = (FIXTURES / "nvcc13-compressed-sm75-sm86-compute86.bin").read_bytes()
+    host = _tree(tmp_path, p=elf_bytes("libp.so", fatbin=plain), q=elf_bytes("libq.so", fatbin=packed))
+    assert read_fatbin(host, "/p") == {"sass": [80, 90, 120], "ptx": [90], "complete": True, "section": True}
+    assert read_fatbin(host, "/q") == {"sass": [75, 86], "ptx": [86], "complete": True, "section": True}
