@@ -100,9 +100,10 @@ def _minor_compat_verdict(facts: Facts, matrix, row: Dict[str, Any], gpus: List[
         torch = (env.get("frameworks") or {}).get("torch") or {}
         if (env.get("path") or env.get("name")) != row.get("where") or f"torch {torch.get('version')}" != row["what"]:
             continue
-        sass, source = _sass_ccs(env, torch, matrix)
-        if sass is None or not gpus or any(not g.get("cc") for g in gpus):
+        found_sass, source = _sass_ccs(env, torch, matrix)
+        if found_sass is None or not gpus or any(not g.get("cc") for g in gpus):
             return {"known": False, "jit": [], "ok": [], "source": source}
+        sass = found_sass
         jit = [f"{g['name']} (sm_{g['cc'].replace('.', '')})" for g in gpus if not _has_sass(g["cc"], sass)]
         ok = [f"{g['name']} (sm_{g['cc'].replace('.', '')})" for g in gpus if _has_sass(g["cc"], sass)]
         return {"known": True, "jit": list(dict.fromkeys(jit)), "ok": list(dict.fromkeys(ok)), "source": source}

@@ -195,7 +195,7 @@ def _build_info_entries(build: Optional[Dict[str, Any]]) -> Optional[Tuple[List[
         cc = _cc_of(a)
         if cc:
             out.append(cc + ("+PTX" if str(a).startswith("compute_") else ""))
-    return (out, f"its build information ({build.get('from')})", True) if out else None
+    return (out, f"its build information ({(build or {}).get('from')})", True) if out else None
 
 
 def runs_on(cc: str, entries: List[str]) -> bool:
@@ -303,7 +303,8 @@ def arch_missing(facts: Facts, matrix) -> Result:
     weak: List[str] = []
     notes: List[str] = []
     heads: List[str] = []
-    unknown, ok = [], []
+    unknown: List[str] = []
+    ok: List[str] = []
     evidence: Dict[str, Any] = {"gpus": gpus, "unknown_arch_lists": unknown, "builds": []}
     for env, what, arch in _cuda_builds(facts, matrix):
         if arch is None:

@@ -77,7 +77,7 @@ def slurm_gres(facts: Facts) -> Result:
             heads.append(f"AutoDetect={auto} without {plugin}")
             steps.append(f"# install a Slurm built with {auto.upper()} (its package ships {plugin}), or remove "
                          f"AutoDetect={auto} from {gres} and list File= per GPU")
-    seen: Dict[tuple, str] = {}
+    seen: Dict[tuple, Any] = {}
     for r in records:
         key = (str(r.get("name") or "").lower(), r.get("type"), tuple(r.get("files") or []), r.get("count"),
                tuple(r.get("node_names") or []))

@@ -467,7 +467,8 @@ def dlopen_names(entry: Mapping[str, Any], consumer: Mapping[str, Any]) -> List[
         major = int(next(iter(table)))
     if major is None:
         return []
-    build = consumer.get("build") if isinstance(consumer.get("build"), Mapping) else {}
+    raw = consumer.get("build")
+    build: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     cuda = re.match(r"(\d+)\.(\d+)", str(build.get("cuda") or ""))
     names = list((table.get(f"{cuda.group(1)}.{cuda.group(2)}") if cuda else None) or table.get(str(major)) or [])
     cudnn = re.match(r"\d+", str(build.get("cudnn") or ""))
