@@ -246,3 +246,92 @@ def cuda_compat_unsupported(facts: Facts, matrix) -> Result:
                 Fix("Stop using the compat library and upgrade the host driver instead.",
                     (f"export LD_LIBRARY_PATH=$(echo \"$LD_LIBRARY_PATH\" | tr ':' '\\n' | grep -v '{directory}' | paste -sd:)",
                      f"grep -rl '{directory}' /etc/ld.so.conf.d/ | xargs -r sudo rm && sudo ldconfig")))
+
+
+def _toolkit_of(facts: Facts, path: Optional[str]) -> Optional[Dict[str, Any]]:
+    for t in facts.get("cuda_toolkits.toolkits") or []:
+        root = str(t.get("path") or "")
+        if path and root and (path == root or path.startswith(root.rstrip("/") + "/")):
+            return t
+    return None
+
+
+def needs_ptx_emitter(facts: Facts) -> Optional[str]:
+    if not facts.get("cuda_toolkits.toolkits"):
+        return "no CUDA toolkit is installed: nothing here compiles PTX with one"
+    return None
+
+
+@check(
+    id="DLD-CUDA-003", slug="jit-ptx-newer-than-driver",
+    remedy="repair-software", drain=False,
+    problem="A JIT compiler emits PTX the driver cannot load",
+    title="PTX compiled at run time is of a CUDA release the driver can load",
+    tags=("cuda", "driver", "python"), requires=("cuda_toolkits", "python_envs"),
+    applies=(needs_nvidia_gpu, needs_ptx_emitter),
+    what="""Finds the libraries that compile kernels to PTX at run time with a CUDA toolkit's compiler (the matrix's
+    emits_ptx: numba.cuda with the toolkit's NVVM) and the toolkit they use (CUDA_HOME, else /usr/local/cuda; an
+    environment with its own nvidia-cuda-nvcc wheel or conda toolkit is left out), and holds that toolkit's CUDA
+    release against the newest the driver supports. The PTX is handed to the driver to JIT-compile; CUDA minor-version
+    compatibility does not cover PTX from a newer toolkit.""",
+    why="""PTX carries the ISA version of the toolkit that wrote it (CUDA 12.5 writes .version 8.5); a driver of an
+    older CUDA (550: CUDA 12.4, PTX ISA 8.4) refuses it: 'CUDA_ERROR_UNSUPPORTED_PTX_VERSION', 'the provided PTX was
+    compiled with an unsupported toolchain', 'Unsupported .version 8.5; current version is 8.4'. Every kernel fails
+    though everything installs and imports.""",
+    fix="""Point CUDA_HOME at a toolkit no newer than the driver's CUDA (or install one), upgrade the driver, or let
+    numba link the PTX itself (pip install pynvjitlink-cu12 and NUMBA_CUDA_ENABLE_PYNVJITLINK=1).""",
+)
+def jit_ptx_newer_than_driver(facts: Facts, matrix) -> Result:
+    driver = driver_version(facts)
+    if not driver:
+        return skip("no NVIDIA driver version is known (see DLD-GPU-001)")
+    max_cuda = (matrix.driver(driver) or {}).get("max_cuda")
+    home = facts.get("cuda_toolkits.cuda_home")
+    default = facts.get("cuda_toolkits.default") or {}
+    toolkit = _toolkit_of(facts, home) if home else None
+    if toolkit is None and not home and default.get("version"):
+        toolkit = {"path": default.get("target") or "/usr/local/cuda", "version": default.get("version")}
+    via = "CUDA_HOME" if home else "/usr/local/cuda"
+    emitters, own, linked = [], [], []
+    for env in facts.get("python_envs.environments") or []:
+        dists = env.get("distributions") or {}
+        for name, version in dists.items():
+            entry = matrix.consumer(name)
+            if not entry or entry.get("emits_ptx") != "toolkit":
+                continue
+            who = f"{name} {version} in {env.get('name')} ({env.get('prefix')})"
+            if any(d.startswith("nvidia-cuda-nvcc") for d in dists) or \
+                    any(str(k).startswith("cudatoolkit") or str(k) == "cuda-nvcc" for k in env.get("conda_packages") or {}):
+                own.append(who)  # it finds the environment's own compiler first: not the system toolkit
+            elif any(d in dists for d in entry.get("ptx_linkers") or []):
+                linked.append(who)
+            else:
+                emitters.append(who)
+    evidence = {"driver": driver, "driver_max_cuda": max_cuda, "toolkit": toolkit, "found_via": via,
+                "emitters": emitters, "with_own_compiler": own, "with_ptx_linker": linked}
+    if not emitters:
+        if own or linked:
+            return passed("what compiles PTX at run time here uses its environment's own compiler or links the PTX "
+                          "itself: " + ", ".join(own + linked), **evidence)
+        return skip("nothing installed here compiles PTX at run time with a CUDA toolkit", **evidence)
+    if not toolkit or not toolkit.get("version") or not max_cuda:
+        return skip(f"{', '.join(emitters)}: the toolkit it would use or the driver's CUDA is not known", **evidence)
+    tk = versions.major_minor(str(toolkit["version"])) or str(toolkit["version"])
+    if versions.release(tk) <= versions.release(max_cuda):
+        return passed(f"{', '.join(emitters)} compile PTX with CUDA {tk} ({toolkit.get('path')}, via {via}); driver "
+                      f"{driver} loads PTX up to CUDA {max_cuda}", **evidence)
+    older = [t for t in facts.get("cuda_toolkits.toolkits") or []
+             if t.get("version") and versions.release(versions.major_minor(str(t["version"])) or "0") <=
+             versions.release(max_cuda)]
+    commands: List[Any] = []
+    if older:
+        best = max(older, key=lambda t: versions.release(str(t["version"])))
+        commands.append(f"export CUDA_HOME={best['path']}   # CUDA {best['version']}: PTX this driver loads")
+    commands += driver_install_commands(facts, driver_branch((matrix.toolkit(tk) or {}).get("min_driver")))
+    commands.append("pip install pynvjitlink-cu12 && export NUMBA_CUDA_ENABLE_PYNVJITLINK=1   # or let numba link it")
+    return warn(f"{', '.join(emitters)} compile kernels to PTX with CUDA {tk} ({toolkit.get('path')}, via {via}), "
+                f"but driver {driver} loads PTX only up to CUDA {max_cuda}: every such kernel fails with "
+                f"CUDA_ERROR_UNSUPPORTED_PTX_VERSION ('the provided PTX was compiled with an unsupported toolchain')",
+                evidence, Fix(f"Compile the PTX with a toolkit of CUDA {max_cuda} or older, or upgrade the driver.",
+                              tuple(commands)),
+                headline=f"PTX from CUDA {tk}, driver {driver} loads up to CUDA {max_cuda}")

@@ -105,7 +105,8 @@ TABLES: Dict[str, Table] = {
         "build_keys": ("map", "str"), "preload": ("enum", ("wheels", "on-failure", "opt-in", "none")),
         "preload_call": "str", "optional_objects": ("list", "str"), "optional_libraries": ("list", "str"),
         "dlopen_by": ("list", "str"), "dlopen": ("map", ("list", "str")), "install": ("list", "str"),
-        "cuda_major_since": ("map", "int")},
+        "cuda_major_since": ("map", "int"), "emits_ptx": ("enum", ("toolkit",)),
+        "ptx_linkers": ("list", "str")},
         ("name", "preload")),
     "cuda_library": Table(("soname", "cuda_major"), {
         "soname": "str", "cuda_major": "int", "wheel": "str", "version_follows_cuda": "bool", "pin": "str"},

@@ -680,3 +680,21 @@ def rational_kat_cu_4(broken: bool) -> Machine:
 def lettuce_144(broken: bool) -> Machine:
     """The CUDA 12.3 toolkit under torch 2.1.0+cu118 when lettuce builds its native extension."""
     return nvcc_bundled_case(broken, "12.3.2", CUDA_123_LIBS, "11.8.0", healthy.CUDA_118_LIBS, "2.1.0+cu118", "11.8")
+
+
+# -- PTX compiled at run time against the driver (DLD-CUDA-003) ---------------------------------------------------------
+
+@case("colab-5667-numba-ptx-from-cuda125-on-driver-550")
+def colab_5667(broken: bool) -> Machine:
+    """numba.cuda compiles its kernels to PTX with the CUDA 12.5 toolkit (/usr/local/cuda) and the driver, 550.54.15
+    (CUDA 12.4), refuses PTX ISA 8.5. The twin's /usr/local/cuda is the 12.4 toolkit."""
+    spec = workstation("1eb8", ("0000:00:04.0",), driver="550.54.15")
+    healthy.pure(spec, SITE, "numba", "0.60.0")
+    healthy.pure(spec, SITE, "llvmlite", "0.43.0")
+    healthy.cuda_toolkit(spec, "12.5.82", libs=[("libcudart.so.12.5.82", "libcudart.so.12")], link=False)
+    spec["usr/local/cuda-12.5/nvvm/lib64/libnvvm.so.4.0.0"] = healthy.elf("libnvvm.so.4")
+    spec["usr/local/cuda"] = {"symlink": "/usr/local/cuda-12.5" if broken else "/usr/local/cuda-12.4"}
+    set_environ(spec, CUDA_HOME=None, CUDA_PATH=None, LD_LIBRARY_PATH="/usr/lib64-nvidia",
+                PATH="/opt/conda/envs/pytorch/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+                     "/usr/bin:/sbin:/bin")
+    return Machine(spec)
