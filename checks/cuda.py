@@ -335,3 +335,94 @@ def jit_ptx_newer_than_driver(facts: Facts, matrix) -> Result:
                 evidence, Fix(f"Compile the PTX with a toolkit of CUDA {max_cuda} or older, or upgrade the driver.",
                               tuple(commands)),
                 headline=f"PTX from CUDA {tk}, driver {driver} loads up to CUDA {max_cuda}")
+
+
+def _build_toolkit(facts: Facts) -> Optional[Tuple[str, str, str]]:
+    """(path, version, how it is chosen) of the toolkit whose nvcc builds CUDA code here: CUDA_HOME's (what
+    torch.utils.cpp_extension and CMake's FindCUDAToolkit take first), else the nvcc first on PATH, else
+    /usr/local/cuda."""
+    home = facts.get("cuda_toolkits.cuda_home")
+    nvcc = facts.get("cuda_toolkits.nvcc_on_path")
+    for path, how in ((home, "CUDA_HOME"), (nvcc, "the nvcc on PATH")):
+        t = _toolkit_of(facts, path) if path else None
+        if t and t.get("version"):
+            return str(t.get("path")), str(t["version"]), how
+    default = facts.get("cuda_toolkits.default") or {}
+    if not home and (not nvcc or str(nvcc).startswith("/usr/local/cuda/")) and default.get("version"):
+        return str(default.get("target") or "/usr/local/cuda"), str(default["version"]), "/usr/local/cuda"
+    return None
+
+
+def _gpu_first_cuda(facts: Facts, matrix) -> Dict[str, Tuple[str, str, str]]:
+    """GPU name -> (compute capability, architecture, the first CUDA release that compiles for it), where the matrix
+    states that release as verified: by PCI ID, else NVML's compute capability."""
+    out: Dict[str, Tuple[str, str, str]] = {}
+    archs = {cc: a for a in matrix.entries("architecture") for cc in a.get("compute_capabilities") or []}
+    for d in facts.get("nvml.devices") or []:
+        cc, name = d.get("compute_capability"), d.get("name")
+        arch = archs.get(cc) if isinstance(cc, str) else None
+        if name and arch and arch.get("min_cuda") and "min_cuda" not in (arch.get("unverified") or []):
+            out[str(name)] = (cc, arch["name"], arch["min_cuda"])
+    if out:
+        return out
+    for g in nvidia_gpus(facts):
+        entry = matrix.gpu_by_pci(g.get("device_id") or "")
+        if not entry:
+            continue
+        arch = matrix.architecture(entry.get("architecture") or "") or {}
+        first = entry.get("min_cuda") or arch.get("min_cuda")
+        if first and "min_cuda" not in (arch.get("unverified") or []) + (entry.get("unverified") or []):
+            out[entry["name"]] = (entry.get("compute_capability") or "?", entry["architecture"], first)
+    return out
+
+
+@check(
+    id="DLD-CUDA-004", slug="toolkit-older-than-gpu",
+    remedy="repair-software", drain=False,
+    problem="The CUDA toolkit that builds code here cannot compile for these GPUs",
+    title="The CUDA toolkit that builds code here can compile for these GPUs",
+    tags=("cuda", "gpu", "build"), requires=("cuda_toolkits",), applies=(needs_nvidia_gpu,),
+    what="""Takes the toolkit whose nvcc builds CUDA code here (CUDA_HOME's, else the nvcc first on PATH, else
+    /usr/local/cuda) and holds its release against the first CUDA release that compiles for each GPU's architecture
+    (the matrix's architecture table: Ada and Hopper from 11.8, Blackwell from 12.8).""",
+    why="""nvcc refuses an architecture newer than itself: 'nvcc fatal : Unsupported gpu architecture compute_89'
+    (CUDA 11.5 on an RTX 4090), 'compute_120' (CUDA 12.4 on an RTX 5090). Every extension build (torch extensions,
+    pointnet2, tiny-cuda-nn, flash-attn from source) and every CMake project that targets the native architecture
+    fails, although the framework wheels, built elsewhere, run.""",
+    fix="""Install a toolkit of at least that release and point CUDA_HOME and PATH at it (or target an older
+    architecture explicitly, TORCH_CUDA_ARCH_LIST / CMAKE_CUDA_ARCHITECTURES, at the cost of running PTX or older
+    SASS).""",
+)
+def toolkit_older_than_gpu(facts: Facts, matrix) -> Result:
+    tk = _build_toolkit(facts)
+    gpus = _gpu_first_cuda(facts, matrix)
+    evidence: Dict[str, Any] = {"build_toolkit": list(tk) if tk else None,
+                                "gpus": {n: {"compute_capability": c, "architecture": a, "first_cuda": f}
+                                         for n, (c, a, f) in gpus.items()}}
+    if not tk:
+        return skip("no CUDA toolkit builds code here (no CUDA_HOME, nvcc on PATH or /usr/local/cuda)", **evidence)
+    if not gpus:
+        return skip("the first CUDA release of these GPUs' architectures is not known", **evidence)
+    path, version, how = tk
+    mm = versions.major_minor(version) or version
+    short = [(n, c, a, f) for n, (c, a, f) in gpus.items() if versions.release(mm) < versions.release(f)]
+    if not short:
+        return passed(f"CUDA {mm} ({path}, {how}) compiles for " + ", ".join(
+            f"{n} (sm_{c.replace('.', '')})" for n, (c, _, _) in gpus.items()), **evidence)
+    newer = [t for t in facts.get("cuda_toolkits.toolkits") or [] if t.get("version") and
+             all(versions.release(str(t["version"])) >= versions.release(f) for _, _, _, f in short)]
+    need = max((f for _, _, _, f in short), key=versions.release)
+    steps: List[Any] = []
+    if newer:
+        best = max(newer, key=lambda t: versions.release(str(t["version"])))
+        steps += [f"export CUDA_HOME={best['path']}", f"export PATH={best['path']}/bin:$PATH"]
+    else:
+        steps.append(f"# install the CUDA {need} toolkit (or newer) for this distribution, then point CUDA_HOME and "
+                     f"PATH at it")
+    steps.append("nvcc --list-gpu-arch   # what this nvcc can target")
+    rows = [f"{n} ({a}, sm_{c.replace('.', '')}) needs CUDA {f} or newer" for n, c, a, f in short]
+    return warn(f"the nvcc that builds code here is CUDA {mm} ({path}, {how}): " + "; ".join(rows) +
+                f": builds for it fail ('nvcc fatal : Unsupported gpu architecture compute_"
+                f"{short[0][1].replace('.', '')}')", evidence,
+                Fix(f"Build with a CUDA {need}+ toolkit.", tuple(steps)),
+                headline=f"nvcc {mm} cannot compile for {short[0][0]} (sm_{short[0][1].replace('.', '')})")

@@ -698,3 +698,45 @@ def colab_5667(broken: bool) -> Machine:
                 PATH="/opt/conda/envs/pytorch/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:"
                      "/usr/bin:/sbin:/bin")
     return Machine(spec)
+
+
+# -- the toolkit that builds extensions against the GPU (DLD-CUDA-004) --------------------------------------------------
+
+CUDA_115_LIBS = [("libcudart.so.11.5.117", "libcudart.so.11.0"), ("libnvToolsExt.so.1.0.0", "libnvToolsExt.so.1")]
+CUDA_113_LIBS = [("libcudart.so.11.3.109", "libcudart.so.11.0"), ("libnvToolsExt.so.1.0.0", "libnvToolsExt.so.1")]
+
+
+def old_nvcc_case(broken: bool, device: str, old: str, libs, torch_version: str, torch_cuda: str,
+                  good: str = "11.8.0", good_libs=None) -> Machine:
+    """A workstation whose CUDA_HOME, PATH and /usr/local/cuda point at a toolkit older than the GPU's architecture
+    (the twin: a toolkit that compiles for it, of torch's CUDA major)."""
+    spec = workstation(device, ("0000:01:00.0",), torch=False)
+    torch_bundled(spec, SITE, torch_version, torch_cuda, "sm_37;sm_50;sm_60;sm_61;sm_70;sm_75;sm_80;sm_86")
+    healthy.cuda_toolkit(spec, old, libs=libs, link=False)
+    healthy.cuda_toolkit(spec, good, libs=good_libs or healthy.CUDA_118_LIBS, link=False)
+    home = "/usr/local/cuda-" + ".".join((old if broken else good).split(".")[:2])
+    spec["usr/local/cuda"] = {"symlink": home}
+    set_environ(spec, CUDA_HOME=home, LD_LIBRARY_PATH=f"{home}/lib64",
+                PATH=f"/opt/conda/envs/pytorch/bin:{home}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    return Machine(spec)
+
+
+@case("3detr-59-nvcc-115-rtx4090")
+def detr3_59(broken: bool) -> Machine:
+    """Building pointnet2's CUDA ops with the CUDA 11.5 toolkit on an RTX 4090 (sm_89, first compiled by CUDA 11.8):
+    'nvcc fatal : Unsupported gpu architecture compute_89'."""
+    return old_nvcc_case(broken, "2684", "11.5.2", CUDA_115_LIBS, "1.12.1+cu113", "11.3")
+
+
+@case("tiny-cuda-nn-239-nvcc-113-rtx4090")
+def tiny_cuda_nn_239(broken: bool) -> Machine:
+    """tiny-cuda-nn's torch bindings built with CUDA 11.3 (torch 1.10's) for an RTX 4090: compute_89 unknown to it."""
+    return old_nvcc_case(broken, "2684", "11.3.1", CUDA_113_LIBS, "1.10.0+cu113", "11.3")
+
+
+@case("nvbandwidth-25-nvcc-115-rtx4090")
+def nvbandwidth_25(broken: bool) -> Machine:
+    """nvbandwidth's CMake build for the native architecture of an RTX 4090 with the distribution's CUDA 11.5 nvcc
+    first on PATH."""
+    return old_nvcc_case(broken, "2684", "11.5.2", CUDA_115_LIBS, "1.12.1+cu113", "11.3", good="12.4.1",
+                         good_libs=healthy.CUDA_124_LIBS)
