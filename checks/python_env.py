@@ -305,6 +305,7 @@ def arch_missing(facts: Facts, matrix) -> Result:
     heads: List[str] = []
     unknown: List[str] = []
     ok: List[str] = []
+    failing: List[str] = []
     evidence: Dict[str, Any] = {"gpus": gpus, "unknown_arch_lists": unknown, "builds": []}
     for env, what, arch in _cuda_builds(facts, matrix):
         if arch is None:
@@ -321,16 +322,24 @@ def arch_missing(facts: Facts, matrix) -> Result:
                 notes.append(f"{what} in {_label(env)} has only PTX for {name} ({_sm(cc)}): the driver JIT-compiles "
                              f"it at first use (a delay, then cached)")
             else:
+                failing.append(what)
                 row = (f"{what} in {_label(env)} has no code for {name} (compute capability {cc}, {_sm(cc)}): it "
                        f"carries {_entry_names(entries) or 'nothing'} per {source}, no SASS of major {cc.split('.')[0]} "
                        f"at or below {cc} and no PTX at or below it")
                 (problems if verified else weak).append(row)
                 heads.append(f"{what} has no code for {name} ({_sm(cc)})")
-    fix = Fix("Install a build whose architectures cover this GPU.",
-              ("dl-doctor matrix torch <version>   # arch_list per CUDA variant",
-               "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu<XY>",
-               "# a compiled extension: rebuild it for this GPU, e.g. TORCH_CUDA_ARCH_LIST=\"" +
-               ";".join(sorted({cc for cc in gpus.values()})) + "\" pip install --no-build-isolation <package>"))
+    archs = ";".join(sorted({cc for cc in gpus.values()}))
+    others = sorted({w.split(" ")[0] for w in failing if not w.startswith("torch ")})
+    torch_steps = ("dl-doctor matrix torch <version>   # arch_list per CUDA variant",
+                   "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu<XY>")
+    rebuild = tuple(f"TORCH_CUDA_ARCH_LIST=\"{archs}\" pip install --no-build-isolation --no-binary {d} "
+                    f"--force-reinstall {d}   # build it from source for this GPU" for d in others[:3])
+    if others and len(others) == len(set(failing)):
+        fix = Fix("Rebuild the extension for this GPU's architecture (its wheel has no code for it).", rebuild)
+    else:
+        fix = Fix("Install a build whose architectures cover this GPU.",
+                  torch_steps + (rebuild or ("# a compiled extension: rebuild it for this GPU, e.g. TORCH_CUDA_ARCH_LIST="
+                                             f"\"{archs}\" pip install --no-build-isolation <package>",)))
     if problems:
         return fail("; ".join(problems) + ": 'no kernel image is available for execution on the device'", evidence,
                     fix, headline=first_heading(heads, len(problems)))
