@@ -33,6 +33,44 @@ def _gpu_count(facts: Facts) -> Optional[int]:
     return n if isinstance(n, int) else None
 
 
+def _configured_gpus(slurm: Dict[str, Any]) -> Optional[int]:
+    """The GPU count slurm.conf's NodeName line gives this node (Gres=gpu:4, gpu:a100:4), None where none names it."""
+    host = slurm.get("hostname")
+    for node in slurm.get("nodes") or []:
+        if not host or host not in (node.get("names") or []):
+            continue
+        total = 0
+        for item in str(node.get("gres") or "").split(","):
+            parts = item.split("(")[0].split(":")
+            if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
+                total += int(parts[-1])
+        return total or None
+    return None
+
+
+def _reported_gpus(facts: Facts, records: List[Dict[str, Any]], autos: set, gpus: Optional[int]
+                   ) -> "tuple[Optional[int], str]":
+    """What slurmd will register for this node: its gres.conf File= devices; with AutoDetect, the GPUs NVML (else the
+    PCI bus) shows. None where that is not decided from files (MIG, Count= only)."""
+    files = sorted({f for r in records if str(r.get("name") or "").lower() == "gpu" for f in r.get("files") or []})
+    if files:
+        present = []
+        for f in files:
+            m = _DEV.match(f)
+            if not (m and gpus is not None and int(m.group(1)) >= gpus):
+                present.append(f)
+        return len(present), f"{len(present)} device file(s) of gres.conf on this node"
+    if autos & {"nvml", "nvidia"}:
+        devs = facts.get("nvml.devices") or []
+        if any((d.get("mig_mode") or {}).get("current") for d in devs):
+            return None, "MIG"
+        if devs:
+            return len(devs), "the GPUs NVML shows, which AutoDetect registers"
+        if gpus is not None:
+            return gpus, "the GPUs on the PCI bus, which AutoDetect registers"
+    return None, "unknown"
+
+
 @check(
     id="DLD-SCHED-001", slug="slurm-gres-mismatch", title="Slurm's gres.conf describes GPUs this node has",
     remedy="fix-configuration", drain=True,
@@ -107,6 +145,15 @@ def slurm_gres(facts: Facts) -> Result:
                 heads.append(f"{f} of gres.conf does not exist yet")
                 steps += [fixes.service("enable", "nvidia-persistenced", now=True),
                           "# and order slurmd after it: systemctl edit slurmd -> [Unit] After=nvidia-persistenced.service"]
+    configured = _configured_gpus(slurm)
+    reported, how = _reported_gpus(facts, records, autos, gpus)
+    if configured is not None and reported is not None and configured > reported and not problems:
+        problems.append(f"slurm.conf gives {slurm.get('hostname')} Gres=gpu:{configured} but slurmd will report "
+                        f"{reported} ({how}): slurmctld drains the node ('gres/gpu count reported lower than "
+                        f"configured ({reported} < {configured})')")
+        heads.append(f"slurm.conf says {configured} GPUs, this node reports {reported}")
+        steps.append(f"# make this node's slurm.conf line say Gres=gpu:{reported} (or give it the GPUs), then "
+                     f"scontrol reconfigure and scontrol update NodeName={slurm.get('hostname')} State=RESUME")
     if gpus == 0 and any(str(r.get("name") or "").lower() == "gpu" for r in records) and not problems:
         problems.append(f"{gres} gives this node GPUs ({records[0].get('line')}) but it has none on the PCI bus")
     if problems:
