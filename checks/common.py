@@ -135,10 +135,19 @@ def cuda_consumers(facts: Facts) -> list:
                         "where": penv.get("path") or penv.get("name"), "cuda": torch["cuda"]})
         for c in penv.get("consumers") or []:  # every other framework with a known build CUDA (docs/frameworks.md)
             cuda = (c.get("build") or {}).get("cuda")
-            if c.get("distribution") == "torch" or not cuda or not re.match(r"^\d+\.\d+", cuda):
+            if c.get("distribution") == "torch":
                 continue
-            out.append({"kind": "consumer", "what": f"{c['distribution']} {c.get('version') or ''}".strip(),
-                        "where": penv.get("prefix") or penv.get("name"), "cuda": ".".join(cuda.split(".")[:2])})
+            what = f"{c['distribution']} {c.get('version') or ''}".strip()
+            if cuda and re.match(r"^\d+\.\d+", cuda):
+                out.append({"kind": "consumer", "what": what, "where": penv.get("prefix") or penv.get("name"),
+                            "cuda": ".".join(cuda.split(".")[:2])})
+            elif isinstance(c.get("cuda_major"), int) and c.get("cuda_major_from") in (
+                    "distribution name", "version tag", "needed sonames"):
+                # only its CUDA major is known (cupy-cuda12x, jax-cuda12-plugin, libcudart.so.12): the major's first
+                # release is the least it needs of the driver (CUDA minor-version compatibility's floor)
+                out.append({"kind": "consumer", "what": f"{what} (a CUDA {c['cuda_major']} build)",
+                            "where": penv.get("prefix") or penv.get("name"), "cuda": f"{c['cuda_major']}.0",
+                            "major_only": True})
     return out
 
 

@@ -35,11 +35,28 @@ def _sass_ccs(env: Dict[str, Any], torch: Dict[str, Any], matrix) -> Tuple[Optio
             if m:
                 out.append(f"{m.group(1)}.{m.group(2)}{m.group(3)}")
         return out, "torch.cuda.get_arch_list() (--deep)"
+    code = _fatbin_sass(torch.get("device_code"))
+    if code:
+        return code
     variant = matrix.torch_variant(torch.get("version") or "", torch.get("cuda"))
     if variant and variant.get("arch_list"):
         return [a.replace("+PTX", "") for a in variant["arch_list"]], f"the matrix's arch list for torch " \
             f"{torch.get('version')}"
     return None, "unknown"
+
+
+def _fatbin_sass(code: Any) -> Optional[Tuple[List[str], str]]:
+    """The compute capabilities a build's own .nv_fatbin carries SASS for (python_envs device_code), where the walk
+    read every entry (a partial walk cannot prove a cubin absent)."""
+    if not isinstance(code, dict) or not code.get("complete") or not (code.get("sass") or code.get("ptx")):
+        return None
+    out = []
+    for a in code.get("sass") or []:
+        n = str(a)
+        if n.isdigit() and 2 <= len(n) <= 3:
+            out.append(f"{n[:-1]}.{n[-1]}")
+    objects = ", ".join(str(o).rsplit("/", 1)[-1] for o in (code.get("objects") or [])[:3]) or "its objects"
+    return out, f"the .nv_fatbin of {objects}"
 
 
 def _has_sass(cc: str, sass: List[str]) -> bool:
@@ -61,15 +78,32 @@ def _has_sass(cc: str, sass: List[str]) -> bool:
 def _minor_compat_verdict(facts: Facts, matrix, row: Dict[str, Any], gpus: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Whether a consumer served only through minor-version compatibility would need PTX JIT on a GPU here:
     {"jit": [GPU names without SASS], "ok": [...], "source": ..., "known": bool}."""
+    if row.get("kind") == "consumer":
+        for env in facts.get("python_envs.environments") or []:
+            if (env.get("prefix") or env.get("name")) != row.get("where"):
+                continue
+            for c in env.get("consumers") or []:
+                if not str(row["what"]).startswith(f"{c.get('distribution')} {c.get('version') or ''}".strip()):
+                    continue
+                found = _fatbin_sass(c.get("device_code"))
+                if found is None or not gpus or any(not g.get("cc") for g in gpus):
+                    return {"known": False, "jit": [], "ok": [], "source": found[1] if found else None}
+                sass, source = found
+                jit = [f"{g['name']} (sm_{g['cc'].replace('.', '')})" for g in gpus if not _has_sass(g["cc"], sass)]
+                ok = [f"{g['name']} (sm_{g['cc'].replace('.', '')})" for g in gpus if _has_sass(g["cc"], sass)]
+                return {"known": True, "jit": list(dict.fromkeys(jit)), "ok": list(dict.fromkeys(ok)),
+                        "source": source}
+        return {"known": False, "jit": [], "ok": [], "source": None}
     if row.get("kind") != "framework":
         return {"known": False, "jit": [], "ok": [], "source": None}
     for env in facts.get("python_envs.environments") or []:
         torch = (env.get("frameworks") or {}).get("torch") or {}
         if (env.get("path") or env.get("name")) != row.get("where") or f"torch {torch.get('version')}" != row["what"]:
             continue
-        sass, source = _sass_ccs(env, torch, matrix)
-        if sass is None or not gpus or any(not g.get("cc") for g in gpus):
+        found_sass, source = _sass_ccs(env, torch, matrix)
+        if found_sass is None or not gpus or any(not g.get("cc") for g in gpus):
             return {"known": False, "jit": [], "ok": [], "source": source}
+        sass = found_sass
         jit = [f"{g['name']} (sm_{g['cc'].replace('.', '')})" for g in gpus if not _has_sass(g["cc"], sass)]
         ok = [f"{g['name']} (sm_{g['cc'].replace('.', '')})" for g in gpus if _has_sass(g["cc"], sass)]
         return {"known": True, "jit": list(dict.fromkeys(jit)), "ok": list(dict.fromkeys(ok)), "source": source}
@@ -230,3 +264,183 @@ def cuda_compat_unsupported(facts: Facts, matrix) -> Result:
                 Fix("Stop using the compat library and upgrade the host driver instead.",
                     (f"export LD_LIBRARY_PATH=$(echo \"$LD_LIBRARY_PATH\" | tr ':' '\\n' | grep -v '{directory}' | paste -sd:)",
                      f"grep -rl '{directory}' /etc/ld.so.conf.d/ | xargs -r sudo rm && sudo ldconfig")))
+
+
+def _toolkit_of(facts: Facts, path: Optional[str]) -> Optional[Dict[str, Any]]:
+    for t in facts.get("cuda_toolkits.toolkits") or []:
+        root = str(t.get("path") or "")
+        if path and root and (path == root or path.startswith(root.rstrip("/") + "/")):
+            return t
+    return None
+
+
+def needs_ptx_emitter(facts: Facts) -> Optional[str]:
+    if not facts.get("cuda_toolkits.toolkits"):
+        return "no CUDA toolkit is installed: nothing here compiles PTX with one"
+    return None
+
+
+@check(
+    id="DLD-CUDA-003", slug="jit-ptx-newer-than-driver",
+    remedy="repair-software", drain=False,
+    problem="A JIT compiler emits PTX the driver cannot load",
+    title="PTX compiled at run time is of a CUDA release the driver can load",
+    tags=("cuda", "driver", "python"), requires=("cuda_toolkits", "python_envs"),
+    applies=(needs_nvidia_gpu, needs_ptx_emitter),
+    what="""Finds the libraries that compile kernels to PTX at run time with a CUDA toolkit's compiler (the matrix's
+    emits_ptx: numba.cuda with the toolkit's NVVM) and the toolkit they use (CUDA_HOME, else /usr/local/cuda; an
+    environment with its own nvidia-cuda-nvcc wheel or conda toolkit is left out), and holds that toolkit's CUDA
+    release against the newest the driver supports. The PTX is handed to the driver to JIT-compile; CUDA minor-version
+    compatibility does not cover PTX from a newer toolkit.""",
+    why="""PTX carries the ISA version of the toolkit that wrote it (CUDA 12.5 writes .version 8.5); a driver of an
+    older CUDA (550: CUDA 12.4, PTX ISA 8.4) refuses it: 'CUDA_ERROR_UNSUPPORTED_PTX_VERSION', 'the provided PTX was
+    compiled with an unsupported toolchain', 'Unsupported .version 8.5; current version is 8.4'. Every kernel fails
+    though everything installs and imports.""",
+    fix="""Point CUDA_HOME at a toolkit no newer than the driver's CUDA (or install one), upgrade the driver, or let
+    numba link the PTX itself (pip install pynvjitlink-cu12 and NUMBA_CUDA_ENABLE_PYNVJITLINK=1).""",
+)
+def jit_ptx_newer_than_driver(facts: Facts, matrix) -> Result:
+    driver = driver_version(facts)
+    if not driver:
+        return skip("no NVIDIA driver version is known (see DLD-GPU-001)")
+    max_cuda = (matrix.driver(driver) or {}).get("max_cuda")
+    home = facts.get("cuda_toolkits.cuda_home")
+    default = facts.get("cuda_toolkits.default") or {}
+    toolkit = _toolkit_of(facts, home) if home else None
+    if toolkit is None and not home and default.get("version"):
+        toolkit = {"path": default.get("target") or "/usr/local/cuda", "version": default.get("version")}
+    via = "CUDA_HOME" if home else "/usr/local/cuda"
+    emitters, own, linked = [], [], []
+    for env in facts.get("python_envs.environments") or []:
+        dists = env.get("distributions") or {}
+        for name, version in dists.items():
+            entry = matrix.consumer(name)
+            if not entry or entry.get("emits_ptx") != "toolkit":
+                continue
+            who = f"{name} {version} in {env.get('name')} ({env.get('prefix')})"
+            if any(d.startswith("nvidia-cuda-nvcc") for d in dists) or \
+                    any(str(k).startswith("cudatoolkit") or str(k) == "cuda-nvcc" for k in env.get("conda_packages") or {}):
+                own.append(who)  # it finds the environment's own compiler first: not the system toolkit
+            elif any(d in dists for d in entry.get("ptx_linkers") or []):
+                linked.append(who)
+            else:
+                emitters.append(who)
+    evidence = {"driver": driver, "driver_max_cuda": max_cuda, "toolkit": toolkit, "found_via": via,
+                "emitters": emitters, "with_own_compiler": own, "with_ptx_linker": linked}
+    if not emitters:
+        if own or linked:
+            return passed("what compiles PTX at run time here uses its environment's own compiler or links the PTX "
+                          "itself: " + ", ".join(own + linked), **evidence)
+        return skip("nothing installed here compiles PTX at run time with a CUDA toolkit", **evidence)
+    if not toolkit or not toolkit.get("version") or not max_cuda:
+        return skip(f"{', '.join(emitters)}: the toolkit it would use or the driver's CUDA is not known", **evidence)
+    tk = versions.major_minor(str(toolkit["version"])) or str(toolkit["version"])
+    if versions.release(tk) <= versions.release(max_cuda):
+        return passed(f"{', '.join(emitters)} compile PTX with CUDA {tk} ({toolkit.get('path')}, via {via}); driver "
+                      f"{driver} loads PTX up to CUDA {max_cuda}", **evidence)
+    older = [t for t in facts.get("cuda_toolkits.toolkits") or []
+             if t.get("version") and versions.release(versions.major_minor(str(t["version"])) or "0") <=
+             versions.release(max_cuda)]
+    commands: List[Any] = []
+    if older:
+        best = max(older, key=lambda t: versions.release(str(t["version"])))
+        commands.append(f"export CUDA_HOME={best['path']}   # CUDA {best['version']}: PTX this driver loads")
+    commands += driver_install_commands(facts, driver_branch((matrix.toolkit(tk) or {}).get("min_driver")))
+    commands.append("pip install pynvjitlink-cu12 && export NUMBA_CUDA_ENABLE_PYNVJITLINK=1   # or let numba link it")
+    return warn(f"{', '.join(emitters)} compile kernels to PTX with CUDA {tk} ({toolkit.get('path')}, via {via}), "
+                f"but driver {driver} loads PTX only up to CUDA {max_cuda}: every such kernel fails with "
+                f"CUDA_ERROR_UNSUPPORTED_PTX_VERSION ('the provided PTX was compiled with an unsupported toolchain')",
+                evidence, Fix(f"Compile the PTX with a toolkit of CUDA {max_cuda} or older, or upgrade the driver.",
+                              tuple(commands)),
+                headline=f"PTX from CUDA {tk}, driver {driver} loads up to CUDA {max_cuda}")
+
+
+def _build_toolkit(facts: Facts) -> Optional[Tuple[str, str, str]]:
+    """(path, version, how it is chosen) of the toolkit whose nvcc builds CUDA code here: CUDA_HOME's (what
+    torch.utils.cpp_extension and CMake's FindCUDAToolkit take first), else the nvcc first on PATH, else
+    /usr/local/cuda."""
+    home = facts.get("cuda_toolkits.cuda_home")
+    nvcc = facts.get("cuda_toolkits.nvcc_on_path")
+    for path, how in ((home, "CUDA_HOME"), (nvcc, "the nvcc on PATH")):
+        t = _toolkit_of(facts, path) if path else None
+        if t and t.get("version"):
+            return str(t.get("path")), str(t["version"]), how
+    default = facts.get("cuda_toolkits.default") or {}
+    if not home and (not nvcc or str(nvcc).startswith("/usr/local/cuda/")) and default.get("version"):
+        return str(default.get("target") or "/usr/local/cuda"), str(default["version"]), "/usr/local/cuda"
+    return None
+
+
+def _gpu_first_cuda(facts: Facts, matrix) -> Dict[str, Tuple[str, str, str]]:
+    """GPU name -> (compute capability, architecture, the first CUDA release that compiles for it), where the matrix
+    states that release as verified: by PCI ID, else NVML's compute capability."""
+    out: Dict[str, Tuple[str, str, str]] = {}
+    archs = {cc: a for a in matrix.entries("architecture") for cc in a.get("compute_capabilities") or []}
+    for d in facts.get("nvml.devices") or []:
+        cc, name = d.get("compute_capability"), d.get("name")
+        arch = archs.get(cc) if isinstance(cc, str) else None
+        if name and arch and arch.get("min_cuda") and "min_cuda" not in (arch.get("unverified") or []):
+            out[str(name)] = (cc, arch["name"], arch["min_cuda"])
+    if out:
+        return out
+    for g in nvidia_gpus(facts):
+        entry = matrix.gpu_by_pci(g.get("device_id") or "")
+        if not entry:
+            continue
+        arch = matrix.architecture(entry.get("architecture") or "") or {}
+        first = entry.get("min_cuda") or arch.get("min_cuda")
+        if first and "min_cuda" not in (arch.get("unverified") or []) + (entry.get("unverified") or []):
+            out[entry["name"]] = (entry.get("compute_capability") or "?", entry["architecture"], first)
+    return out
+
+
+@check(
+    id="DLD-CUDA-004", slug="toolkit-older-than-gpu",
+    remedy="repair-software", drain=False,
+    problem="The CUDA toolkit that builds code here cannot compile for these GPUs",
+    title="The CUDA toolkit that builds code here can compile for these GPUs",
+    tags=("cuda", "gpu", "build"), requires=("cuda_toolkits",), applies=(needs_nvidia_gpu,),
+    what="""Takes the toolkit whose nvcc builds CUDA code here (CUDA_HOME's, else the nvcc first on PATH, else
+    /usr/local/cuda) and holds its release against the first CUDA release that compiles for each GPU's architecture
+    (the matrix's architecture table: Ada and Hopper from 11.8, Blackwell from 12.8).""",
+    why="""nvcc refuses an architecture newer than itself: 'nvcc fatal : Unsupported gpu architecture compute_89'
+    (CUDA 11.5 on an RTX 4090), 'compute_120' (CUDA 12.4 on an RTX 5090). Every extension build (torch extensions,
+    pointnet2, tiny-cuda-nn, flash-attn from source) and every CMake project that targets the native architecture
+    fails, although the framework wheels, built elsewhere, run.""",
+    fix="""Install a toolkit of at least that release and point CUDA_HOME and PATH at it (or target an older
+    architecture explicitly, TORCH_CUDA_ARCH_LIST / CMAKE_CUDA_ARCHITECTURES, at the cost of running PTX or older
+    SASS).""",
+)
+def toolkit_older_than_gpu(facts: Facts, matrix) -> Result:
+    tk = _build_toolkit(facts)
+    gpus = _gpu_first_cuda(facts, matrix)
+    evidence: Dict[str, Any] = {"build_toolkit": list(tk) if tk else None,
+                                "gpus": {n: {"compute_capability": c, "architecture": a, "first_cuda": f}
+                                         for n, (c, a, f) in gpus.items()}}
+    if not tk:
+        return skip("no CUDA toolkit builds code here (no CUDA_HOME, nvcc on PATH or /usr/local/cuda)", **evidence)
+    if not gpus:
+        return skip("the first CUDA release of these GPUs' architectures is not known", **evidence)
+    path, version, how = tk
+    mm = versions.major_minor(version) or version
+    short = [(n, c, a, f) for n, (c, a, f) in gpus.items() if versions.release(mm) < versions.release(f)]
+    if not short:
+        return passed(f"CUDA {mm} ({path}, {how}) compiles for " + ", ".join(
+            f"{n} (sm_{c.replace('.', '')})" for n, (c, _, _) in gpus.items()), **evidence)
+    newer = [t for t in facts.get("cuda_toolkits.toolkits") or [] if t.get("version") and
+             all(versions.release(str(t["version"])) >= versions.release(f) for _, _, _, f in short)]
+    need = max((f for _, _, _, f in short), key=versions.release)
+    steps: List[Any] = []
+    if newer:
+        best = max(newer, key=lambda t: versions.release(str(t["version"])))
+        steps += [f"export CUDA_HOME={best['path']}", f"export PATH={best['path']}/bin:$PATH"]
+    else:
+        steps.append(f"# install the CUDA {need} toolkit (or newer) for this distribution, then point CUDA_HOME and "
+                     f"PATH at it")
+    steps.append("nvcc --list-gpu-arch   # what this nvcc can target")
+    rows = [f"{n} ({a}, sm_{c.replace('.', '')}) needs CUDA {f} or newer" for n, c, a, f in short]
+    return warn(f"the nvcc that builds code here is CUDA {mm} ({path}, {how}): " + "; ".join(rows) +
+                f": builds for it fail ('nvcc fatal : Unsupported gpu architecture compute_"
+                f"{short[0][1].replace('.', '')}')", evidence,
+                Fix(f"Build with a CUDA {need}+ toolkit.", tuple(steps)),
+                headline=f"nvcc {mm} cannot compile for {short[0][0]} (sm_{short[0][1].replace('.', '')})")

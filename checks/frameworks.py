@@ -127,7 +127,8 @@ def framework_libraries(facts: Facts, matrix) -> Result:
         for m in required:
             evidence["missing"].append({"environment": env.get("prefix"), "distribution": c["distribution"],
                                         "soname": m["soname"], "needed_by": m.get("needed_by"), "how": m.get("how"),
-                                        "looked_in": m.get("looked_in"), "in_wheels": m.get("in_wheels")})
+                                        "looked_in": m.get("looked_in"), "in_wheels": m.get("in_wheels"),
+                                        "other_versions": m.get("other_versions")})
         if sonames and set(sonames) <= fixed and c.get("preload_call"):
             warnings.append(f"{who}: {', '.join(sonames)} are in the environment's wheels but are found only after "
                             f"{c['preload_call'].split('#')[0].strip()} (or importing torch first)")
@@ -141,8 +142,17 @@ def framework_libraries(facts: Facts, matrix) -> Result:
         elif sonames:
             first = required[0]
             how = "opened with dlopen by" if first.get("how") == "dlopen" else "needed by"
+            pairs, where = [], []
+            for m in required:
+                names = sorted({o.rsplit("/", 1)[-1] for o in m.get("other_versions") or []}, key=lambda n: (len(n), n))
+                if names:
+                    pairs.append(f"{names[0]} for {m['soname']}")
+                    where += [o.rsplit("/", 1)[0] for o in m["other_versions"][:1]]
+            found = (f"; the loader finds other releases only: {', '.join(pairs[:4])} (in "
+                     f"{', '.join(dict.fromkeys(where[:2]))}): another CUDA release's libraries, which this {build} "
+                     f"build never loads" if pairs else "")
             failing.append(f"{who}: {', '.join(sonames)} not found ({first['soname']} {how} "
-                           f"{first.get('needed_by') or 'the package'})")
+                           f"{first.get('needed_by') or 'the package'}){found}")
             heads.append(f"{c['distribution']} in {env.get('name') or _label(env)} cannot find "
                          f"{', '.join(sonames[:3])}{' …' if len(sonames) > 3 else ''}")
             commands += install_command(matrix, env, c, sonames)

@@ -53,7 +53,8 @@ def gpu_unsupported(facts: Facts, matrix) -> Result:
         min_cuda = info.get("min_cuda")
         if min_cuda:  # needs no arch list: a build for an older CUDA has no native code for this architecture
             for c in consumers:
-                if c.get("kind") in ("framework", "consumer") and versions.release(c["cuda"]) < versions.release(min_cuda):
+                if c.get("kind") in ("framework", "consumer") and not c.get("major_only") and \
+                        versions.release(c["cuda"]) < versions.release(min_cuda):
                     below.append(f"{name} ({arch}) needs CUDA {min_cuda} or newer for native code; {c['what']} "
                                  f"({c['where']}) was built for CUDA {c['cuda']}: it runs only through PTX it may "
                                  f"not ship ('no kernel image is available for execution on the device')")

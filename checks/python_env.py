@@ -141,16 +141,19 @@ def cuda_unusable(facts: Facts) -> Result:
 
 
 def _arch_entries(env: Dict[str, Any], torch: Dict[str, Any], matrix) -> Tuple[Optional[List[str]], str, bool]:
-    """(entries like '8.0' / '9.0+PTX', where they came from, verified)."""
+    """(entries like '8.0' / '9.0+PTX', where they came from, verified): torch.cuda.get_arch_list() (--deep), the
+    .nv_fatbin of the wheel's libtorch_cuda (its own code), else the matrix's arch list for its release."""
     deep = env.get("deep") or {}
     if deep.get("arch_list"):
         out = []
         for a in deep["arch_list"]:
-            num = a.split("_", 1)[-1]
-            cc = f"{num[:-1]}.{num[-1]}" if num.isdigit() else None
+            cc = _cc_of(a)
             if cc:
-                out.append(cc + ("+PTX" if a.startswith("compute_") else ""))
+                out.append(cc + ("+PTX" if str(a).startswith("compute_") else ""))
         return out, "torch.cuda.get_arch_list() (--deep)", True
+    code = _device_code_entries(torch.get("device_code"))
+    if code:
+        return code
     variant = matrix.torch_variant(torch.get("version") or "", torch.get("cuda"))
     if variant and variant.get("arch_list"):
         return variant["arch_list"], f"compatibility matrix (torch {torch.get('version')})", \
@@ -158,69 +161,194 @@ def _arch_entries(env: Dict[str, Any], torch: Dict[str, Any], matrix) -> Tuple[O
     return None, "unknown", False
 
 
+def _cc_of(entry: Any) -> Optional[str]:
+    """'sm_86' / 'compute_90' / 'sm_90a' / 86 / 120 -> '8.6' / '9.0' / '9.0a' / '8.6' / '12.0' (None: not an arch)."""
+    text = str(entry)
+    num = text.split("_", 1)[-1]
+    suffix = ""
+    if num[-1:].isalpha():
+        num, suffix = num[:-1], num[-1]
+    if not num.isdigit() or not 2 <= len(num) <= 3:
+        return None
+    return f"{num[:-1]}.{num[-1]}{suffix}"
+
+
+def _device_code_entries(code: Optional[Dict[str, Any]]) -> Optional[Tuple[List[str], str, bool]]:
+    """A build's own .nv_fatbin (python_envs device_code) as arch entries: SASS 'X.Y', PTX 'X.Y+PTX'. A walk that
+    stopped early is a lower bound: it can show code for a GPU, never prove there is none (verified False)."""
+    if not isinstance(code, dict) or not (code.get("sass") or code.get("ptx")):
+        return None
+    out = [c for c in (_cc_of(a) for a in code.get("sass") or []) if c]
+    out += [c + "+PTX" for c in (_cc_of(a) for a in code.get("ptx") or []) if c]
+    objects = ", ".join(str(o).rsplit("/", 1)[-1] for o in (code.get("objects") or [])[:3]) or "its objects"
+    return out, f"the .nv_fatbin of {objects}", bool(code.get("complete"))
+
+
+def _build_info_entries(build: Optional[Dict[str, Any]]) -> Optional[Tuple[List[str], str, bool]]:
+    """A framework's own build-information arch list (TensorFlow's cuda_compute_capabilities: 'sm_80',
+    'compute_90')."""
+    items = (build or {}).get("arch_list")
+    if not isinstance(items, list) or not items:
+        return None
+    out = []
+    for a in items:
+        cc = _cc_of(a)
+        if cc:
+            out.append(cc + ("+PTX" if str(a).startswith("compute_") else ""))
+    return (out, f"its build information ({(build or {}).get('from')})", True) if out else None
+
+
 def runs_on(cc: str, entries: List[str]) -> bool:
     """A cubin runs on the same major with minor >= its own; PTX is JIT-compiled for any newer GPU."""
-    major, minor = versions.release(cc)[:2]
+    return _code_for(cc, entries) is not None
+
+
+def _code_for(cc: str, entries: List[str]) -> Optional[str]:
+    """What runs on a GPU of compute capability ``cc`` (NVIDIA's CUDA binary compatibility rule: a cubin for sm_XY runs
+    on sm_XZ with Z >= Y, the same major; an arch-specific one, sm_90a, only on its own; PTX for compute_XY is
+    JIT-compiled by the driver for any GPU of capability >= X.Y): 'sass', 'ptx', or None (nothing)."""
+    want = versions.release(cc.rstrip("abcdefghijklmnopqrstuvwxyz"))[:2]
+    if len(want) < 2:
+        return None
+    ptx = False
     for e in entries:
         base = e.replace("+PTX", "")
-        em, en = versions.release(base)[:2]
-        if em == major and en <= minor:
-            return True
-        if e.endswith("+PTX") and (em, en) <= (major, minor):
-            return True
-    return False
+        plain = base.rstrip("abcdefghijklmnopqrstuvwxyz")
+        have = versions.release(plain)[:2]
+        if len(have) < 2:
+            continue
+        if (have == want) if base != plain else (have[0] == want[0] and have[1] <= want[1]):
+            return "sass"
+        if e.endswith("+PTX") and base == plain and have <= want:
+            ptx = True
+    return "ptx" if ptx else None
+
+
+def gpu_capabilities(facts: Facts, matrix) -> Dict[str, str]:
+    """GPU name -> compute capability: what NVML reports for each device, else the matrix's entry for its PCI ID."""
+    out: Dict[str, str] = {}
+    for d in facts.get("nvml.devices") or []:
+        cc = d.get("compute_capability")
+        if d.get("name") and isinstance(cc, str) and _cc_of(cc.replace(".", "")):
+            out[str(d["name"])] = cc
+    if out:
+        return out
+    for g in nvidia_gpus(facts):
+        entry = matrix.gpu_by_pci(g.get("device_id") or "")
+        if entry and entry.get("compute_capability"):
+            out[entry["name"]] = entry["compute_capability"]
+    return out
+
+
+def _cuda_builds(facts: Facts, matrix) -> List[Tuple[Dict[str, Any], str, Optional[Tuple[List[str], str, bool]]]]:
+    """(environment, 'what', (arch entries, source, verified) or None) for every CUDA build of every environment:
+    torch, and every other CUDA consumer whose own files say what it carries (its .nv_fatbin, its build info)."""
+    out: List[Tuple[Dict[str, Any], str, Optional[Tuple[List[str], str, bool]]]] = []
+    for env in _envs(facts):
+        t = (env.get("frameworks") or {}).get("torch")
+        if t and not _cpu_only(env, t):
+            entries, source, verified = _arch_entries(env, t, matrix)
+            out.append((env, f"torch {t.get('version')}", (entries, source, verified) if entries is not None else None))
+        for c in env.get("consumers") or []:
+            if c.get("distribution") == "torch":
+                continue
+            arch = _device_code_entries(c.get("device_code")) or _build_info_entries(c.get("build"))
+            if arch:
+                out.append((env, f"{c['distribution']} {c.get('version') or ''}".strip(), arch))
+    return out
+
+
+def needs_cuda_build(facts: Facts) -> Optional[str]:
+    if facts.has("python_envs") and not any(
+            ((e.get("frameworks") or {}).get("torch") and not _cpu_only(e, e["frameworks"]["torch"]))
+            or e.get("consumers") for e in _envs(facts)):
+        return "no Python environment here has a CUDA build of a framework"
+    return None
+
+
+def _sm(cc: str) -> str:
+    return "sm_" + cc.replace(".", "")
+
+
+def _entry_names(entries: List[str]) -> str:
+    return ", ".join(("compute_" if e.endswith("+PTX") else "sm_") + e.replace("+PTX", "").replace(".", "")
+                     for e in entries)
 
 
 @check(
     id="DLD-PY-003", slug="gpu-arch-missing-from-build", title="The framework build has code for these GPUs",
     remedy="repair-software", drain=False,
     problem="A framework build has no code for these GPUs",
-    tags=("python", "torch", "gpu", "cuda"), requires=("python_envs", "gpu_pci"), applies=(needs_nvidia_gpu, needs_torch),
-    what="""Holds each GPU's compute capability (PCI ID -> matrix) against the architectures compiled into each torch
-    CUDA build: torch.cuda.get_arch_list() with --deep, else the matrix's arch list for that release and variant.""",
+    tags=("python", "torch", "gpu", "cuda"), requires=("python_envs", "gpu_pci"),
+    applies=(needs_nvidia_gpu, needs_cuda_build),
+    what="""Holds each GPU's compute capability (NVML, else PCI ID -> matrix) against the GPU code each CUDA build
+    carries: torch.cuda.get_arch_list() with --deep; else the build's own files — the .nv_fatbin sections of its CUDA
+    objects (torch's libtorch_cuda, a compiled extension's, CuPy's, vLLM's: what cuobjdump lists), TensorFlow's
+    build_info cuda_compute_capabilities —; else, for torch, the matrix's arch list for that release and variant.
+    NVIDIA's binary compatibility rule decides: a cubin for sm_XY runs on the same major at minor >= Y; PTX for
+    compute_XY is JIT-compiled by the driver for any GPU >= X.Y.""",
     why="""A build without SASS for the GPU's architecture, and without PTX the driver could compile, fails at the
-    first kernel with 'CUDA error: no kernel image is available for execution on the device' (torch for CUDA 11.7 on
-    an H100; a cu128 wheel on a Pascal or Maxwell GPU).""",
+    first kernel with 'CUDA error: no kernel image is available for execution on the device' (torch for CUDA 10.2 on
+    an RTX 3090, a build without sm_120 on an RTX 5090, a cu128 wheel or vLLM on a Pascal GPU). A build that has only
+    PTX for the GPU runs after the driver JIT-compiles it (a delay at first use, cached after).""",
     fix="""Install a build whose arch list covers the GPU: a newer CUDA variant for new GPUs (sm_90 needs cu118+,
-    sm_100/sm_120 need cu128+), an older one (cu126) for Maxwell, Pascal and, from 2.11, Volta.""",
+    sm_100/sm_120 need cu128+), an older one (cu126) for Maxwell, Pascal and, from 2.11, Volta; a source build
+    (TORCH_CUDA_ARCH_LIST) for what no wheel carries.""",
 )
 def arch_missing(facts: Facts, matrix) -> Result:
-    gpus = {}
-    for g in nvidia_gpus(facts):
-        entry = matrix.gpu_by_pci(g.get("device_id") or "")
-        if entry and entry.get("compute_capability"):
-            gpus[entry["name"]] = entry["compute_capability"]
+    gpus = gpu_capabilities(facts, matrix)
     if not gpus:
-        return skip("the GPU models are not in the compatibility matrix")
+        return skip("the GPUs' compute capabilities are not known (not in NVML's facts nor in the matrix)")
     problems: List[str] = []
     weak: List[str] = []
-    unknown, ok = [], []
-    for env, t in _torch_envs(facts):
-        if _cpu_only(env, t):
+    notes: List[str] = []
+    heads: List[str] = []
+    unknown: List[str] = []
+    ok: List[str] = []
+    failing: List[str] = []
+    evidence: Dict[str, Any] = {"gpus": gpus, "unknown_arch_lists": unknown, "builds": []}
+    for env, what, arch in _cuda_builds(facts, matrix):
+        if arch is None:
+            unknown.append(f"{what} in {_label(env)}")
             continue
-        entries, source, verified = _arch_entries(env, t, matrix)
-        if entries is None:
-            unknown.append(_label(env))
-            continue
+        entries, source, verified = arch
+        evidence["builds"].append({"environment": env.get("prefix"), "build": what, "arch_list": entries,
+                                   "source": source, "verified": verified})
         for name, cc in gpus.items():
-            if runs_on(cc, entries):
-                ok.append(f"torch {t.get('version')} has code for {name} (sm_{cc.replace('.', '')})")
+            code = _code_for(cc, entries)
+            if code == "sass":
+                ok.append(f"{what} has SASS for {name} ({_sm(cc)})")
+            elif code == "ptx":
+                notes.append(f"{what} in {_label(env)} has only PTX for {name} ({_sm(cc)}): the driver JIT-compiles "
+                             f"it at first use (a delay, then cached)")
             else:
-                row = (f"torch {t.get('version')} in {_label(env)} has no code for {name} (compute capability {cc}; "
-                       f"built for {', '.join(entries)} per {source})")
+                failing.append(what)
+                row = (f"{what} in {_label(env)} has no code for {name} (compute capability {cc}, {_sm(cc)}): it "
+                       f"carries {_entry_names(entries) or 'nothing'} per {source}, no SASS of major {cc.split('.')[0]} "
+                       f"at or below {cc} and no PTX at or below it")
                 (problems if verified else weak).append(row)
-    evidence: Dict[str, Any] = {"gpus": gpus, "unknown_arch_lists": unknown}
-    fix = Fix("Install a torch build whose CUDA variant covers this GPU.",
-              ("dl-doctor matrix torch <version>   # arch_list per CUDA variant",
-               "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu<XY>"))
+                heads.append(f"{what} has no code for {name} ({_sm(cc)})")
+    archs = ";".join(sorted({cc for cc in gpus.values()}))
+    others = sorted({w.split(" ")[0] for w in failing if not w.startswith("torch ")})
+    torch_steps = ("dl-doctor matrix torch <version>   # arch_list per CUDA variant",
+                   "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu<XY>")
+    rebuild = tuple(f"TORCH_CUDA_ARCH_LIST=\"{archs}\" pip install --no-build-isolation --no-binary {d} "
+                    f"--force-reinstall {d}   # build it from source for this GPU" for d in others[:3])
+    if others and len(others) == len(set(failing)):
+        fix = Fix("Rebuild the extension for this GPU's architecture (its wheel has no code for it).", rebuild)
+    else:
+        fix = Fix("Install a build whose architectures cover this GPU.",
+                  torch_steps + (rebuild or ("# a compiled extension: rebuild it for this GPU, e.g. TORCH_CUDA_ARCH_LIST="
+                                             f"\"{archs}\" pip install --no-build-isolation <package>",)))
     if problems:
-        return fail("; ".join(problems) + ": 'no kernel image is available for execution on the device'", evidence, fix)
+        return fail("; ".join(problems) + ": 'no kernel image is available for execution on the device'", evidence,
+                    fix, headline=first_heading(heads, len(problems)))
     if weak:
-        return warn("; ".join(weak) + " (the arch list is not verified in the matrix; run with --deep to read it)",
-                    evidence, fix)
-    if not ok:
-        return skip("no CUDA build of torch with a known arch list", **evidence)
-    return passed("; ".join(dict.fromkeys(ok)), **evidence)
+        return warn("; ".join(weak) + " (the arch list is not verified: the matrix's, or a partial read of the "
+                    "build's code; run with --deep to read it)", evidence, fix)
+    if not ok and not notes:
+        return skip("no CUDA build here with a known arch list", **evidence)
+    return passed("; ".join(dict.fromkeys(ok + notes)), **evidence)
 
 
 @check(

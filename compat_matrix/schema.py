@@ -104,7 +104,9 @@ TABLES: Dict[str, Table] = {
         "name": "str", "distributions": ("list", "str"), "package": "str", "build_info": "str",
         "build_keys": ("map", "str"), "preload": ("enum", ("wheels", "on-failure", "opt-in", "none")),
         "preload_call": "str", "optional_objects": ("list", "str"), "optional_libraries": ("list", "str"),
-        "dlopen_by": ("list", "str"), "dlopen": ("map", ("list", "str")), "install": ("list", "str")},
+        "dlopen_by": ("list", "str"), "dlopen": ("map", ("list", "str")), "install": ("list", "str"),
+        "cuda_major_since": ("map", "int"), "emits_ptx": ("enum", ("toolkit",)),
+        "ptx_linkers": ("list", "str")},
         ("name", "preload")),
     # plugins a host library opens by name at run time (compat_matrix/data/loading.toml)
     "dlopen_plugin": Table(("name",), {

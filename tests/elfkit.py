@@ -20,9 +20,55 @@ BASE = 0x1000  # the one PT_LOAD maps file offset 0 at this address
 def elf_bytes(soname: Optional[str] = None, needed: Sequence[str] = (), rpath: Sequence[str] = (),
               runpath: Sequence[str] = (), machine: str = "x86_64", verdef: Sequence[str] = (),
               verneed: Optional[Dict[str, Sequence[str]]] = None, exports: Sequence[str] = (),
-              imports: Sequence[str] = ()) -> bytes:
+              imports: Sequence[str] = (), fatbin: Optional[bytes] = None) -> bytes:
     """``exports``: the symbols it defines; ``imports``: those it leaves undefined for the loader to bind (both
-    unversioned, global): written as .dynsym with its DT_HASH table and DT_VERSYM, as ld.so reads them."""
+    unversioned, global): written as .dynsym with its DT_HASH table and DT_VERSYM, as ld.so reads them.
+    ``fatbin``: the contents of a ``.nv_fatbin`` section (see :func:`fatbin`), written with a section header
+    table (.shstrtab, .nv_fatbin) after everything the loader reads, as nvcc-built objects carry it."""
+    body = _elf_body(soname, needed, rpath, runpath, machine, verdef, verneed, exports, imports)
+    if fatbin is None:
+        return body
+    shstr = b"\0.shstrtab\0.nv_fatbin\0"
+    fat_off = (len(body) + 7) & ~7
+    str_off = fat_off + len(fatbin)
+    sh_off = (str_off + len(shstr) + 7) & ~7
+    out = bytearray(body) + b"\0" * (fat_off - len(body)) + fatbin + shstr
+    out += b"\0" * (sh_off - len(out))
+    sh = struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    sh += struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, str_off, len(shstr), 0, 0, 1, 0)  # .shstrtab
+    sh += struct.pack("<IIQQQQIIQQ", 11, 1, 2, 0, fat_off, len(fatbin), 0, 0, 8, 0)  # .nv_fatbin (PROGBITS, ALLOC)
+    out += sh
+    out[0x28:0x30] = struct.pack("<Q", sh_off)
+    out[0x3A:0x40] = struct.pack("<HHH", 64, 3, 1)
+    return bytes(out)
+
+
+FATBIN_MAGIC = 0xBA55ED50
+
+
+def fatbin(*containers: Sequence[str]) -> bytes:
+    """A ``.nv_fatbin`` section as nvcc writes it: per compilation unit a container (magic 0xBA55ED50, version 1,
+    header size 16, size of what follows) of entries, each a 64-byte header (kind 1 = PTX, 2 = ELF cubin; header size;
+    payload size; ...; the target architecture at offset 28) and its payload. Entries are written as 'sm_80' (a
+    cubin) or 'compute_90' (PTX)."""
+    out = bytearray()
+    for entries in containers:
+        body = bytearray()
+        for e in entries:
+            kind = 1 if e.startswith("compute_") else 2
+            arch = int(e.split("_", 1)[1].rstrip("abf"))
+            payload = (b"//\n.version 8.4\n.target " + e.encode() + b"\n") if kind == 1 else b"\x7fELF" + b"\0" * 28
+            payload += b"\0" * (-len(payload) % 8)
+            body += struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, 64, len(payload), 0, 0, 4 if kind == 1 else 7,
+                                8 if kind == 1 else 0, arch, 0, 0, 0x11 if kind == 1 else 0x1, 0, 0)
+            body += payload
+        out += struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body)) + body
+    return bytes(out)
+
+
+def _elf_body(soname: Optional[str], needed: Sequence[str], rpath: Sequence[str], runpath: Sequence[str],
+              machine: str, verdef: Sequence[str], verneed: Optional[Dict[str, Sequence[str]]],
+              exports: Sequence[str], imports: Sequence[str]) -> bytes:
     strtab = bytearray(b"\0")
     index: Dict[str, int] = {}
 

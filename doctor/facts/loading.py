@@ -395,8 +395,29 @@ class Process:
         before = len(self.loader.missing)
         self.loader.load(path, via="loaded with its package")
         for soname, requester in self.loader.missing[before:]:
+            looked = self.loader.search_order(requester)
             self.missing.append({"soname": soname, "needed_by": requester, "optional": optional, "how": "DT_NEEDED",
-                                 "looked_in": self.loader.search_order(requester)})
+                                 "looked_in": looked})
+
+    def other_versions(self, soname: str, looked: Sequence[str]) -> List[str]:
+        """Files of the same library under another soname version in the directories the search looked in and those
+        the process loaded its other libraries from (libcudart.so.10.2 where a build needs libcudart.so.11.0): what
+        the loader would never take for it. Asked once the process has loaded everything it will."""
+        base = soname.split(".so", 1)[0] + ".so."
+        out: List[str] = []
+        # the directories searched (RPATH, LD_LIBRARY_PATH, RUNPATH, the defaults) and those ld.so.cache pointed to
+        # for the libraries this process did find
+        dirs = [d.split(" (", 1)[0] for d in looked] + [posixpath.dirname(o.path) for o in self.loader.objects]
+        for d in list(dict.fromkeys(dirs))[:32]:
+            if not d.startswith("/"):
+                continue
+            for hit in self.loader.view.glob(f"{d.rstrip('/')}/{base}*"):
+                name = posixpath.basename(hit)
+                if name != soname and not name.startswith(soname + ".") and hit not in out:
+                    out.append(hit)
+            if len(out) >= 8:
+                break
+        return out[:8]
 
     def dlopen(self, soname: str, callers: Sequence[str], optional: bool) -> None:
         if soname in self.loader.by_soname:
@@ -412,8 +433,9 @@ class Process:
         requesters: List[Optional[str]] = list(callers) or [None]
         for c in requesters:
             looked += self.loader.search_order(c)
+        looked = list(dict.fromkeys(looked))
         self.missing.append({"soname": soname, "needed_by": callers[0] if callers else None,
-                             "optional": optional, "how": "dlopen", "looked_in": list(dict.fromkeys(looked))})
+                             "optional": optional, "how": "dlopen", "looked_in": looked})
 
 
 def _preload_mode(entry: Mapping[str, Any], consumer: Mapping[str, Any], torch: Optional[Mapping[str, Any]]
@@ -434,6 +456,32 @@ def _preload_mode(entry: Mapping[str, Any], consumer: Mapping[str, Any], torch: 
     return mode, who, False
 
 
+def dlopen_names(entry: Mapping[str, Any], consumer: Mapping[str, Any]) -> List[str]:
+    """The sonames a consumer's build opens by name (the matrix's ``dlopen``): the list of its CUDA major.minor where
+    the matrix has one (CUDA 10.x sonames change with the minor), else of its major; ``{cudnn_major}`` is filled
+    from the build's own cuDNN version (TensorFlow 2.15-2.17 are CUDA 12 builds of cuDNN 8), and a name that needs
+    it is left out where the build does not say it (unknown, not missing)."""
+    table = entry.get("dlopen") or {}
+    major = consumer.get("cuda_major")
+    if major is None and len(table) == 1:  # the matrix knows only one build (ctranslate2 4.x)
+        major = int(next(iter(table)))
+    if major is None:
+        return []
+    raw = consumer.get("build")
+    build: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    cuda = re.match(r"(\d+)\.(\d+)", str(build.get("cuda") or ""))
+    names = list((table.get(f"{cuda.group(1)}.{cuda.group(2)}") if cuda else None) or table.get(str(major)) or [])
+    cudnn = re.match(r"\d+", str(build.get("cudnn") or ""))
+    out = []
+    for name in names:
+        if "{cudnn_major}" in name:
+            if not cudnn:
+                continue
+            name = name.replace("{cudnn_major}", cudnn.group(0))
+        out.append(name)
+    return out
+
+
 def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], objects: Mapping[str, Any],
              matrix: Any, observe: Any = None) -> Dict[str, Any]:
     """Which file each CUDA library of one consumer resolves to, what does not load, and unmet symbol versions.
@@ -449,7 +497,7 @@ def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], 
     major = consumer.get("cuda_major")
     if major is None and len(entry.get("dlopen") or {}) == 1:  # the matrix knows only one build (ctranslate2 4.x)
         major = int(next(iter(entry["dlopen"])))
-    dlopen = list((entry.get("dlopen") or {}).get(str(major)) or []) if major is not None else []
+    dlopen = dlopen_names(entry, consumer)
     optional_objects = list(entry.get("optional_objects") or [])
     optional_libs = list(entry.get("optional_libraries") or [])
     needed = [n for n in consumer.get("needs") or [] if isinstance(n, str) and n not in dlopen]
@@ -510,7 +558,8 @@ def simulate(view: Any, inputs: Mapping[str, Any], consumer: Mapping[str, Any], 
         seen.add((m["soname"], m["needed_by"]))
         missing.append({"soname": m["soname"], "needed_by": _rel(m["needed_by"], site) if m["needed_by"] else None,
                         "optional": bool(m["optional"] or _matches(m["soname"], optional_libs)), "how": m["how"],
-                        "looked_in": m["looked_in"][:32], "in_wheels": find_in_wheels(view, m["soname"], wheel_dirs)})
+                        "looked_in": m["looked_in"][:32], "in_wheels": find_in_wheels(view, m["soname"], wheel_dirs),
+                        "other_versions": proc.other_versions(m["soname"], m["looked_in"])})
     loaded_paths = {o.path for o in proc.loader.objects}
     unmet = [{"object": _rel(o, site), "file": f, "version": v, "provider": p}
              for o, f, v, p in proc.loader.unmet_versions() if o in loaded_paths][:MAX_REPORTED]

@@ -19,11 +19,11 @@ import posixpath
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from dl_doctor.facts.loading import (CUDA_FAMILY, DRIVER_LIBRARIES, MAX_REPORTED, find_in_wheels,  # noqa: F401
-                                     is_cuda_library, library_major, simulate)
+from dl_doctor.facts.loading import (CUDA_FAMILY, DRIVER_LIBRARIES, MAX_REPORTED, dlopen_names,  # noqa: F401
+                                     find_in_wheels, is_cuda_library, library_major, simulate)
 from dl_doctor.host import Host
 from dl_doctor.readers import abi
-from dl_doctor.readers.elf import read_dynamic
+from dl_doctor.readers.elf import read_dynamic, read_fatbin
 from dl_doctor.readers.ldso import HostView
 
 # Sonames whose major is the CUDA major (libcublas.so.12 is CUDA 12); others (libcufft.so.11, libcudnn.so.9) are not.
@@ -40,6 +40,9 @@ _BUILD_FORMS = (
     re.compile(r"""['"]([A-Za-z_]\w{0,40})['"][ \t]*:[ \t]*['"]([^'"\n]{0,64})['"]"""),  # 'key': 'v'
     re.compile(r"""\([ \t]*['"]([A-Za-z_]\w{0,40})['"][ \t]*,[ \t]*['"]([^'"\n]{0,64})['"][ \t]*\)"""),  # ('key', 'v')
 )
+# A list value: `('cuda_compute_capabilities', ['sm_60', 'compute_90'])` or `key = ['sm_60', ...]`
+_BUILD_LIST = re.compile(r"""['"]?([A-Za-z_]\w{0,40})['"]?[ \t]*[,:=][ \t]*\[([^\]\n]{0,1000})\]""")
+_LIST_ITEM = re.compile(r"""['"]([A-Za-z0-9_.+]{1,32})['"]""")
 _CUDNN_H = re.compile(r"#define CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)")
 _NCCL_H = re.compile(r"#define NCCL_(MAJOR|MINOR|PATCH)\s+(\d+)")
 MAX_RECORD = 16 << 20
@@ -85,19 +88,41 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def read_build_info(text: str, keys: Dict[str, str]) -> Dict[str, str]:
+def read_build_info(text: str, keys: Dict[str, str]) -> Dict[str, Any]:
     """The values of ``keys`` ({what: key in file}) in a framework's build-information file (never executed)."""
     wanted = {v: k for k, v in keys.items()}
-    out: Dict[str, str] = {}
+    out: Dict[str, Any] = {}
     for line in text.splitlines()[:4000]:
         if len(line) > 8192:
             line = line[:8192]
+        for m in _BUILD_LIST.finditer(line):
+            what = wanted.get(m.group(1))
+            if what and what not in out:
+                items = _LIST_ITEM.findall(m.group(2))[:64]
+                if items:
+                    out[what] = items
         for form in _BUILD_FORMS:
             for m in form.finditer(line):
                 what = wanted.get(m.group(1))
                 if what and what not in out and m.group(2).strip() not in ("", "None"):
                     out[what] = m.group(2).strip()
     return out
+
+
+def release_major(since: Dict[str, Any], version: str) -> Optional[int]:
+    """The CUDA major of a release's own wheels from the matrix's ``cuda_major_since`` ({first release: major})."""
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    if not m:
+        return None
+    have = (int(m.group(1)), int(m.group(2)))
+    best: Optional[Tuple[Tuple[int, int], int]] = None
+    for first, major in since.items():
+        f = re.match(r"(\d+)\.(\d+)$", str(first))
+        if f and isinstance(major, int) and (int(f.group(1)), int(f.group(2))) <= have:
+            key = (int(f.group(1)), int(f.group(2)))
+            if best is None or key > best[0]:
+                best = (key, major)
+    return best[1] if best else None
 
 
 def cuda_major_of(name: str, version: str, build_cuda: Optional[str], needed: Sequence[str]) -> Tuple[Optional[int], str]:
@@ -180,6 +205,29 @@ def wheel_metadata(host: Host, dist_info: str, version: str) -> Dict[str, Any]:
     if built:
         out["built_for_torch"] = built.group(1)
     return out
+
+
+MAX_FATBIN_OBJECTS = 64
+
+
+def device_code(host: Host, paths: Sequence[str], site: str) -> Optional[Dict[str, Any]]:
+    """The GPU code these objects carry (their .nv_fatbin sections, dl_doctor.readers.elf.read_fatbin), merged: None
+    when none of them has device code of its own (or none could be read)."""
+    sass: set = set()
+    ptx: set = set()
+    complete, objects = True, []
+    for path in list(paths)[:MAX_FATBIN_OBJECTS]:
+        code = read_fatbin(host, path)
+        if not code or not code.get("section"):
+            continue
+        objects.append(_rel(path, site))
+        sass.update(code["sass"])
+        ptx.update(code["ptx"])
+        complete = complete and bool(code["complete"])
+    if not objects:
+        return None
+    return {"sass": sorted(sass), "ptx": sorted(ptx), "complete": complete and len(paths) <= MAX_FATBIN_OBJECTS,
+            "objects": objects[:MAX_REPORTED]}
 
 
 def _rel(path: str, site: str) -> str:
@@ -287,7 +335,10 @@ def _describe(host: Host, name: str, d: Dict[str, Any], entry: Optional[Dict[str
     major, major_from = cuda_major_of(name, d.get("version") or "", build.get("cuda"), needed)
     if major is None and len(entry.get("dlopen") or {}) == 1:  # the matrix knows only one build (ctranslate2 4.x)
         major, major_from = int(next(iter(entry["dlopen"]))), "matrix"
-    dlopen = ((entry.get("dlopen") or {}).get(str(major)) or []) if major is not None else []
+    if major is None and entry.get("cuda_major_since"):  # its own build information unreadable: its release's CUDA
+        major = release_major(entry["cuda_major_since"], d.get("version") or "")
+        major_from = "matrix (the CUDA major of its release's wheels)" if major is not None else major_from
+    dlopen = dlopen_names(entry, {"cuda_major": major, "build": build})
     machines = sorted({str(dyn.get("machine")) for _, dyn in parsed})
     machine = host_machine or next((m for m in ("EM_X86_64", "EM_AARCH64") if m in machines),
                                    machines[0] if machines else "EM_X86_64")
@@ -296,10 +347,13 @@ def _describe(host: Host, name: str, d: Dict[str, Any], entry: Optional[Dict[str
     meta = wheel_metadata(host, d["metadata"], d.get("version") or "")
     after_torch = name != "torch" and (links_torch or "requires_torch" in meta)
     wrong_machine = sorted({posixpath.basename(p) for p, dyn in parsed if dyn.get("machine") not in (machine, None)})
+    need_paths = [p for p, _ in needing]
+    code = device_code(host, need_paths + [p for p, _ in parsed if p not in need_paths
+                                           and _matches(posixpath.basename(p), entry.get("dlopen_by") or [])], site)
     return {**(meta if after_torch else {k: v for k, v in meta.items() if k == "wheel_tags"}),
             "distribution": name, "version": d.get("version"), "known_as": entry.get("name"), "location": site,
             "machine": machine, "objects": len(parsed), "cuda_objects": len(needing),
             "cuda_object_paths": [_rel(p, site) for p, _ in needing][:MAX_REPORTED], "package": entry.get("package"),
             "links_torch": links_torch, "build": build or None, "cuda_major": major, "cuda_major_from": major_from,
-            "needs": needed + [s for s in dlopen if s not in needed], "dlopen": dlopen,
+            "device_code": code, "needs": needed + [s for s in dlopen if s not in needed], "dlopen": dlopen,
             "other_machine": wrong_machine[:MAX_REPORTED]}

@@ -581,3 +581,103 @@ def read_dynamic(host: Host, path: str) -> Optional[Dict[str, Any]]:
     key = ("elf", st.st_dev, st.st_ino, st.st_size, int(st.st_mtime))
     hit = host.cached(key, lambda: _read(host, path))
     return None if hit is None else {k: (list(v) if isinstance(v, list) else v) for k, v in hit.items()}
+
+
+# -- the CUDA code an object carries (its .nv_fatbin section) --------------------------------------------------------
+#
+# nvcc puts each compilation unit's device code in a fat binary container in the .nv_fatbin section: a 16-byte
+# header (magic 0xBA55ED50, version, header size, size of the entries that follow), then entries, each with a header
+# (kind 1 = PTX, 2 = ELF cubin; its header size; its payload size; the target architecture at offset 28) and its
+# payload (what cuobjdump --list-elf / --list-ptx lists). Walking the headers costs one small read per entry.
+FATBIN_MAGIC = 0xBA55ED50
+FATBIN_KINDS = {1: "ptx", 2: "sass"}
+MAX_FATBIN_ENTRIES = 50000  # libtorch_cuda.so of a 9-architecture build: ~2500 containers, ~20000 entries
+MAX_SECTIONS = 65536
+
+
+def _fatbin_section(fh, order: str) -> Optional[Tuple[int, int]]:
+    fh.seek(0x28)
+    shoff, = struct.unpack(order + "Q", fh.read(8))
+    fh.seek(0x3A)
+    shentsize, shnum, shstrndx = struct.unpack(order + "HHH", fh.read(6))
+    if not shoff or shentsize < 64 or not 0 < shnum <= MAX_SECTIONS or shstrndx >= shnum:
+        return None
+    fh.seek(shoff)
+    table = fh.read(shentsize * shnum)
+    if len(table) < shentsize * shnum:
+        return None
+    heads = [struct.unpack_from(order + "IIQQQQIIQQ", table, n * shentsize) for n in range(shnum)]
+    str_off, str_size = heads[shstrndx][4], heads[shstrndx][5]
+    fh.seek(str_off)
+    names = fh.read(min(str_size, 1 << 20))
+    for h in heads:
+        if names[h[0]:h[0] + 11] == b".nv_fatbin\0":
+            return h[4], h[5]
+    return None
+
+
+def _fatbin(fh) -> Optional[Dict[str, Any]]:
+    ident = fh.read(16)
+    if len(ident) < 16 or ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] not in (1, 2):
+        return None
+    order = "<" if ident[5] == 1 else ">"
+    where = _fatbin_section(fh, order)
+    if where is None:
+        return {"sass": [], "ptx": [], "complete": True, "section": False}
+    start, size = where
+    seen: Dict[str, set] = {"sass": set(), "ptx": set()}
+    at, end, entries, complete = start, start + size, 0, True
+    while at + 16 <= end:
+        fh.seek(at)
+        head = fh.read(16)
+        if len(head) < 16:
+            complete = False
+            break
+        magic, _version, hsize, fat_size = struct.unpack(order + "IHHQ", head)
+        if magic != FATBIN_MAGIC:
+            if magic == 0:  # alignment padding between containers
+                at += 8
+                continue
+            complete = False
+            break
+        entry, stop = at + hsize, min(at + hsize + fat_size, end)
+        while entry + 32 <= stop:
+            entries += 1
+            if entries > MAX_FATBIN_ENTRIES:
+                return {"sass": sorted(seen["sass"]), "ptx": sorted(seen["ptx"]), "complete": False, "section": True}
+            fh.seek(entry)
+            e = fh.read(32)
+            if len(e) < 32:
+                complete = False
+                break
+            kind, _, ehsize, payload = struct.unpack_from(order + "HHIQ", e)
+            arch, = struct.unpack_from(order + "I", e, 28)
+            if kind in FATBIN_KINDS and 10 <= arch < 1000:
+                seen[FATBIN_KINDS[kind]].add(arch)
+            if ehsize < 32:
+                complete = False
+                break
+            entry += ehsize + payload
+        at = stop
+    return {"sass": sorted(seen["sass"]), "ptx": sorted(seen["ptx"]), "complete": complete, "section": True}
+
+
+def read_fatbin(host: Host, path: str) -> Optional[Dict[str, Any]]:
+    """The GPU architectures an object carries code for: ``{"sass": [80, 86, ...], "ptx": [90], "complete",
+    "section"}`` (sm_XY as XY; ``section`` False: the object has no .nv_fatbin, no device code of its own;
+    ``complete`` False: the walk stopped at a bound or a malformed entry, so the lists are a lower bound), or None when
+    it is not a 64-bit ELF file that can be read. Cached per file identity like :func:`read_dynamic`."""
+    try:
+        st = host.stat(path)
+    except OSError:
+        return None
+
+    def parse() -> Optional[Dict[str, Any]]:
+        try:
+            with host.open_binary(path) as fh:
+                return _fatbin(fh)
+        except Exception:  # noqa: BLE001 - a malformed object tells nothing, never a crash
+            return None
+
+    hit = host.cached(("fatbin", st.st_dev, st.st_ino, st.st_size, int(st.st_mtime)), parse)
+    return None if hit is None else {k: (list(v) if isinstance(v, list) else v) for k, v in hit.items()}

@@ -11,6 +11,17 @@ _PRELOAD = obj(
     libraries=array(array(string()), "the (folder, file pattern) pairs it preloads from nvidia/FOLDER/lib/"),
 )
 
+DEVICE_CODE = obj(
+    "the GPU code its CUDA objects carry, read from their .nv_fatbin sections (what cuobjdump lists)",
+    sass=array(integer(), "architectures with SASS (cubins), sm_XY as XY: a cubin runs on its major at the same or a "
+                          "higher minor"),
+    ptx=array(integer(), "architectures with PTX, compute_XY as XY: the driver JIT-compiles it for the same or a newer "
+                         "GPU"),
+    complete=boolean("every entry was read (false: a bound or a malformed entry stopped the walk; the lists are a "
+                     "lower bound)"),
+    objects=array(string(), "the objects with a .nv_fatbin section, relative to the site directory"),
+)
+
 _FRAMEWORK = obj(
     "",
     version=string("its version (torch, torchvision: from version.py; else the distribution's)"),
@@ -21,6 +32,7 @@ _FRAMEWORK = obj(
     git_version=string("torch: the commit it was built from"),
     cpu_only=boolean("torch: a CPU-only build (no CUDA version, +cpu, or a conda cpu build)"),
     preload=_PRELOAD,
+    device_code=DEVICE_CODE,
 )
 
 _LIBRARY_COPY = obj(
@@ -123,9 +135,12 @@ _CONSUMER = obj(
         "what its own build-information file says (null: none)",
         keys={"from": string("the file it was read from")},
         cuda=string("the CUDA version it was built with"),
+        arch_list=array(string(), "the GPU architectures it was built for, as the file lists them (sm_80, "
+                                  "compute_90)"),
         values=string("another build setting the matrix names (cudnn...)"),
     ),
     cuda_major=integer("the CUDA major it was built for (null: not known)"),
+    device_code=DEVICE_CODE,
     cuda_major_from=string("how that was found: build information, its name, its local version, the sonames it "
                            "needs, matrix"),
     needs=array(string(), "the CUDA libraries it needs (DT_NEEDED and dlopen)"),
@@ -159,6 +174,8 @@ _CONSUMER = obj(
         how=string("DT_NEEDED or dlopen"),
         looked_in=array(string(), "where the loader looked, in order"),
         in_wheels=string("a copy in the environment's wheels that the loader does not reach"),
+        other_versions=array(string(), "files of the same library under another soname version in those "
+                                       "directories (another CUDA release's): never taken for it"),
     ), "what is missing and where the loader looked"),
     unmet_versions=array(obj(
         "",
