@@ -20,6 +20,10 @@ def _envs(facts: Facts) -> List[Dict[str, Any]]:
 def needs_plugin_facts(facts: Facts) -> Optional[str]:
     if not any(isinstance(e.get("dlopen_plugins"), dict) for e in _envs(facts)):
         return "no environment has a host library that opens plugins (NCCL, ONNX Runtime, cuDNN 9)"
+    if facts.get("gpu_pci.gpu_count") == 0:
+        # every plugin family here drives a GPU (NCCL's transports, ONNX Runtime's CUDA and TensorRT providers, cuDNN,
+        # TensorRT): on a host with no NVIDIA GPU none of them is ever opened, and a CPU run is what the host can do
+        return "no NVIDIA GPU here: the plugins that drive one are never opened"
     return None
 
 

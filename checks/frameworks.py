@@ -3,8 +3,9 @@ the CUDA major of what loads against the build, and symbol versions (the consume
 
 from __future__ import annotations
 
+import posixpath
 import shlex
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dl_doctor import versions
 from dl_doctor.checks.common import consumers_with_loading, first_heading
@@ -85,6 +86,16 @@ def install_command(matrix, env: Dict[str, Any], consumer: Dict[str, Any], sonam
     return out
 
 
+def _gpu_path_only(m: Dict[str, Any], plugins: Sequence[str]) -> bool:
+    """A missing library that only the GPU path loads: one the framework opens by name when it starts using CUDA
+    (TensorFlow, CuPy), or one a plugin needs that the framework opens by dlopen (ONNX Runtime's CUDA provider;
+    compat_matrix/data/loading.toml), not one its import needs."""
+    if m.get("how") == "dlopen":
+        return True
+    base = posixpath.basename(str(m.get("needed_by") or ""))
+    return any(base.startswith(p) for p in plugins)
+
+
 @check(
     id="DLD-PY-011", slug="framework-libraries-missing",
     remedy="repair-software", drain=False,
@@ -108,6 +119,12 @@ def install_command(matrix, env: Dict[str, Any], consumer: Dict[str, Any], sonam
 )
 def framework_libraries(facts: Facts, matrix) -> Result:
     failing, warnings, ok = [], [], []
+    # a host with no NVIDIA GPU runs a CUDA build on the CPU: the libraries only the GPU path loads are not needed
+    # there (TensorFlow and ONNX Runtime fall back; torch's import, which links them, still fails without them)
+    no_gpu = facts.get("gpu_pci.gpu_count") == 0
+    plugins = [str(n).split(".so")[0] for e in (matrix.entries("dlopen_plugin") if matrix is not None else [])
+               for n in e.get("plugins") or []]
+    cpu_notes: List[str] = []
     heads: List[str] = []
     commands: List[str] = []
     evidence: Dict[str, Any] = {"missing": [], "opt_in_preload": [], "optional_missing": []}
@@ -115,6 +132,11 @@ def framework_libraries(facts: Facts, matrix) -> Result:
         build = f"CUDA {c['cuda_major']}" if c.get("cuda_major") else "CUDA build not known"
         who = f"{c['distribution']} {c.get('version') or ''} ({build}) in {_label(env)}"
         required = [m for m in c.get("missing") or [] if not m.get("optional")]
+        if no_gpu and required and all(_gpu_path_only(m, plugins) for m in required):
+            cpu_notes.append(f"{c['distribution']} ({env.get('name')}) runs on the CPU here: "
+                             f"{', '.join(sorted({m['soname'] for m in required})[:4])} not found, needed only to use "
+                             "a GPU, and this host has no NVIDIA GPU")
+            continue
         optional = [m for m in c.get("missing") or [] if m.get("optional")]
         fixed = set(c.get("fixed_by_preload") or [])
         sonames = sorted({m["soname"] for m in required})
@@ -180,7 +202,10 @@ def framework_libraries(facts: Facts, matrix) -> Result:
         return fail("; ".join(failing), evidence, fix, headline=first_heading(heads, len(failing)))
     if warnings:
         return warn("; ".join(warnings), evidence, fix)
-    return passed(f"every CUDA library loads for {', '.join(ok)}", **evidence)
+    notes = f"; note: {'; '.join(cpu_notes)}" if cpu_notes else ""
+    if not ok and cpu_notes:
+        return passed("no NVIDIA GPU here, so the CUDA libraries only a GPU needs are not needed" + notes, **evidence)
+    return passed(f"every CUDA library loads for {', '.join(ok)}" + notes, **evidence)
 
 
 @check(

@@ -495,8 +495,10 @@ def ort_20745(broken: bool) -> Machine:
     spec = healthy.dlami_ubuntu2204_g5()
     if broken:
         ort_cuda11(spec, HALLO_SITE, "1.18.0")
-    else:
+    else:  # the CUDA 12 build of 1.18 is a cuDNN 8 build (ONNX Runtime's CUDA EP requirements): libcudnn8 from the
+        # CUDA repository serves it
         ort_cuda12(spec, HALLO_SITE, "1.18.0", cudnn="8.9")
+        so(spec, healthy.LIBDIR["x86_64"], "libcudnn.so.8.9.7", "libcudnn.so.8")
     return Machine(spec)
 
 

@@ -263,3 +263,22 @@ def test_hostile_build_info_record_and_objects_cost_only_themselves(run_cli, tmp
     f = _run(run_cli, root, "--only", "DLD-PY-011")["DLD-PY-011"]
     assert time.perf_counter() - start < 120
     assert f["status"] == "fail" and "tensorflow 2.21.0" in f["message"]  # the real objects are still judged
+
+
+def test_a_host_with_no_nvidia_gpu_runs_cuda_builds_on_the_cpu_without_their_gpu_libraries(run_cli, tmp_path):
+    """A CPU-only host (tests/healthy.py cpu_only: no NVIDIA device on the bus) with TensorFlow's and ONNX Runtime's
+    CUDA builds and none of their CUDA libraries: both run on the CPU (TensorFlow opens its libraries by name when it
+    starts CUDA, ONNX Runtime opens its CUDA provider by dlopen), so nothing fails. (A library an import links is
+    still a failure there: the fixture cases of DLD-PY-011.)"""
+    import healthy
+    from conftest import build_tree
+
+    spec = healthy.cpu_only()
+    site = next(p for p in spec if p.endswith("site-packages/torch/version.py")).rsplit("/torch/", 1)[0]
+    healthy.tensorflow(spec, site)
+    healthy.onnxruntime(spec, site)
+    found = _run(run_cli, build_tree(tmp_path / "cpu", spec))
+    assert found["DLD-PY-011"]["status"] == "pass", found["DLD-PY-011"]["message"]
+    assert "runs on the CPU here" in found["DLD-PY-011"]["message"]
+    assert "tensorflow" in found["DLD-PY-011"]["message"] and "onnxruntime-gpu" in found["DLD-PY-011"]["message"]
+    assert found["DLD-LOAD-002"]["status"] == "skip" and "no NVIDIA GPU" in found["DLD-LOAD-002"]["message"]
