@@ -75,6 +75,13 @@ def needs_nvidia_gpu(facts: Facts) -> Optional[str]:
     return None
 
 
+def no_nvidia_gpu(facts: Facts) -> bool:
+    """The host is known to have no NVIDIA GPU: none on the PCI bus, none NVML counts, and not WSL2 (whose GPU is the
+    Windows host's, on no PCI bus here). Unknown is not none."""
+    return (facts.get("gpu_pci.gpu_count") == 0 and not facts.get("nvidia_driver.runtime.wsl")
+            and not facts.get("nvml.device_count"))
+
+
 def grow_partition_commands(device: Optional[str], mountpoint: str, fstype: Optional[str]) -> list:
     """Commands that grow a partition and its filesystem after the volume was enlarged."""
     part = None

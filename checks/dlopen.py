@@ -9,6 +9,7 @@ import posixpath
 import shlex
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from dl_doctor.checks.common import no_nvidia_gpu
 from dl_doctor.facts.plugins import cuda_major_of, replay
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
@@ -20,7 +21,7 @@ def _envs(facts: Facts) -> List[Dict[str, Any]]:
 def needs_plugin_facts(facts: Facts) -> Optional[str]:
     if not any(isinstance(e.get("dlopen_plugins"), dict) for e in _envs(facts)):
         return "no environment has a host library that opens plugins (NCCL, ONNX Runtime, cuDNN 9)"
-    if facts.get("gpu_pci.gpu_count") == 0:
+    if no_nvidia_gpu(facts):
         # every plugin family here drives a GPU (NCCL's transports, ONNX Runtime's CUDA and TensorRT providers, cuDNN,
         # TensorRT): on a host with no NVIDIA GPU none of them is ever opened, and a CPU run is what the host can do
         return "no NVIDIA GPU here: the plugins that drive one are never opened"

@@ -8,7 +8,7 @@ import shlex
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dl_doctor import versions
-from dl_doctor.checks.common import consumers_with_loading, first_heading
+from dl_doctor.checks.common import consumers_with_loading, first_heading, no_nvidia_gpu
 from dl_doctor.facts import loading
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
 
@@ -121,7 +121,7 @@ def framework_libraries(facts: Facts, matrix) -> Result:
     failing, warnings, ok = [], [], []
     # a host with no NVIDIA GPU runs a CUDA build on the CPU: the libraries only the GPU path loads are not needed
     # there (TensorFlow and ONNX Runtime fall back; torch's import, which links them, still fails without them)
-    no_gpu = facts.get("gpu_pci.gpu_count") == 0
+    no_gpu = no_nvidia_gpu(facts)
     plugins = [str(n).split(".so")[0] for e in (matrix.entries("dlopen_plugin") if matrix is not None else [])
                for n in e.get("plugins") or []]
     cpu_notes: List[str] = []
