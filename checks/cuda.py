@@ -325,8 +325,8 @@ def jit_ptx_newer_than_driver(facts: Facts, matrix) -> Result:
                 linked.append(who)
             else:
                 emitters.append(who)
-    evidence = {"driver": driver, "driver_max_cuda": max_cuda, "toolkit": toolkit, "found_via": via,
-                "emitters": emitters, "with_own_compiler": own, "with_ptx_linker": linked}
+    evidence: Dict[str, Any] = {"driver": driver, "driver_max_cuda": max_cuda, "toolkit": toolkit, "found_via": via,
+                                "emitters": emitters, "with_own_compiler": own, "with_ptx_linker": linked}
     if not emitters:
         if own or linked:
             return passed("what compiles PTX at run time here uses its environment's own compiler or links the PTX "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Dict, List
+from typing import Any, Dict, List
 
 from dl_doctor.checks.common import needs_nvidia_gpu, nvidia_gpus, os_family, package_manager
 from dl_doctor.fixes import Step, initramfs, install, load_module, reboot, root_command, write_file
@@ -436,7 +436,7 @@ def module_dependencies(facts: Facts) -> Result:
     if not mods:
         return skip(f"no NVIDIA module is installed for the running kernel {kernel} (see DLD-DRV-001)")
     loaded = set(facts.get("nvidia_driver.modules") or [])
-    refused = {}
+    refused: Dict[str, List[Dict[str, Any]]] = {}
     for s in symbols:
         refused.setdefault(s["module"], []).append(s)
     evidence: Dict = {"kernel": kernel, "modules": [{k: m.get(k) for k in ("name", "path", "depends", "vermagic",

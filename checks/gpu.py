@@ -72,10 +72,10 @@ def nvidia_driver_not_loaded(facts: Facts) -> Result:
                           Fix("Nothing to do if these GPUs are meant for virtual machines; otherwise unbind them "
                               "from vfio-pci.", ("lspci -nnk -d 10de:",)))
         refused = {r.get("bus"): r for r in facts.get("kernel_log.refused_gpus") or [] if isinstance(r, dict)}
-        why = [f"{g['bdf']}: {refused[g['bdf']]['reason']}" for g in unbound
+        reasons = [f"{g['bdf']}: {refused[g['bdf']]['reason']}" for g in unbound
                if g["bdf"] in refused and refused[g["bdf"]].get("reason")]
-        if why:
-            names += f" (the driver refused {'; '.join(why)})"
+        if reasons:
+            names += f" (the driver refused {'; '.join(reasons)})"
             evidence["kernel_log.refused_gpus"] = [refused[g["bdf"]] for g in unbound if g["bdf"] in refused]
         return fail(f"driver {version} loaded, but {len(unbound)} of {len(gpus)} GPUs are not bound to it: {names}",
                     evidence,

@@ -210,8 +210,8 @@ def scheduler_hid_gpus(facts: Facts) -> Result:
     env = facts.get("environment.variables") or {}
     gpus = _gpu_count(facts)
     who = _scheduler(env)
-    evidence = {"scheduler": who, "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES"),
-                "NVIDIA_VISIBLE_DEVICES": env.get("NVIDIA_VISIBLE_DEVICES"), "gpu_pci.gpu_count": gpus}
+    evidence: Dict[str, Any] = {"scheduler": who, "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES"),
+                                "NVIDIA_VISIBLE_DEVICES": env.get("NVIDIA_VISIBLE_DEVICES"), "gpu_pci.gpu_count": gpus}
     if who is None:
         return skip("not started by a scheduler (no Ray, Slurm or Kubernetes variables in the environment)",
                     **evidence)

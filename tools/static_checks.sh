@@ -41,8 +41,9 @@ echo "$(basename "$wheel")"
 
 echo "== installing the wheel and the checkers ($mypy_req, $linter_req)"
 # The dependencies as a Python 3.9 user gets them, whatever this interpreter is: mypy reads their sources with
-# Python 3.9's grammar (setup.cfg [mypy] python_version), and click 8.2 and later (Python >= 3.10) use `match`.
-printf 'click<8.2\n' >"$work/py39-constraints.txt"
+# Python 3.9's grammar (setup.cfg [mypy] python_version), and click 8.2 and packaging 26 and later (both Python >= 3.10,
+# so a Python 3.9 user never gets them) use `match`.
+printf 'click<8.2\npackaging<26\n' >"$work/py39-constraints.txt"
 "${pip[@]}" install -c "$work/py39-constraints.txt" "$wheel" "$mypy_req" "$linter_req"
 
 # From here on, run in the temporary directory: the repository's source folders must not shadow the installed package.

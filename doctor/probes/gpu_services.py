@@ -126,7 +126,7 @@ def _containerd_cri(ctx: ProbeContext, text: str) -> Optional[Dict[str, Any]]:
     runtimes: Dict[str, Any] = {}
     for name, rt in (section.get("runtimes") or {}).items():
         if isinstance(rt, dict):
-            opts = rt.get("options") if isinstance(rt.get("options"), dict) else {}
+            opts: Dict[str, Any] = rt["options"] if isinstance(rt.get("options"), dict) else {}
             runtimes[str(name)[:64]] = str(opts.get("BinaryName") or "")[:256] or None
     default = section.get("default_runtime_name")
     return {"default_runtime": str(default)[:64] if isinstance(default, str) else None, "runtimes": runtimes,

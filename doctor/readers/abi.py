@@ -214,6 +214,8 @@ def check_process(host: Host, loader: Any, paths: Sequence[str], site: str) -> O
             if any((exported(host, o.path, [name]) or {}).get(name) for o in tables):
                 continue
             variant = other_abi(name)
+            if variant is None:
+                continue
             owner = next((o for o in tables if (exported(host, o.path, [variant]) or {}).get(variant)), None)
             if owner is None:
                 continue

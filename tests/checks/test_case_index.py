@@ -45,3 +45,18 @@ def test_the_harvest_is_as_wide_as_the_issue_asks():
     assert len(RECORDS) >= 150, len(RECORDS)
     assert len({r["component"] for r in RECORDS}) >= 15
     assert sum(r["blind"] for r in RECORDS) * 5 >= len(RECORDS)
+
+
+def test_the_coverage_doc_is_the_index_s():
+    """docs/coverage.md's tables are generated from the index (python tests/tools/make_coverage_doc.py)."""
+    import importlib.util
+    from pathlib import Path
+
+    tool = Path(__file__).parents[1] / "tools" / "make_coverage_doc.py"
+    spec = importlib.util.spec_from_file_location("make_coverage_doc", tool)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = mod.DOC.read_text()
+    assert mod.render(text, RECORDS) == text, "run: python tests/tools/make_coverage_doc.py"
+    every_check = {c for r in RECORDS for c in r["checks"] if c.startswith("DLD-")}
+    assert all(c in text for c in every_check), sorted(c for c in every_check if c not in text)

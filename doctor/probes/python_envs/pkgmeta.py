@@ -288,7 +288,7 @@ def _shared_files(dists: Dict[str, Dict[str, Any]], records: Dict[str, List[Tupl
                                           "mixed_dirs": mixed[:MAX_EXAMPLES]}
                 entry["files"] += 1
                 known = a[2] is not None and b[2] is not None
-                same = known and _same(a[2], b[2])
+                same = a[2] is not None and b[2] is not None and _same(a[2], b[2])
                 if known and (not same or (a[3] is not None and b[3] is not None and a[3] != b[3])):
                     entry["differing"] += 1
                     if compiled_path(path):

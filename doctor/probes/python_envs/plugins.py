@@ -21,7 +21,7 @@ def scan(host: Host, env: Mapping[str, Any], ld_library_path: Sequence[str], own
     prefix = env.get("prefix") if isinstance(env.get("prefix"), str) else None
     environ = host.environ()
     loader_rec: Mapping[str, Any] = env["loader"] if isinstance(env.get("loader"), Mapping) else {}
-    machine = loader_rec.get("machine") if isinstance(loader_rec.get("machine"), str) else "EM_X86_64"
+    machine = str(loader_rec["machine"]) if isinstance(loader_rec.get("machine"), str) else "EM_X86_64"
     wheel_dirs = [d for d in loader_rec.get("wheel_dirs") or [] if isinstance(d, str)]
     view = HostView(host, owned, machine=machine, version_of=lib_version)
     hosts: List[Dict[str, Any]] = []

@@ -161,9 +161,9 @@ def inspect_static(host: Host, env: Dict[str, Any]) -> Tuple[Dict[str, Any], Dic
         t.update(path=torch_dir, version=info.get("__version__") or t.get("version"), cuda=info.get("cuda"),
                  git_version=info.get("git_version"))
         from dl_doctor.readers.consumers import device_code
-        libs = sorted(f"{torch_dir}/lib/{n}" for n in _ls(host, f"{torch_dir}/lib")
-                      if n.startswith("libtorch_cuda") and n.endswith(".so"))
-        code = device_code(host, libs, posixpath.dirname(torch_dir)) if libs else None
+        torch_cuda = sorted(f"{torch_dir}/lib/{n}" for n in _ls(host, f"{torch_dir}/lib")
+                            if n.startswith("libtorch_cuda") and n.endswith(".so"))
+        code = device_code(host, torch_cuda, posixpath.dirname(torch_dir)) if torch_cuda else None
         if code:
             t["device_code"] = code
         init = _read(host, f"{torch_dir}/__init__.py", 4 << 20) or ""
