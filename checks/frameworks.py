@@ -133,6 +133,9 @@ def framework_libraries(facts: Facts, matrix) -> Result:
         who = f"{c['distribution']} {c.get('version') or ''} ({build}) in {_label(env)}"
         required = [m for m in c.get("missing") or [] if not m.get("optional")]
         if no_gpu and required and all(_gpu_path_only(m, plugins) for m in required):
+            evidence["missing"] += [{"environment": env.get("prefix"), "distribution": c["distribution"],
+                                     "soname": m["soname"], "needed_by": m.get("needed_by"), "how": m.get("how"),
+                                     "looked_in": m.get("looked_in"), "gpu_path_only": True} for m in required]
             cpu_notes.append(f"{c['distribution']} ({env.get('name')}) runs on the CPU here: "
                              f"{', '.join(sorted({m['soname'] for m in required})[:4])} not found, needed only to use "
                              "a GPU, and this host has no NVIDIA GPU")

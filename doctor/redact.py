@@ -397,7 +397,9 @@ class Redactor:
         s = _HOME.sub(lambda m: m.group(1) + self._placeholder("USER", m.group(2)), s)
         for name in self._usernames:
             if name in s:
-                s = re.sub(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])", lambda m: self._placeholder("USER", m.group(0)), s)
+                # '_' separates too: tools put the user into directory names (/tmp/torchinductor_USER)
+                s = re.sub(r"(?<![A-Za-z0-9-])" + re.escape(name) + r"(?![A-Za-z0-9-])",
+                           lambda m: self._placeholder("USER", m.group(0)), s)
         return s
 
     def _ipv4(self, m: "re.Match[str]") -> str:

@@ -154,6 +154,14 @@ class Host:
         """dl-doctor runs as root on a running host (what some live readers need, and what the trust rule guards)."""
         return self.live and hasattr(os, "geteuid") and os.geteuid() == 0
 
+    def process_ids(self) -> Optional[Tuple[int, int, List[int]]]:
+        """This process's effective uid, gid and supplementary groups (live only; None under a sysroot, whose /proc is
+        read instead)."""
+        if not self.live or not hasattr(os, "geteuid"):
+            return None
+        egid = os.getegid()
+        return os.geteuid(), egid, [egid] + [g for g in os.getgroups() if g != egid]
+
     @property
     def kernel_live(self) -> bool:
         """The running kernel's interfaces (/proc, /sys, /dev, NVML) are there to read: live, or --host-root."""

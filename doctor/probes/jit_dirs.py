@@ -6,7 +6,6 @@ probe's (mounts, disks). Nothing is written: no probe file, no directory created
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 from typing import Any, Dict, List, Optional, Tuple
@@ -81,12 +80,13 @@ def job_user(host: Host, environ: Dict[str, str]) -> Dict[str, Any]:
     gids: List[int] = []
     source = None
     name = environ.get("LOGNAME") or environ.get("USER") or None
-    if host.live:
-        uid, source = os.geteuid(), "process"
+    ids = host.process_ids()
+    if ids is not None:
+        uid, source = ids[0], "process"
         if uid == 0 and (environ.get("SUDO_UID") or "").isdigit():
             uid, source = int(environ["SUDO_UID"]), "SUDO_UID"
             name = environ.get("SUDO_USER") or None
-        gids = [os.getegid()] + [g for g in os.getgroups() if g != os.getegid()] if source == "process" else []
+        gids = list(ids[2]) if source == "process" else []
     else:
         status = host.try_read("/proc/self/status", 65536) or ""
         m = _STATUS_UID.search(status)

@@ -155,4 +155,9 @@ def test_deep_still_names_a_library_that_is_nowhere(run_cli, tmp_path):
     step = next(s for s in env["deep_consumers"]["tensorflow"]["steps"] if s["name"] == "libcudnn.so.9")
     assert step["missing"] == "libcudnn.so.9"
     finding = next(f for f in report["findings"] if f["id"] == "DLD-PY-011")
-    assert finding["status"] == "fail" and "libcudnn.so.9" in finding["message"], finding["message"]
+    assert "libcudnn.so.9" in finding["message"], finding["message"]
+    assert [m["soname"] for m in finding["evidence"]["missing"]] == ["libcudnn.so.9"]
+    # TensorFlow opens cuDNN by name when it starts CUDA: on a host with no NVIDIA GPU (this test machine, CI) it runs
+    # on the CPU, a note; with a GPU the same missing library fails
+    gpus = report["facts"]["gpu_pci"].get("gpu_count")
+    assert finding["status"] == ("pass" if gpus == 0 else "fail"), finding["message"]

@@ -54,4 +54,4 @@ def test_efa_stack_on_a_tree(run_cli, tree):
     # the plugin file is there but is not an ELF library: NCCL's dlopen would fail too
     assert f["DLD-NET-001"]["status"] == "fail" and "NCCL cannot find libnccl-net.so" in f["DLD-NET-001"]["message"]
     assert f["DLD-NET-002"]["status"] == "pass"  # limits.d says unlimited
-    assert f["DLD-NET-003"]["status"] == "fail" and "NCCL_SOCKET_IFNAME=eth0 names no interface" in f["DLD-NET-003"]["message"]
+    assert f["DLD-NET-003"]["status"] == "fail" and "NCCL_SOCKET_IFNAME=eth0 matches no interface" in f["DLD-NET-003"]["message"]

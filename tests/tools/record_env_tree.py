@@ -10,8 +10,8 @@ What is recorded, paths relative to the prefix:
     top-level package's version.py (jax, jaxlib, jax_plugins/*), the build information files the matrix names
     (TensorFlow's build_info.py, onnxruntime's build_and_package_info.py), pyvenv.cfg, .pth files;
   * for every ELF object: SONAME, DT_NEEDED, DT_RPATH, DT_RUNPATH, the machine, DT_VERNEED and DT_VERDEF, as
-    dl_doctor.readers.elf.read_dynamic reads them (the builder writes real ELF objects with those sections,
-    tests/elfkit.py);
+    dl_doctor.readers.elf.read_dynamic reads them, and the architectures of the GPU code its .nv_fatbin carries
+    (read_fatbin; the builder writes real ELF objects with those sections, tests/elfkit.py);
   * symbolic links inside the prefix (bin/ left out: the tree's interpreter is a stand-in).
 
 ``build(spec, root)`` writes the environment into a sysroot tree as a venv at /home/u/NAME (or a conda env at
@@ -33,7 +33,7 @@ from typing import Any, Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: elfkit
 
-from elfkit import write_elf  # noqa: E402
+from elfkit import fatbin, write_elf  # noqa: E402
 
 SCHEMA = 1
 ELF_KEYS = ("soname", "needed", "rpath", "runpath", "machine", "verneed", "verdef")
@@ -66,7 +66,7 @@ def record(prefix: Path) -> Dict[str, Any]:
     """The spec of the environment at ``prefix`` (see the module docstring)."""
     from dl_doctor.host import Host
     from dl_doctor.readers.consumers import DRIVER_LIBRARIES, is_cuda_library
-    from dl_doctor.readers.elf import read_dynamic
+    from dl_doctor.readers.elf import read_dynamic, read_fatbin
 
     host = Host()
     prefix = prefix.resolve()
@@ -112,6 +112,10 @@ def record(prefix: Path) -> Dict[str, Any]:
                 dyn = read_dynamic(host, str(p))
                 if dyn is not None:
                     elf[rel(p)] = {k: dyn[k] for k in ELF_KEYS if dyn.get(k)}
+                    code = read_fatbin(host, str(p))
+                    if code and code.get("section") and code.get("complete"):
+                        # the GPU code it carries, by architecture (the tree's object gets a .nv_fatbin of those)
+                        elf[rel(p)]["fatbin"] = {"sass": code.get("sass") or [], "ptx": code.get("ptx") or []}
     recorded = set(elf) | set(texts)
     for info in sorted(prefix.rglob("*.dist-info")):
         if not info.is_dir():
@@ -196,7 +200,9 @@ def build(spec: Dict[str, Any], root: Path, env_vars: Dict[str, str] = None) -> 
         write_elf(prefix / rel, soname=dyn.get("soname"), needed=dyn.get("needed") or (),
                   rpath=dyn.get("rpath") or (), runpath=dyn.get("runpath") or (),
                   machine=MACHINES.get(dyn.get("machine"), machine), verdef=dyn.get("verdef") or (),
-                  verneed=dyn.get("verneed") or None)
+                  verneed=dyn.get("verneed") or None,
+                  fatbin=fatbin([f"sm_{a}" for a in dyn["fatbin"]["sass"]] +
+                                [f"compute_{a}" for a in dyn["fatbin"]["ptx"]]) if dyn.get("fatbin") else None)
     for rel, target in spec["links"].items():
         path = prefix / rel
         path.parent.mkdir(parents=True, exist_ok=True)
