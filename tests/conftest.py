@@ -40,6 +40,18 @@ def build_tree(root: Path, spec: Dict[str, Any]) -> Path:
     return root
 
 
+def host_has_nvidia_gpu() -> bool:
+    """An NVIDIA display or 3D controller on this machine's PCI bus (vendor 0x10de, class 0x03xxxx)."""
+    for dev in Path("/sys/bus/pci/devices").glob("*"):
+        try:
+            if (dev / "vendor").read_text().strip() == "0x10de" and \
+                    (dev / "class").read_text().strip().startswith("0x03"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 @pytest.fixture
 def tree(tmp_path):
     def make(spec: Dict[str, Any], name: str = "root") -> Path:

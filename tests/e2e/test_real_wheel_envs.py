@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import host_has_nvidia_gpu
 from dl_doctor.facts.loading import env_consumers
 
 pytestmark = pytest.mark.slow  # about 30 s with every environment present (--deep imports each framework)
@@ -65,18 +66,6 @@ EXPECTED_WITHOUT_GPU = {"ort-1.22.0-cu12": {}, "ct2-4.8.5": {}, "torch-ort-cu130
                         "torch-ort12-cu130": {"DLD-PY-012": "warn"}}
 
 
-def _host_has_nvidia_gpu() -> bool:
-    """An NVIDIA display or 3D controller on this machine's PCI bus (vendor 0x10de, class 0x03xxxx)."""
-    for dev in Path("/sys/bus/pci/devices").glob("*"):
-        try:
-            if (dev / "vendor").read_text().strip() == "0x10de" and \
-                    (dev / "class").read_text().strip().startswith("0x03"):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 # Python-environment checks whose status here comes from this machine, not the environment
 HOST = {"DLD-PY-002": "a CUDA build on a host with no NVIDIA driver (this container's; a GPU host passes)"}
 
@@ -108,7 +97,7 @@ def test_a_real_wheel_environment_has_only_its_listed_findings(run_cli, name, de
         pytest.skip(f"no {name} environment at {ENVS} (tests/setup_*_envs.sh builds it)")
     findings = _python_findings(run_cli, name, deep)
     got = {i: f["status"] for i, f in findings.items() if f["status"] in ("warn", "fail") and i not in HOST}
-    expected = EXPECTED[name] if _host_has_nvidia_gpu() else EXPECTED_WITHOUT_GPU.get(name, EXPECTED[name])
+    expected = EXPECTED[name] if host_has_nvidia_gpu() else EXPECTED_WITHOUT_GPU.get(name, EXPECTED[name])
     assert got == expected, {i: findings[i]["message"] for i in set(got) | set(expected) if i in findings}
     if expected != EXPECTED[name]:
         assert "runs on the CPU here" in findings["DLD-PY-011"]["message"], findings["DLD-PY-011"]["message"]
