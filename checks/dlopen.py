@@ -60,7 +60,7 @@ def _judge(env: Dict[str, Any], matrix: Any, seen: Optional[set] = None
            ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], int]:
     """(plugins not found that the host asks for, plugins found that cannot load or do not match, plugins judged)."""
     families = _families(matrix)
-    hosts = replay(env.get("dlopen_plugins") or {}, matrix)
+    hosts = replay(env.get("dlopen_plugins") or {}, matrix, env.get("loader"))
     found_by_host: Dict[Tuple[str, str], bool] = {}
     for h in hosts:
         found_by_host[(h["host"], h["family"])] = any(p.get("found") for p in h.get("plugins") or [])

@@ -104,11 +104,38 @@ def _holds(marker: "Optional[Marker]", envs: List[Dict[str, str]], extras: Itera
         return None
 
 
-def _requirements(d: Dict[str, Any]) -> "List[Requirement]":
+_EXTRA_IN_MARKER = re.compile(r"""extra\s{0,8}==\s{0,8}["']([^"']{1,100})["']""")
+_REQ_HEAD = re.compile(r"^\s{0,8}([A-Za-z0-9][A-Za-z0-9._-]{0,200})\s{0,8}(?:\[([^\]]{0,500})\])?")
+
+
+def _requested_extras(dists: Dict[str, Dict[str, Any]]) -> Dict[str, set]:
+    """The extras any requirement string names (``pkg[a,b]``), read from the text: a superset of what pip_conflicts
+    counts as requested, so that requirements only an unrequested extra brings are not parsed at all (most of a
+    torch environment's Requires-Dist lines are extras')."""
+    out: Dict[str, set] = {}
+    for d in dists.values():
+        for text in d.get("requires") or []:
+            m = _REQ_HEAD.match(str(text).split(";", 1)[0])
+            if m and m.group(2):
+                out.setdefault(_norm(m.group(1)), set()).update(_norm(x.strip()) for x in m.group(2).split(","))
+    return out
+
+
+def _requirements(d: Dict[str, Any], wanted: Iterable[str] = (), enforced: Iterable[str] = (),
+                  every: bool = True) -> "List[Requirement]":
+    """``d``'s requirements parsed; with ``every`` False, those gated by an extra nobody names are left out unless
+    the requirer enforces them at import (``enforced``)."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     out = []
+    wanted, enforced = set(wanted), set(enforced)
     for text in d.get("requires") or []:
+        if not every and ";" in str(text):
+            extras = _EXTRA_IN_MARKER.findall(str(text).split(";", 1)[1])
+            head = _REQ_HEAD.match(str(text))
+            if extras and not any(_norm(x) in wanted for x in extras) and not (head and _norm(head.group(1)) in
+                                                                               enforced):
+                continue
         try:
             out.append(Requirement(str(text)))
         except InvalidRequirement:
@@ -151,7 +178,9 @@ def pip_conflicts(env: Dict[str, Any]) -> List[Dict[str, Any]]:
     if not menvs:
         return []
     dists = {k: v for k, v in (pk.get("distributions") or {}).items() if isinstance(v, dict)}
-    parsed = {name: _requirements(d) for name, d in dists.items()}
+    named = _requested_extras(dists)
+    parsed = {name: _requirements(d, named.get(name, ()), IMPORT_ENFORCED.get(name, ()), every=False)
+              for name, d in dists.items()}
     requested: Dict[str, set] = {}
     for name, reqs in parsed.items():
         for r in reqs:

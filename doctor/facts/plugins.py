@@ -169,10 +169,14 @@ def resolve(view: Any, ld_library_path: Sequence[str], family: Mapping[str, Any]
     return out
 
 
-def replay(record: Mapping[str, Any], matrix: Any) -> List[Dict[str, Any]]:
-    """Every host of one environment's record (``dlopen_plugins``), resolved again from the facts."""
+def replay(record: Mapping[str, Any], matrix: Any, loader: Optional[Mapping[str, Any]] = None) -> List[Dict[str, Any]]:
+    """Every host of one environment's record (``dlopen_plugins``), resolved again from the facts; ``loader``: the
+    environment's loader inputs, whose files the record does not repeat."""
     if not isinstance(record, Mapping):
         return []
+    if isinstance(loader, Mapping) and isinstance(loader.get("files"), Mapping):
+        mine = record.get("files") if isinstance(record.get("files"), Mapping) else {}
+        record = {**record, "files": {**loader["files"], **mine}}
     families = {f.get("name"): f for f in (matrix.entries("dlopen_plugin") if matrix is not None else [])}
     view = RecordedView(record)
     ld = [d for d in record.get("ld_library_path") or [] if isinstance(d, str)]

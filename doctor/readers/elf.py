@@ -627,9 +627,33 @@ def _fatbin(fh) -> Optional[Dict[str, Any]]:
     start, size = where
     seen: Dict[str, set] = {"sass": set(), "ptx": set()}
     at, end, entries, complete = start, start + size, 0, True
+    # the headers are read in place through a read-only map of the file (a torch build's section holds ~20,000
+    # entries, each a seek and a read otherwise); a file that cannot be mapped is read as before
+    view: Any = None
+    try:
+        import mmap
+
+        view = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError, AttributeError):
+        view = None
+
+    def read(offset: int, n: int) -> bytes:
+        if view is not None:
+            return view[offset:offset + n] if 0 <= offset < len(view) else b""
+        fh.seek(offset)
+        return fh.read(n)
+
+    try:
+        return _walk_fatbin(read, order, at, end, seen)
+    finally:
+        if view is not None:
+            view.close()
+
+
+def _walk_fatbin(read: Any, order: str, at: int, end: int, seen: Dict[str, set]) -> Dict[str, Any]:
+    entries, complete = 0, True
     while at + 16 <= end:
-        fh.seek(at)
-        head = fh.read(16)
+        head = read(at, 16)
         if len(head) < 16:
             complete = False
             break
@@ -645,8 +669,7 @@ def _fatbin(fh) -> Optional[Dict[str, Any]]:
             entries += 1
             if entries > MAX_FATBIN_ENTRIES:
                 return {"sass": sorted(seen["sass"]), "ptx": sorted(seen["ptx"]), "complete": False, "section": True}
-            fh.seek(entry)
-            e = fh.read(32)
+            e = read(entry, 32)
             if len(e) < 32:
                 complete = False
                 break

@@ -100,6 +100,10 @@ def inspect(ctx: ProbeContext, env: Dict[str, Any]) -> Dict[str, Any]:
     try:  # the plugins its host libraries open by name (dl_doctor.facts.plugins): costs only its own facts
         plugins = plugin_scan(host, out, ld, owned, ctx.matrix)
         if plugins:
+            # a file the loader inputs already hold (the same record) is not written twice: the replay reads both
+            loader_files = (out.get("loader") or {}).get("files") if isinstance(out.get("loader"), dict) else None
+            if isinstance(loader_files, dict) and isinstance(plugins.get("files"), dict):
+                plugins["files"] = {p: v for p, v in plugins["files"].items() if loader_files.get(p) != v}
             out["dlopen_plugins"] = plugins
     except Exception as exc:  # noqa: BLE001
         out["dlopen_plugins_error"] = f"{type(exc).__name__}: {exc}"

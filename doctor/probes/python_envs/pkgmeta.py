@@ -16,6 +16,8 @@ import hashlib
 import json
 import posixpath
 import re
+from collections import Counter
+from itertools import chain
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.host import Host
@@ -98,6 +100,29 @@ def egg_requires(text: str) -> List[str]:
     return out
 
 
+def _record_lines(text: str, site: str) -> Tuple[List[str], List[str]]:
+    """A RECORD's rows as (full paths, the raw lines), without parsing the rest of each line: a line without a quote
+    is its path up to the first comma from the right two; a quoted one goes through csv."""
+    paths: List[str] = []
+    raw: List[str] = []
+    for line in text.splitlines():
+        if '"' in line:
+            try:
+                fields = next(csv.reader([line]), [])
+            except csv.Error:
+                continue
+            rel = fields[0] if fields else ""
+        else:
+            rel = line.rsplit(",", 2)[0]
+        if not rel or len(rel) > 4096:
+            continue
+        # normpath only where a row can need it (../../bin/x, ./x, a//b)
+        paths.append(posixpath.normpath(f"{site}/{rel}") if rel.startswith(".") or "/." in rel or "//" in rel
+                     else f"{site}/{rel}")
+        raw.append(line)
+    return paths, raw
+
+
 def parse_record(text: str) -> List[Tuple[str, Optional[str], Optional[int]]]:
     """A RECORD's rows: (path, sha256 as RECORD writes it (urlsafe base64) or None where the line has no valid one,
     size or None). RECORD is CSV; a line without a quote is split on its last two commas (what csv would give, at a
@@ -169,6 +194,7 @@ def collect(host: Host, env: Dict[str, Any], sites: List[str], python_version: O
     prefix = env["prefix"]
     dists: Dict[str, Dict[str, Any]] = {}
     records: Dict[str, List[Tuple[str, Optional[str], Optional[int]]]] = {}
+    lines: Dict[str, Tuple[List[str], List[str]]] = {}
     truncated = False
     budget = MAX_TOTAL
     arch: Optional[str] = None
@@ -196,12 +222,10 @@ def collect(host: Host, env: Dict[str, Any], sites: List[str], python_version: O
                 record_text = _read(host, f"{path}/RECORD", min(MAX_RECORD, budget)) if budget > 0 else None
                 budget -= len(record_text or "")
                 truncated = truncated or budget <= 0
-                rows = parse_record(record_text or "")
-                # normpath only where a row can need it (../../bin/x, ./x, a//b): 15,000 of them cost a torch env
-                records[name] = [(posixpath.normpath(f"{site}/{p}") if p.startswith(".") or "/." in p or "//" in p
-                                  else f"{site}/{p}", h, s) for p, h, s in rows]
-                d["compiled"] = any(compiled_path(p) for p, _, _ in rows)
-                d["record"] = bool(rows)
+                # the rows are parsed in full only where they are judged (compiled files, files another owner
+                # lists too, the RECORD's own row): their paths first, a torch env has 20,000 of them
+                lines[name] = _record_lines(record_text or "", site)
+                d["record"] = bool(lines[name])
                 d["dist_info"] = path
             else:
                 text = _read(host, f"{path}/requires.txt", 1 << 20) if host.is_dir(path) else None
@@ -210,6 +234,17 @@ def collect(host: Host, env: Dict[str, Any], sites: List[str], python_version: O
             d["requires"] = requires
             dists[name] = d
     conda = _conda_records(host, prefix) if host.is_dir(f"{prefix}/conda-meta") else None
+    # every path's owners counted at C speed; rows are parsed only where a path is listed twice or is compiled
+    counts = Counter(chain.from_iterable(paths for paths, _ in lines.values()))
+    if conda:
+        counts.update(posixpath.normpath(f"{prefix}/{rel}") for c in conda.values() for rel in c.get("_paths") or [])
+    for name, (paths, raw) in lines.items():
+        keep = [i for i, p in enumerate(paths) if counts[p] > 1 or (".so" in p and compiled_path(p))
+                or p.endswith(".dist-info/RECORD")]
+        rows = parse_record("\n".join(raw[i] for i in keep))
+        records[name] = [(paths[i], h, s) for i, (_, h, s) in zip(keep, rows)] if len(rows) == len(keep) else \
+            [(posixpath.normpath(f"{dists[name]['location']}/{p}"), h, s) for p, h, s in rows]
+        dists[name]["compiled"] = any(compiled_path(p) for p, _, _ in records[name])
 
     shared = _shared_files(dists, records, conda, prefix)
     # conda relocates prefixes inside binaries, distributions strip theirs (Debian's dist-packages keep upstream's
