@@ -175,8 +175,9 @@ def replay(record: Mapping[str, Any], matrix: Any, loader: Optional[Mapping[str,
     if not isinstance(record, Mapping):
         return []
     if isinstance(loader, Mapping) and isinstance(loader.get("files"), Mapping):
-        mine = record.get("files") if isinstance(record.get("files"), Mapping) else {}
-        record = {**record, "files": {**loader["files"], **mine}}
+        mine: Mapping[str, Any] = record["files"] if isinstance(record.get("files"), Mapping) else {}
+        theirs: Mapping[str, Any] = loader["files"]
+        record = {**record, "files": {**theirs, **mine}}
     families = {f.get("name"): f for f in (matrix.entries("dlopen_plugin") if matrix is not None else [])}
     view = RecordedView(record)
     ld = [d for d in record.get("ld_library_path") or [] if isinstance(d, str)]
