@@ -251,7 +251,7 @@ def _bare(r: "Requirement") -> str:
 
 def _extras_of(r: "Requirement") -> List[str]:
     """The extras a requirement's marker names (``extra == "cuda12"``)."""
-    return re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(r.marker or ""))
+    return _EXTRA_IN_MARKER.findall(str(r.marker or ""))
 
 
 def _say(env: Dict[str, Any], c: Dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ def build_tree(root: Path, spec: Dict[str, Any]) -> Path:
     """Create a sysroot tree.
 
     ``spec`` maps in-tree paths to file contents (str/bytes), to ``{"symlink": target}``,
-    or to ``{"dir": True}``.
+    or to ``{"dir": True}`` (with ``"mode"``: its permission bits).
     """
     for rel, content in spec.items():
         path = root / rel.lstrip("/")
@@ -33,6 +33,8 @@ def build_tree(root: Path, spec: Dict[str, Any]) -> Path:
             os.symlink(content["symlink"], path)
         elif isinstance(content, dict) and content.get("dir"):
             path.mkdir(parents=True, exist_ok=True)
+            if "mode" in content:
+                path.chmod(content["mode"])
         elif isinstance(content, bytes):
             path.write_bytes(content)
         else:

@@ -36,12 +36,9 @@ HERE = Path(__file__).parent
 INDEX = HERE / "index.json"
 Spec = Dict[str, Any]
 
-# every disk the probes would measure on the machine (the tree's own host disks are the test machine's, whose free
-# space is not the case's)
-FIXED_DISKS = {"volumes": [{"paths": ["/"], "roles": ["root"], "mountpoint": "/", "fstype": "xfs",
-                            "device": "/dev/nvme0n1p1", "total_bytes": 214748364800, "free_bytes": 150323855360,
-                            "used_pct": 30.0, "inodes_total": 104857600, "inodes_free": 104000000,
-                            "measured": "live"}], "errors": {}}
+# the disks as the probes would have measured them on the machine (the tree's own host disks are the test machine's,
+# whose free space is not the case's): tests/machines.py's
+from machines import FIXED_DISKS  # noqa: E402
 
 
 @dataclass
@@ -150,22 +147,13 @@ def snapshot_of(root: Path, machine: Machine) -> Dict[str, Any]:
 
 
 def build(root: Path, spec: Spec) -> Path:
-    import os
+    """The tree of a spec (tests/conftest.py build_tree)."""
+    import sys
 
-    for rel, content in spec.items():
-        path = root / rel.lstrip("/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, dict) and "symlink" in content:
-            os.symlink(content["symlink"], path)
-        elif isinstance(content, dict) and content.get("dir"):
-            path.mkdir(parents=True, exist_ok=True)
-            if "mode" in content:
-                path.chmod(content["mode"])
-        elif isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
-    return root
+    sys.path.insert(0, str(HERE.parent))
+    from conftest import build_tree
+
+    return build_tree(root, spec)
 
 
 def judge(record: Dict[str, Any], broken: bool, workdir: Optional[Path] = None) -> Outcome:
