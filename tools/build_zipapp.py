@@ -7,13 +7,17 @@
 It holds dl-doctor and its pinned runtime dependencies (tools/zipapp-requirements.txt) and runs on any Python >= 3.9
 of the box: `python3 dl-doctor.pyz run` (or `./dl-doctor.pyz`). Reproducible: the same sources and pins give the
 same bytes (files in sorted order, fixed timestamps from SOURCE_DATE_EPOCH or 2026-01-01, no byte code, no
-install-time paths). Needs pip and the package index (or a wheel cache) once, at build time.
+install-time paths). Needs pip and the package index (or a wheel cache) once, at build time, for the pinned
+dependencies; dl-doctor itself is staged from the source tree as setup.cfg lays it out (its packages, package data
+and entry points), so the building Python needs no setuptools or wheel.
 """
 
 from __future__ import annotations
 
 import argparse
+import configparser
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,8 +41,81 @@ main()
 """
 
 
+class BuildError(Exception):
+    """A reason the zipapp cannot be built, said in one line."""
+
+
 def pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args], check=True)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as exc:
+        raise BuildError(f"cannot start pip: {exc}")
+    if proc.returncode != 0:
+        text = (proc.stderr or proc.stdout or "").strip()
+        if "No module named pip" in text:
+            raise BuildError(f"{sys.executable} has no pip (python3 -m ensurepip, or your distribution's python3-pip)")
+        last = text.splitlines()[-1] if text else f"exit status {proc.returncode}"
+        raise BuildError(f"pip could not fetch the pinned dependencies (tools/zipapp-requirements.txt): {last}")
+
+
+def stage_project(stage: Path) -> None:
+    """dl-doctor as setup.cfg installs it: each package's modules and package data under its install name, and a
+    dist-info whose entry_points.txt registers the built-in probes and checks (as an installed wheel's does)."""
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(ROOT / "setup.cfg", encoding="utf-8")
+    options = cfg["options"]
+    mapping = dict(_pairs(options.get("package_dir", "")))
+    data = dict((name, [g.strip() for g in globs.split(",") if g.strip()])
+                for name, globs in cfg.items("options.package_data"))
+    for package in options.get("packages", "").split():
+        source = _source_dir(package, mapping)
+        target = stage.joinpath(*package.split("."))
+        target.mkdir(parents=True, exist_ok=True)
+        files = set(source.glob("*.py"))
+        for pattern in data.get(package, []):
+            files.update(p for p in source.glob(pattern) if p.is_file())
+        for path in sorted(files):
+            dest = target / path.relative_to(source)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest)
+    version = _version(_source_dir("dl_doctor", mapping) / "__init__.py")
+    info = stage / f"dl_doctor-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: dl-doctor\nVersion: {version}\n"
+                                   f"Requires-Python: {options.get('python_requires', '>=3.9')}\n", encoding="utf-8")
+    lines = []
+    for group, body in cfg.items("options.entry_points"):
+        lines.append(f"[{group}]")
+        lines.extend(f"{name} = {value}" for name, value in _pairs(body))
+        lines.append("")
+    (info / "entry_points.txt").write_text("\n".join(lines), encoding="utf-8")
+    (info / "top_level.txt").write_text("dl_doctor\n", encoding="utf-8")
+
+
+def _pairs(body: str):
+    """``name = value`` lines of a setup.cfg value (comments and blank lines skipped)."""
+    for line in body.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "=" in line:
+            name, value = line.split("=", 1)
+            yield name.strip(), value.strip()
+
+
+def _source_dir(package: str, mapping) -> Path:
+    parts = package.split(".")
+    for i in range(len(parts), 0, -1):  # the longest mapped prefix: dl_doctor.checks = checks, dl_doctor = doctor
+        prefix = ".".join(parts[:i])
+        if prefix in mapping:
+            return ROOT.joinpath(mapping[prefix], *parts[i:])
+    return ROOT.joinpath(*parts)
+
+
+def _version(init: Path) -> str:
+    found = re.search(r"^__version__\s*=\s*[\"']([^\"']+)[\"']", init.read_text(encoding="utf-8"), re.M)
+    if not found:
+        raise BuildError(f"no __version__ in {init}")
+    return found.group(1)
 
 
 def build(out: Path) -> Path:
@@ -49,7 +126,7 @@ def build(out: Path) -> Path:
             "--python-version", "3.9", "--implementation", "cp", "--abi", "cp39", "--platform",
             "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64", "--platform", "any",
             "-r", str(ROOT / "tools" / "zipapp-requirements.txt"))
-        pip("install", "--no-compile", "--no-deps", "--no-build-isolation", "--target", str(stage), str(ROOT))
+        stage_project(stage)
         for junk in list(stage.rglob("__pycache__")) + list(stage.rglob("direct_url.json")) + list(stage.rglob("*.so")) \
                 + [stage / "bin"]:
             if not junk.exists():
@@ -82,7 +159,11 @@ def _stamp(epoch: int):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", default=str(ROOT / "dist" / "dl-doctor.pyz"))
-    out = build(Path(parser.parse_args().output))
+    try:
+        out = build(Path(parser.parse_args().output))
+    except (BuildError, OSError) as exc:
+        print(f"build_zipapp: error: {exc}", file=sys.stderr)
+        return 2
     print(f"{out} ({out.stat().st_size / 1024:.0f} KiB)")
     return 0
 

@@ -178,15 +178,26 @@ def test_probes_read_the_host_only_through_host(path):
 
 @pytest.mark.slow
 def test_the_zipapp_builds_reproducibly_and_runs(run_cli, tmp_path):
-    """tools/build_zipapp.py: one file with its dependencies, the same bytes twice, runs on the box's Python."""
+    """tools/build_zipapp.py: one file with its dependencies, the same bytes twice, runs on the box's Python. The
+    second build runs in a new venv with pip alone (no wheel, no setuptools): any Python >= 3.9 with pip builds it,
+    to the same bytes."""
     import hashlib
     import shutil
 
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", str(bare)], check=True, timeout=300)
+    builder = str(bare / "bin" / "python")
+    subprocess.run([builder, "-m", "pip", "uninstall", "-q", "-y", "setuptools", "wheel"], capture_output=True,
+                   timeout=300)
+    gone = subprocess.run([builder, "-c", "import setuptools"], capture_output=True, timeout=60)
+    assert gone.returncode != 0, "the bare venv still has setuptools"
     outs = []
-    for name in ("a.pyz", "b.pyz"):
-        proc = subprocess.run([sys.executable, str(ROOT / "tools" / "build_zipapp.py"), "-o", str(tmp_path / name)],
+    for name, python in (("a.pyz", sys.executable), ("b.pyz", builder)):
+        proc = subprocess.run([python, str(ROOT / "tools" / "build_zipapp.py"), "-o", str(tmp_path / name)],
                               capture_output=True, text=True, timeout=600)
+        assert "Traceback" not in proc.stderr, proc.stderr
         if proc.returncode != 0:
+            assert "pip could not fetch the pinned dependencies" in proc.stderr, proc.stderr
             pytest.skip(f"cannot fetch the pinned wheels here: {proc.stderr.strip()[-300:]}")
         outs.append(hashlib.sha256((tmp_path / name).read_bytes()).hexdigest())
     assert outs[0] == outs[1]
