@@ -298,9 +298,10 @@ def _stack(model: Dict[str, Any], color: bool) -> List[str]:
         tail.append(f"{more} more with a CUDA framework (the HTML report has them)")
     if without:
         tail.append(f"{without} without a CUDA framework")
-    if tail:
-        rows.append(("Python" if not with_fw else "", "environments: " + ", ".join(tail) if not with_fw
-                     else ", ".join(tail)))
+    if tail and not with_fw:
+        rows.append(("Python", f"{without} environment{'s' if without != 1 else ''}, none with a CUDA framework"))
+    elif tail:
+        rows.append(("", f"+ environments: {', '.join(tail)}"))
     if not rows:
         return []
     col = min(14, max(len(name) for name, _ in rows))
