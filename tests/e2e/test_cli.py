@@ -105,8 +105,9 @@ def test_sysroot_docker_container_with_64m_shm_fails(run_cli, tree):
     assert report["host"]["container"] == "docker" and report["host"]["driver"] == "535.104.05"
     # failures come first in the terminal, with their fix
     out = r.stdout
-    # the problem first ("FAIL  /dev/shm is too small for training"), then the check that found it, then the fix
-    assert out.index("FAIL  /dev/shm is too small for training") < out.index("      DLD-MEM-001 · ") < out.index("PASS")
+    # the problem first ("FAIL  /dev/shm is too small for training · DLD-MEM-001"), then its fix, then the counts
+    assert out.index("FAIL  /dev/shm is too small for training") < out.index("      fix: ") < out.index("\nChecks: ")
+    assert "\nPASS" not in out and out.splitlines()[-1].startswith("1 problem: FAIL DLD-MEM-001")
     # the tree was captured from the running container: the fix is for it, not for this machine
     assert f"# on {report['host']['hostname']}: docker run --gpus all --shm-size=" in out
 
