@@ -467,8 +467,9 @@ def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
     """The terminal report. ``quiet``: only the problems and the last line; ``verbose``: every pass and skip too, and
     each problem's check. ``gpu_names``: the GPU model for a PCI ID (``10de:20b0``), from the run's matrix (the
     application supplies it: a report never loads the matrix). ``height``: the screen's rows; where the report would
-    not fit them, the stack block, then the blank lines between the problems, then the OS and kernel are left out,
-    so the problems and the last line stay on one screen (``verbose`` output is never shortened)."""
+    not fit them, the stack block, then the blank lines between the problems, then the OS and kernel are left out
+    (and what could not be collected is one line), so the problems and the last line stay on one screen
+    (``verbose`` output is never shortened)."""
     global _width
     _width = max(MIN_WIDTH, width)
     original = report
@@ -490,8 +491,9 @@ def render(report: Dict[str, Any], color: bool = False, quiet: bool = False,
 def _render(original: Dict[str, Any], report: Dict[str, Any], model: Optional[Dict[str, Any]], *, color: bool,
             quiet: bool, verbose: bool, paths: List[str], gpu_names: Optional[Mapping[str, str]],
             compact: int) -> str:
-    """The report at a level of compactness: 0 all of it, 1 without the stack block, 2 also without the blank lines
-    between the problems, 3 also with the short header (and no blank line after it)."""
+    """The report at a level of compactness: 0 all of it, 1 without the stack block and with the facts that could
+    not be collected (and those root would add) one line each, 2 also without the blank lines between the problems,
+    3 also with the short header (and no blank line after it)."""
     lines: List[str] = []
     if not quiet:
         lines.extend(_header(original, report, gpu_names, model["system"] if model else [], color,
@@ -514,12 +516,18 @@ def _render(original: Dict[str, Any], report: Dict[str, Any], model: Optional[Di
 
     if not quiet:
         errors = report.get("probe_errors") or []
-        if errors:
+        if errors and compact:  # one line where the screen is short (-v has them in full)
+            lines.append(_cut("Facts that could not be collected: " + ", ".join(str(e.get("probe")) for e in errors)
+                              + " (-v says why)", _width))
+        elif errors:
             lines.append(_paint("Facts that could not be collected:", "bold", color))
             for err in errors:
                 lines.extend(_wrap(f"- {err['probe']}: {err['error']}", "  ", "    "))
         limited = (report.get("privilege") or {}).get("limited") or []
-        if limited:
+        if limited and compact:
+            lines.append(_cut("Run as root for facts from: " + ", ".join(
+                str(item.get("probe")) for item in limited) + " (-v says what)", _width))
+        elif limited:
             lines.extend(_wrap("Running as root would add: " + "; ".join(
                 f"{item['would_add']} (probe {item['probe']})" for item in limited), "", "  "))
         load_errors = (report.get("run") or {}).get("load_errors") or []

@@ -212,6 +212,23 @@ def test_on_a_24_row_screen_the_problems_and_the_last_line_fit(failing):
     assert _render(failing, width=80, height=60) == full  # a tall screen has all of it
 
 
+def test_on_a_short_screen_what_root_would_add_and_the_facts_not_collected_are_a_line_each(warning):
+    report = copy.deepcopy(warning)
+    report["privilege"] = {"euid": 1000, "is_root": False, "limited": [
+        {"probe": "kernel_log", "would_add": "the kernel log (/dev/kmsg): Xid errors and driver load failures"},
+        {"probe": "processes", "would_add": "the mapped libraries of 3 Python process(es) of other users"},
+        {"probe": "security", "would_add": "other users' Jupyter configs and processes, the owners of sockets"}]}
+    report["probe_errors"] = [{"probe": "ebs", "error": "nvme: permission denied reading /dev/nvme1n1"}]
+    full = _render(report, width=80)
+    assert "Running as root would add: the kernel log (/dev/kmsg): Xid errors and driver\n  load" in full
+    assert "\n  - ebs: nvme: permission denied reading /dev/nvme1n1\n" in full
+    short = _render(report, width=80, height=20)
+    assert terminal.rows(short, 80) <= 20, short
+    assert "\nRun as root for facts from: kernel_log, processes, security (-v says what)\n" in short
+    assert "\nFacts that could not be collected: ebs (-v says why)\n" in short
+    assert _render(report, width=80, height=20, verbose=True).count("Xid errors and driver load") == 1
+
+
 def test_the_width_is_columns_else_the_terminals_else_100(monkeypatch):
     import io
 
