@@ -226,7 +226,7 @@ def test_on_a_short_screen_what_root_would_add_and_the_facts_not_collected_are_a
     assert terminal.rows(short, 80) <= 20, short
     assert "\nRun as root for facts from: kernel_log, processes, security (-v says what)\n" in short
     assert "\nFacts that could not be collected: ebs (-v says why)\n" in short
-    assert _render(report, width=80, height=20, verbose=True).count("Xid errors and driver\\n  load") == 1
+    assert _render(report, width=80, height=20, verbose=True).count("Xid errors and driver\n  load") == 1
 
 
 def test_the_width_is_columns_else_the_terminals_else_100(monkeypatch):
