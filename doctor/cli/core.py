@@ -67,11 +67,17 @@ def emit_engine(outcome: app.Outcome, kw) -> int:
     return code
 
 
-def emit(outcome: app.Outcome, *, stdout_kind: Optional[str], quiet: bool, no_color: bool, fail_on: str) -> int:
-    """Print the terminal summary (or the JSON on stdout) and the problems; the exit code."""
+def emit(outcome: app.Outcome, *, stdout_kind: Optional[str], quiet: bool, no_color: bool, fail_on: str,
+         verbose: Optional[bool] = None) -> int:
+    """Print the terminal report (or the JSON on stdout) and the problems; the exit code. ``verbose`` (every pass and
+    skip listed) and the matrix overlays that name the GPUs come from the command's options where not given."""
     from dl_doctor.engine import exit_code
     from dl_doctor.reports import terminal
 
+    ctx = click.get_current_context(silent=True)
+    params = ctx.params if ctx is not None else {}
+    if verbose is None:
+        verbose = bool(params.get("verbose"))
     if stdout_kind:
         sys.stdout.write(outcome.json_text if stdout_kind == "json" else outcome.markdown_text or "")
         sys.stdout.flush()
@@ -79,9 +85,10 @@ def emit(outcome: app.Outcome, *, stdout_kind: Optional[str], quiet: bool, no_co
             for path in outcome.written:
                 click.echo(f"Report: {terminal.safe_line(path)}", err=True)
     else:
-        click.echo(terminal.render(outcome.report, color=use_color(no_color), quiet=quiet,
-                                   width=terminal.terminal_width(sys.stdout),
-                                   paths=[] if quiet else outcome.written), nl=False)
+        names = {} if quiet else app.gpu_names(outcome.report, tuple(params.get("overlays") or ()))
+        click.echo(terminal.render(outcome.report, color=use_color(no_color), quiet=quiet, verbose=verbose,
+                                   width=terminal.terminal_width(sys.stdout), paths=outcome.written,
+                                   height=terminal.terminal_height(sys.stdout), gpu_names=names), nl=False)
     for problem in outcome.problems:
         click.echo(f"dl-doctor: error: {terminal.safe_line(problem)}", err=True)
     return 2 if outcome.problems else exit_code(outcome.findings, fail_on)
@@ -281,7 +288,8 @@ def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> 
 @click.option("--output-dir", default="dl-doctor-reports", show_default=True, metavar="DIR")
 @click.option("--fail-on", type=click.Choice(["fail", "warn", "never"]), default="fail", show_default=True)
 @click.option("--no-color", is_flag=True, help="No colour.")
-@click.option("-q", "--quiet", is_flag=True, help="Print only problems and the summary line.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the problems and the last line.")
+@click.option("-v", "--verbose", is_flag=True, help="Also list every check that passed or was skipped.")
 def verify_cmd(python_path, level, framework, include_busy, **kw) -> int:
     """Prove the GPUs work and perform: short, bounded workloads in an environment's own torch or JAX (a matmul per
     GPU and dtype against its dense peak, a cuDNN convolution, host copies, an NCCL all-reduce across the GPUs), with

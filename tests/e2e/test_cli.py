@@ -34,9 +34,16 @@ def test_live_run_writes_both_reports_and_prints_a_summary(run_cli):
     assert len(r.reports("html")) == 1
     expected_code = 1 if report["summary"]["fail"] or report["summary"]["error"] else 0
     assert r.returncode == expected_code
-    assert "Summary:" in r.stdout and "Report: " in r.stdout
-    for f in report["findings"]:
+    assert "\nChecks: " in r.stdout and "Report: " in r.stdout
+    problems = [f for f in report["findings"] if f["status"] in ("fail", "error", "warn")]
+    for f in problems:  # each problem has its block; passes and skips are counted, not listed
         assert f["id"] in r.stdout
+    last = r.stdout.splitlines()[-1]
+    assert last.startswith(f"{len(problems)} problem") if problems else last.startswith(("All is well", "No problem"))
+    assert not any(line.startswith(("PASS ", "SKIP ")) for line in r.stdout.splitlines())
+    verbose = run_cli("run", "-v")
+    for f in report["findings"]:  # -v lists every pass and skip
+        assert f["id"] in verbose.stdout
     name = r.reports("json")[0].name
     assert name.startswith("dl-doctor-") and name.endswith("Z.json")
     assert "\033[" not in r.stdout  # not a TTY: no colour
@@ -65,9 +72,10 @@ def test_explicit_paths(run_cli, tmp_path):
     assert f"Report: {j}" in r.stdout
 
 
-def test_quiet_prints_only_problems_and_the_summary(run_cli):
+def test_quiet_prints_only_problems_and_the_last_line(run_cli):
     r = run_cli("run", "-q", "--only", "DLD-SYS-001")
-    assert r.stdout.startswith("Summary: ") and "PASS" not in r.stdout
+    assert r.stdout.count("\n") == 1 and r.stdout.startswith(("All is well", "No problem found")), r.stdout
+    assert "PASS" not in r.stdout and "Report:" not in r.stdout and "Checks:" not in r.stdout
 
 
 # -- sysroot ------------------------------------------------------------------------
@@ -97,8 +105,9 @@ def test_sysroot_docker_container_with_64m_shm_fails(run_cli, tree):
     assert report["host"]["container"] == "docker" and report["host"]["driver"] == "535.104.05"
     # failures come first in the terminal, with their fix
     out = r.stdout
-    # the problem first ("FAIL  /dev/shm is too small for training"), then the check that found it, then the fix
-    assert out.index("FAIL  /dev/shm is too small for training") < out.index("      DLD-MEM-001 · ") < out.index("PASS")
+    # the problem first ("FAIL  /dev/shm is too small for training · DLD-MEM-001"), then its fix, then the counts
+    assert out.index("FAIL  /dev/shm is too small for training") < out.index("      fix: ") < out.index("\nChecks: ")
+    assert "\nPASS" not in out and out.splitlines()[-1].startswith("1 problem: FAIL DLD-MEM-001")
     # the tree was captured from the running container: the fix is for it, not for this machine
     assert f"# on {report['host']['hostname']}: docker run --gpus all --shm-size=" in out
 
@@ -317,7 +326,7 @@ def test_unwritable_output_is_a_clear_error(run_cli, tmp_path):
     r = run_cli("run", "--output-dir", str(blocker / "sub"), "--only", "DLD-SYS-001")
     assert r.returncode == 2
     assert "cannot write" in r.stderr and "Traceback" not in r.stderr
-    assert "Summary:" in r.stdout  # the summary is still printed
+    assert "\nChecks: 1 passed" in r.stdout  # the report is still printed
 
 
 # -- colour -------------------------------------------------------------------------------

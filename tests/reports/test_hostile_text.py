@@ -86,11 +86,12 @@ def test_the_terminal_summary_keeps_each_value_on_its_line_and_a_fix_keeps_its_c
                             "headline": "small" + forged, "message": "the mount" + forged,
                             "fix": {"summary": "grow it" + forged, "commands": ["# in the pod spec:\nvolumes: []"]}},
                            {"id": "DLD-SYS-001", "status": "pass", "title": "ok", "message": "fine" + forged}]}
-    text = terminal.render(report)
-    _assert_escaped(text)
-    assert not [line for line in text.splitlines() if line.lstrip().startswith("PASS  DLD-GPU-001")], text
-    assert text.count("\\nPASS  DLD-GPU-001  every GPU is healthy\\x1b[2J") == 6
-    assert "  # in the pod spec:\n" in text and "\n        volumes: []\n" in text  # the commands' own lines
+    for verbose, shown in ((False, 4), (True, 6)):  # host, headline, message, fix (-v: and title, pass message)
+        text = terminal.render(report, verbose=verbose)
+        _assert_escaped(text)
+        assert not [line for line in text.splitlines() if line.lstrip().startswith("PASS  DLD-GPU-001")], text
+        assert text.count("\\nPASS  DLD-GPU-001  every GPU is healthy\\x1b[2J") == shown, text
+        assert "  # in the pod spec:\n" in text and "\n        volumes: []\n" in text  # the commands' own lines
 
 
 def test_preflight_error_line_escapes_what_a_peer_sent(monkeypatch, capsys):

@@ -98,12 +98,18 @@ def test_the_terminal_leads_with_the_problem_and_wraps_paths_at_the_width(dlami_
     block = block[:block.index("\n\n")]
     lines = block.splitlines()
     assert lines[0] == "FAIL  torch in pytorch loads libcudnn.so.9 9.0.0 via LD_LIBRARY_PATH,"
-    assert lines[1] == "      not its own 9.1.0.70"
-    assert lines[2].startswith("      DLD-PY-004 · The CUDA libraries that load")
+    assert lines[1] == "      not its own 9.1.0.70 · DLD-PY-004"
     # commands are never wrapped, so that they paste (the tree is an image: they are "# boot the image, then:" lines)
-    assert all(len(l) <= 72 for l in lines if not l.lstrip().startswith(("$", "#")))
+    commands = [l for l in lines if l.startswith("        ")]
+    assert commands and all(c.lstrip().startswith("#") for c in commands)
+    assert all(len(l) <= 72 for l in lines if l not in commands)
     # the long site-packages path broke after a '/', not in the middle of a name
     assert any(l.rstrip().endswith("/") for l in lines)
+    # the stack block names torch's build and the cuDNN it loads, marked with the finding
+    stack = text[text.index("Stack: "):text.index("Checks: ")]
+    assert "pytorch torch 2.5.1+cu124 for CUDA 12.4 (cuDNN 9.0.0 ✗ DLD-PY-004, NCCL 2.21.5) · Python 3.11" in \
+        " ".join(stack.split()), stack
+    assert terminal.render(report, width=72, verbose=True).count("\n      DLD-PY-004 checks: The CUDA libraries") == 1
 
 
 def test_the_markdown_summary_renders_as_github_would(dlami_report):
