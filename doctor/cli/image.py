@@ -10,7 +10,8 @@ import time
 import click
 
 from dl_doctor import app
-from dl_doctor.cli.base import cli, collect_options, collect_opts, matrix_overlay_option, use_color
+from dl_doctor.cli.base import (check_outputs, cli, collect_options, collect_opts, json_option, json_text,
+                                matrix_overlay_option, use_color, write_output)
 
 
 @cli.command("expect")
@@ -39,23 +40,24 @@ def expect_cmd(source, output, packages) -> int:
 @cli.command("diff")
 @click.argument("baseline", metavar="BASELINE.json")
 @click.argument("current", metavar="CURRENT.json")
-@click.option("--json", "as_json", is_flag=True, help="Print the drift as JSON.")
+@json_option("Write the drift as JSON here ('-' = stdout, instead of the text).")
 @click.option("--ignore", multiple=True, metavar="PATTERN",
               help="Leave out versions or findings whose key or ID matches this glob (repeatable), e.g. "
                    "'kernel', 'environments.*.packages.pip', 'DLD-DISK-*'.")
-def diff_cmd(baseline, current, as_json, ignore) -> int:
+def diff_cmd(baseline, current, json_path, ignore) -> int:
     """Drift between two reports (or facts files): versions and findings. Exit 1 when anything drifted."""
     from dl_doctor.judge.diff import diff
     from dl_doctor.reports.drift import render_text
 
+    check_outputs(json_path)
     reg = app.registry()
     base_snap, base_findings = app.snapshot_and_findings(baseline, reg)
     cur_snap, cur_findings = app.snapshot_and_findings(current, reg)
     patterns = [p for item in ignore for p in item.split(",") if p.strip()]
     result = diff(base_snap, cur_snap, base_findings, cur_findings, patterns)
-    if as_json:
-        click.echo(json.dumps({"baseline": baseline, "current": current, **result}, indent=2, sort_keys=False))
-    else:
+    if json_path:
+        write_output(json_path, json_text({"baseline": baseline, "current": current, **result}))
+    if json_path != "-":
         click.echo(render_text(result, baseline, current), nl=False)
     return 1 if result["drift"] else 0
 
