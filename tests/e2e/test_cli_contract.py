@@ -158,6 +158,27 @@ def test_explain_json_is_the_spec_and_every_section(run_cli):
     assert doc["explanation"][Explanation.SECTIONS[0][0]].split()[0] in text
 
 
+def test_diff_markdown_is_a_redacted_table(run_cli, reports, tmp_path):
+    doc = json.loads((reports / "g5.json").read_text())
+    doc["facts"]["system"]["hostname"] = doc["host"]["hostname"] = "gpu-node-17.corp.example"
+    warned = next(f for f in doc["findings"] if f["id"] == "DLD-GPU-005")
+    warned["message"] += " on gpu-node-17.corp.example | see `x`"
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(doc))
+    r = run_cli("diff", base, reports / "p4d.json", "--markdown", "-", timeout=120)
+    assert r.returncode == 1, r.stderr  # drifted
+    lines = r.stdout.splitlines()
+    assert "| version | baseline | current |" in lines and "| check | baseline | current | finding |" in lines
+    assert "| `driver` | `535.129.03` | `535.104.05` |" in lines
+    row = next(line for line in lines if line.startswith("| `DLD-GPU-005` | warn | cleared | "))
+    assert "gpu-node-17" not in r.stdout and "[HOST-1]" in row.replace("\\[", "[").replace("\\]", "]")
+    assert row.count(" | ") == 3 and "\\|" in row  # the message's bar cannot open a cell
+    assert lines[-1] == f"{sum(1 for l in lines if l.startswith('| `'))} change(s)."
+    # --markdown FILE: written, and the text prints as before
+    r = run_cli("diff", base, reports / "p4d.json", "--markdown", tmp_path / "d.md", timeout=120)
+    assert (tmp_path / "d.md").read_text().startswith("### dl-doctor diff ") and "change(s)." in r.stdout
+
+
 # -- where reports go -----------------------------------------------------------------------------------------------
 
 def test_check_writes_no_report_unless_asked(run_cli, reports, tmp_path):
