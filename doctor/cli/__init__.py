@@ -68,6 +68,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if code == INTERRUPTED:
         _interrupted(program)
     if program:
+        import signal
+
+        try:  # the work is done: an interrupt now would only be a traceback from the interpreter's shutdown
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # pragma: no cover - not the main thread
+            pass
         try:
             sys.stdout.flush()
         except BrokenPipeError:

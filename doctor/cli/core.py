@@ -96,8 +96,8 @@ def run_cmd(**kw) -> int:
 
     started, t0 = utc_now(), time.monotonic()
     collect, judge, out = collect_opts(kw), judge_opts(kw), output_opts(kw)
+    _engine_setup(kw, out)  # first: an engine names its outputs (no archive), then they are held to the rules
     out.validate()
-    _engine_setup(kw, out)
     reg = app.registry()
     app.validate_inputs(reg, judge)
     # the report's head start begins once the probes are under way: starting their threads goes faster without it
@@ -125,6 +125,7 @@ def collect_cmd(output, redact, **kw) -> int:
     from dl_doctor.redact import redact as redact_document
     from dl_doctor.reports import to_json
 
+    check_outputs(output)
     snapshot = app.collect_facts(app.registry(), collect_opts(kw))
     text = to_json(redact_document(snapshot, extended=redact))
     if output == "-":
@@ -144,8 +145,8 @@ def check_cmd(facts_file, **kw) -> int:
 
     started, t0 = utc_now(), time.monotonic()
     judge, out = judge_opts(kw), output_opts(kw, archive=False)  # reports only where asked for
+    _engine_setup(kw, out)  # first: an engine names its outputs (no archive), then they are held to the rules
     out.validate()
-    _engine_setup(kw, out)
     reg = app.registry()
     snapshot = app.load_snapshot(facts_file)
     outcome = app.write_outputs(snapshot, reg, judge, out, mode="facts", started=started, t0=t0,

@@ -27,6 +27,7 @@ def expect_cmd(source, output, packages) -> int:
     from dl_doctor.model import Facts
     from dl_doctor.facts.flat import stack
 
+    check_outputs(output)
     snapshot = app.load_snapshot(source)
     text = to_toml(stack(Facts(snapshot)), sorted(set(DEFAULT_PACKAGES) | set(packages)))
     if output:
