@@ -88,7 +88,8 @@ class OutputOptions:
 
     json_path: Optional[str] = None
     html_path: Optional[str] = None
-    output_dir: str = "dl-doctor-reports"
+    # where the reports not named go (run, verify, the login timer); None: only the named ones are written (check)
+    output_dir: Optional[str] = "dl-doctor-reports"
     junit_path: Optional[str] = None
     prom_path: Optional[str] = None
     status_path: Optional[str] = None
@@ -97,8 +98,21 @@ class OutputOptions:
     markdown_max_chars: int = 65536
 
     def validate(self) -> None:
+        """Refuse, before anything runs, what could only fail at the end: two outputs on stdout, a named output in
+        a directory that does not exist (none is created for it), an --output-dir that cannot hold the reports."""
         if self.json_path == "-" and self.markdown_path == "-":
             raise InputProblem("--json - and --markdown - both want stdout alone: write one of them to a file")
+        for path in (self.json_path, self.html_path, self.markdown_path, self.junit_path, self.prom_path,
+                     self.status_path):
+            if path and path != "-":
+                check_output_path(path)
+        if self.output_dir is not None and self.writes_defaults:
+            check_output_dir(self.output_dir)
+
+    @property
+    def writes_defaults(self) -> bool:
+        """Whether a report goes into --output-dir under its default name (one of JSON and HTML is not named)."""
+        return self.output_dir is not None and (self.json_path is None or self.html_path is None)
 
     @property
     def stdout_kind(self) -> Optional[str]:
@@ -115,6 +129,31 @@ class Outcome:
     written: List[str] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
     markdown_text: Optional[str] = None
+
+
+def check_output_path(path: str) -> None:
+    """A named output's directory must exist: it is never created (``--json /no/such/dir/r.json`` is exit 2)."""
+    from dl_doctor.host.output import missing_directory
+
+    why = missing_directory(path)
+    if why:
+        raise InputProblem(f"cannot write {path}: {why}")
+
+
+def check_output_dir(directory: str) -> None:
+    """The report archive (--output-dir) can be used: created if missing (as documented), a directory this user may
+    write into, held to the archive's rule as root. One line when not."""
+    from dl_doctor.host.output import open_directory
+
+    try:
+        fd = open_directory(directory, create=True, guard=True)
+    except OSError as exc:
+        raise InputProblem(_archive_problem(directory, exc))
+    try:
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise InputProblem(f"cannot write into {directory}: permission denied")
+    finally:
+        os.close(fd)
 
 
 # -- loading --------------------------------------------------------------------------------------------------------
@@ -442,13 +481,14 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
     report = redact(report, extended=judge_opts.redact, snapshot=dict(snapshot))
     outcome = Outcome(report, findings, to_json(report))
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
-    base = os.path.join(out.output_dir, f"dl-doctor-{safe_name(report['host'].get('hostname'))}-{stamp}")
-    defaults = out.json_path is None or out.html_path is None
+    archive_dir = out.output_dir or "."
+    base = os.path.join(archive_dir, f"dl-doctor-{safe_name(report['host'].get('hostname'))}-{stamp}")
+    defaults = out.writes_defaults
     if defaults:
         try:  # a name no other run in this directory has, even in the same second
             base = reserve_unique(base, ".json" if out.json_path is None else ".html")
         except OSError as exc:
-            outcome.problems.append(_archive_problem(out.output_dir, exc))
+            outcome.problems.append(_archive_problem(archive_dir, exc))
             defaults = False  # one line says why; nothing is written into (or pruned from) that directory
     # (path, renderer, private): reports carry the environment and stay private; the status line and the metrics
     # carry none and stay readable by the users and exporters that read them.
@@ -484,9 +524,9 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
             outcome.problems.append(f"cannot write {path}: {exc.strerror or exc}")
     if out.keep_reports is not None and defaults:
         try:
-            prune_reports(out.output_dir, out.keep_reports, protect=outcome.written)
+            prune_reports(archive_dir, out.keep_reports, protect=outcome.written)
         except OSError as exc:
-            outcome.problems.append(_archive_problem(out.output_dir, exc))
+            outcome.problems.append(_archive_problem(archive_dir, exc))
     return outcome
 
 

@@ -37,3 +37,32 @@ def render_text(result: Mapping[str, Any], baseline: str, current: str) -> str:
 
 def _rank(status: str) -> int:
     return {"warn": 1, "fail": 2, "error": 3}.get(status, 0)
+
+
+def render_markdown(result: Mapping[str, Any], baseline: str, current: str) -> str:
+    """The drift as GitHub-flavoured Markdown for a ticket or a pull request: a table of the versions that changed,
+    appeared or went, and one of the findings that moved. Every value is escaped (reports.markdown's text/code); the
+    caller redacts host names, addresses and users first (it is meant to be pasted in public)."""
+    from dl_doctor.reports.markdown import code, text
+
+    v, f = result["versions"], result["findings"]
+    lines = [f"### dl-doctor diff {code(baseline)} → {code(current)}", ""]
+    rows = ([(key, change["from"], change["to"]) for key, change in v["changed"].items()]
+            + [(key, None, value) for key, value in v["added"].items()]
+            + [(key, value, None) for key, value in v["removed"].items()])
+    if rows:
+        lines += ["| version | baseline | current |", "|---|---|---|"]
+        lines += [f"| {code(key, True)} | {code(a, True) if a is not None else '(none)'} | "
+                  f"{code(b, True) if b is not None else '(none)'} |" for key, a, b in rows]
+        lines.append("")
+    moved = ([(i["id"], "(none)", i["status"], i["message"]) for i in f["appeared"]]
+             + [(i["id"], i["was"], i["status"], i["message"]) for i in f["changed"]]
+             + [(i["id"], i["was"], "cleared", i["message"]) for i in f["cleared"]])
+    if moved:
+        lines += ["| check | baseline | current | finding |", "|---|---|---|---|"]
+        lines += [f"| {code(i, True)} | {text(was)} | {text(now)} | {text(message, 500)} |"
+                  for i, was, now, message in moved]
+        lines.append("")
+    n = len(rows) + len(moved)
+    lines.append(f"{n} change(s)." if n else "No drift.")
+    return "\n".join(lines) + "\n"

@@ -2,7 +2,9 @@
 
 ``dl-doctor`` alone is ``dl-doctor run``.  Exit codes: 0 nothing at or above ``--fail-on``; 1 findings at or above
 it; 2 usage error, bad input or dl-doctor itself could not run (always a one-line message, never a traceback; set
-``DL_DOCTOR_DEBUG=1`` to see one).
+``DL_DOCTOR_DEBUG=1`` to see one); 130 interrupted (Ctrl-C, SIGINT: the one line ``dl-doctor: interrupted``, at any
+point of the run). A reader that closes stdout early (``dl-doctor list | head -1``) ends nothing: the rest of the
+output goes nowhere, quietly, and the exit code is the one the run would have had.
 
 Commands live in one module per family (``core``, ``image``, ``login``, ``matrix``, ``fleet``, ``why``); what they
 do lives in :mod:`dl_doctor.app`. This module maps every kind of failure to its exit code, in one place. It imports
@@ -45,18 +47,131 @@ GC_THRESHOLD = (100_000, 10, 10)
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """The program (``argv`` None: ``sys.argv``, the ``dl-doctor`` script and ``python -m dl_doctor``) or the command
-    line embedded in another program (``argv`` given: the collector is left as that program set it)."""
+    line embedded in another program (``argv`` given: the collector and stdout are left as that program set them)."""
     program = argv is None
-    if program:  # before click and the commands are imported: their objects are most of those the collector sees
-        gc.set_threshold(*GC_THRESHOLD)
     try:
-        code = _run(argv)
-    finally:
-        if program:
-            # the process ends here: the interpreter's last full collection would only free memory the OS takes
-            # back anyway (some 7 % of a run again); files are closed where they are written
-            gc.freeze()
+        if program:  # before click and the commands are imported: their objects are most of those the collector sees
+            gc.set_threshold(*GC_THRESHOLD)
+            _pipe_safe_stdout()
+        try:
+            code = _run(argv)
+        finally:
+            if program:
+                # the process ends here: the interpreter's last full collection would only free memory the OS takes
+                # back anyway (some 7 % of a run again); files are closed where they are written
+                gc.freeze()
+    except KeyboardInterrupt:  # also while the commands are imported, before click is there to catch it
+        code = INTERRUPTED
+    except BrokenPipeError:  # stdout is not ours (embedded) and its reader went away
+        _quiet_stdout()
+        code = 0
+    if code == INTERRUPTED:
+        _interrupted(program)
+    if program:
+        import signal
+
+        try:  # the work is done: an interrupt now would only be a traceback from the interpreter's shutdown
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # pragma: no cover - not the main thread
+            pass
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
     sys.exit(code)
+
+
+INTERRUPTED = 130
+
+
+def _interrupted(program: bool) -> None:
+    """Ctrl-C: one line, exit 130. Further interrupts are ignored while it is said; the program then ends at once
+    (os._exit), not waiting on probe threads or subprocesses, and so never with a traceback from the shutdown."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):  # not the main thread of an embedding program
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:  # on a terminal the "^C" the terminal echoed keeps its own line
+        sys.stderr.write(("\n" if sys.stderr.isatty() else "") + "dl-doctor: interrupted\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    if program:
+        os._exit(INTERRUPTED)
+
+
+def _quiet_stdout() -> None:
+    """The reader of stdout went away: what is still to be written goes to /dev/null (what the Python documentation
+    recommends for EPIPE), so nothing is reported when the interpreter flushes stdout at its end."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class _PipeSafeRaw:
+    """File descriptor 1 for a text stream: once its reader is gone (EPIPE), every later write goes to /dev/null
+    and counts as written, so no command fails half-way through its output and each keeps its exit code."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, data: Any) -> int:
+        try:
+            return os.write(self.fd, data)
+        except BrokenPipeError:
+            _quiet_stdout()
+            return len(data)
+
+
+def _pipe_safe_stdout() -> None:
+    """Put :class:`_PipeSafeRaw` under sys.stdout (the program's own fd 1 only; same encoding and buffering)."""
+    import io
+
+    out = sys.stdout
+    if out is None or out is not sys.__stdout__:
+        return
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError, AttributeError):
+        return
+
+    class Raw(io.RawIOBase):
+        def __init__(self) -> None:
+            super().__init__()
+            self._w = _PipeSafeRaw(fd)
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data: Any) -> int:  # type: ignore[override]
+            return self._w.write(data)
+
+        def fileno(self) -> int:
+            return fd
+
+        def isatty(self) -> bool:
+            return os.isatty(fd)
+
+        def close(self) -> None:  # fd 1 stays open for the rest of the process (and its children)
+            pass
+
+    try:
+        out.flush()
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(Raw(), 1 << 16), encoding=out.encoding,
+                                      errors=out.errors, line_buffering=out.line_buffering,
+                                      write_through=getattr(out, "write_through", False))
+    except (OSError, ValueError, AttributeError, LookupError):
+        return
 
 
 def _run(argv: Optional[Sequence[str]]) -> int:
@@ -68,8 +183,11 @@ def _run(argv: Optional[Sequence[str]]) -> int:
 
     debug = bool(os.environ.get("DL_DOCTOR_DEBUG"))
     try:
-        code = cli.main(args=list(argv) if argv is not None else None, prog_name="dl-doctor", standalone_mode=False)
-    except click.exceptions.Exit as exc:  # pragma: no cover - click returns it in non-standalone mode
+        # the context is made and invoked here, not through cli.main(): that prints a blank line for Ctrl-C and
+        # turns it (and any EOFError) into its Abort, where main() says "interrupted" once, on its own
+        with cli.make_context("dl-doctor", list(argv) if argv is not None else sys.argv[1:]) as ctx:
+            code = cli.invoke(ctx)
+    except click.exceptions.Exit as exc:  # --help, --version
         code = exc.exit_code
     except InputProblem as exc:
         click.echo(f"dl-doctor: error: {_error_line(exc)}", err=True)
@@ -81,13 +199,10 @@ def _run(argv: Optional[Sequence[str]]) -> int:
         # Bad input is exit 2; an answer of "no such entry" (dl-doctor matrix) is exit 1.
         code = getattr(exc, "dl_doctor_exit", 2)
         click.echo(f"dl-doctor: {'error: ' if code == 2 else ''}{message}", err=True)
-    except click.exceptions.Abort:
-        click.echo("dl-doctor: interrupted", err=True)
-        code = 130
-    except KeyboardInterrupt:
-        click.echo("dl-doctor: interrupted", err=True)
-        code = 130
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        code = INTERRUPTED  # main() says it, once
     except BrokenPipeError:
+        _quiet_stdout()
         code = 0
     except Exception as exc:  # noqa: BLE001 - never a traceback for users
         if debug:

@@ -4,11 +4,11 @@ lives in :mod:`dl_doctor.app`."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import click
 
-from dl_doctor import __version__
+from dl_doctor import __version__, app
 from dl_doctor.app import DEFAULT_TIMEOUT, CollectOptions, JudgeOptions, OutputOptions
 
 
@@ -63,6 +63,62 @@ matrix_overlay_option = click.option(
     help="Extra compatibility-matrix data (TOML) that adds or overrides entries (repeatable).")
 
 
+def _output_path(ctx, param, value):
+    """A report's PATH, or ``-`` for stdout. A value that is an option (``--json --html x``: the old flag form followed
+    by another option) is refused, not taken for a file name (``./-x`` names such a file)."""
+    if value is None or value == "-":
+        return value
+    if not value or value.startswith("-"):
+        raise click.BadParameter(f"{param.opts[0]} takes a PATH, or - for stdout (got {value!r})")
+    return value
+
+
+def json_option(help_text: str = "Write the JSON here ('-' = alone on stdout).", dest: str = "json_path"):
+    """``--json PATH|-``, the same on every command: a value is required; ``-`` is stdout. Written through
+    :func:`write_output`."""
+    return click.option("--json", dest, metavar="PATH|-", callback=_output_path, help=help_text)
+
+
+def markdown_option(help_text: str = "Write a Markdown summary here to paste into a ticket ('-' = alone on stdout).",
+                    dest: str = "markdown_path"):
+    """``--markdown PATH|-``, like :func:`json_option`."""
+    return click.option("--markdown", dest, metavar="PATH|-", callback=_output_path, help=help_text)
+
+
+def html_option(help_text: str = "Write the HTML report here.", dest: str = "html_path"):
+    return click.option("--html", dest, metavar="PATH", callback=_output_path, help=help_text)
+
+
+def json_text(document: Any) -> str:
+    """A command's JSON answer, as every command writes it."""
+    import json
+
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_output(path: str, text: str, *, private: bool = True) -> Optional[str]:
+    """One output of a command: ``-`` is stdout, anything else the safe writer (a directory is never created for it;
+    a refusal is one line, exit 2). Returns the path written, None for stdout."""
+    import sys
+
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return None
+    app.write_or_refuse(path, text, private=private)
+    return path
+
+
+def check_outputs(*paths: Optional[str]) -> None:
+    """Refuse, before any work, a named output whose directory does not exist, and two outputs on stdout."""
+    named = [p for p in paths if p]
+    if named.count("-") > 1:
+        raise app.InputProblem("only one output can go to stdout ('-'): write the others to files")
+    for path in named:
+        if path != "-":
+            app.check_output_path(path)
+
+
 def _apply(func, opts):
     for opt in reversed(opts):
         func = opt(func)
@@ -72,16 +128,16 @@ def _apply(func, opts):
 def report_options(func):
     """Options shared by `run` and `check`."""
     return _apply(func, [
-        click.option("--json", "json_path", metavar="PATH", help="Write the JSON report here ('-' = alone on stdout)."),
-        click.option("--html", "html_path", metavar="PATH", help="Write the HTML report here."),
-        click.option("--markdown", "markdown_path", metavar="PATH",
-                     help="Also write a Markdown summary to paste into a ticket ('-' = alone on stdout); host names, "
-                          "addresses and user names are always redacted there."),
+        json_option("Write the JSON report here ('-' = alone on stdout)."),
+        html_option(),
+        markdown_option("Also write a Markdown summary to paste into a ticket ('-' = alone on stdout); host names, "
+                        "addresses and user names are always redacted there."),
         click.option("--max-chars", "markdown_max_chars", type=click.IntRange(2000, 10_000_000), default=65536,
                      show_default=True, metavar="N", help="The Markdown summary's size limit (GitHub's comment limit "
                                                           "by default)."),
-        click.option("--output-dir", default="dl-doctor-reports", show_default=True, metavar="DIR",
-                     help="Where reports without an explicit path go."),
+        click.option("--output-dir", metavar="DIR",
+                     help="Where the reports not named by --json/--html go, under default names; created (mode 0755 "
+                          "less the umask) if missing. run: dl-doctor-reports by default; check: only when given."),
         click.option("--fail-on", type=click.Choice(["fail", "warn", "never"]), default="fail", show_default=True,
                      help="Exit 1 when a finding is at or above this level (error counts as fail)."),
         click.option("--only", multiple=True, metavar="ID|SLUG|TAG", help="Run only these checks (repeatable, comma-separated)."),
@@ -180,9 +236,15 @@ def judge_opts(kw: Dict[str, Any]) -> JudgeOptions:
                         overlays=tuple(kw.get("overlays") or ()), expect_file=kw.get("expect_file"))
 
 
-def output_opts(kw: Dict[str, Any]) -> OutputOptions:
+DEFAULT_OUTPUT_DIR = "dl-doctor-reports"
+
+
+def output_opts(kw: Dict[str, Any], archive: bool = True) -> OutputOptions:
+    """``archive``: the command writes its reports into --output-dir (default dl-doctor-reports) unless they are named
+    (run, verify); else only when --output-dir is given (check)."""
     return OutputOptions(json_path=kw.get("json_path"), html_path=kw.get("html_path"),
-                         output_dir=kw.get("output_dir", "dl-doctor-reports"), junit_path=kw.get("junit_path"),
+                         output_dir=kw.get("output_dir") or (DEFAULT_OUTPUT_DIR if archive else None),
+                         junit_path=kw.get("junit_path"),
                          prom_path=kw.get("prom_path"), status_path=kw.get("status_path"),
                          keep_reports=kw.get("keep_reports"), markdown_path=kw.get("markdown_path"),
                          markdown_max_chars=kw.get("markdown_max_chars") or 65536)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any, List, Optional
@@ -10,8 +9,9 @@ from typing import Any, List, Optional
 import click
 
 from dl_doctor import app
-from dl_doctor.cli.base import (cli, collect_options, collect_opts, judge_opts, output_opts, report_options,
-                                use_color)
+from dl_doctor.cli.base import (check_outputs, cli, collect_options, collect_opts, html_option, json_option,
+                                json_text, judge_opts, markdown_option, output_opts, report_options, use_color,
+                                write_output)
 
 
 def _engine_setup(kw, out) -> None:
@@ -103,8 +103,8 @@ def run_cmd(**kw) -> int:
 
     started, t0 = utc_now(), time.monotonic()
     collect, judge, out = collect_opts(kw), judge_opts(kw), output_opts(kw)
+    _engine_setup(kw, out)  # first: an engine names its outputs (no archive), then they are held to the rules
     out.validate()
-    _engine_setup(kw, out)
     reg = app.registry()
     app.validate_inputs(reg, judge)
     # the report's head start begins once the probes are under way: starting their threads goes faster without it
@@ -132,6 +132,7 @@ def collect_cmd(output, redact, **kw) -> int:
     from dl_doctor.redact import redact as redact_document
     from dl_doctor.reports import to_json
 
+    check_outputs(output)
     snapshot = app.collect_facts(app.registry(), collect_opts(kw))
     text = to_json(redact_document(snapshot, extended=redact))
     if output == "-":
@@ -150,9 +151,9 @@ def check_cmd(facts_file, **kw) -> int:
     from dl_doctor.engine import utc_now
 
     started, t0 = utc_now(), time.monotonic()
-    judge, out = judge_opts(kw), output_opts(kw)
+    judge, out = judge_opts(kw), output_opts(kw, archive=False)  # reports only where asked for
+    _engine_setup(kw, out)  # first: an engine names its outputs (no archive), then they are held to the rules
     out.validate()
-    _engine_setup(kw, out)
     reg = app.registry()
     snapshot = app.load_snapshot(facts_file)
     outcome = app.write_outputs(snapshot, reg, judge, out, mode="facts", started=started, t0=t0,
@@ -164,18 +165,20 @@ def check_cmd(facts_file, **kw) -> int:
 
 
 @cli.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def list_cmd(as_json) -> int:
+@json_option("Write the checks as JSON here ('-' = stdout, instead of the table).")
+def list_cmd(json_path) -> int:
     """List every registered check: ID, slug, title, tags."""
     from dl_doctor.reports.text import safe_line
 
+    check_outputs(json_path)
     reg = app.registry()
     checks = sorted(reg.checks, key=lambda s: s.id)
-    if as_json:
-        click.echo(json.dumps([{"id": s.id, "slug": s.slug, "title": s.title, "problem": s.problem or s.title,
-                                "remedy": s.remedy, "drain": s.drain, "tags": list(s.tags),
-                                "requires": list(s.requires), "module": s.module} for s in checks], indent=2))
-    else:
+    if json_path:
+        write_output(json_path, json_text([{"id": s.id, "slug": s.slug, "title": s.title,
+                                            "problem": s.problem or s.title, "remedy": s.remedy, "drain": s.drain,
+                                            "tags": list(s.tags), "requires": list(s.requires), "module": s.module}
+                                           for s in checks]))
+    if json_path != "-":
         for s in checks:
             # a plugin's check names itself: its text is escaped like any other
             click.echo(f"{safe_line(s.id):<14} {safe_line(s.slug):<28} {safe_line(s.title)}  "
@@ -187,19 +190,30 @@ def list_cmd(as_json) -> int:
 
 @cli.command("explain")
 @click.argument("key", metavar="ID|SLUG")
-def explain_cmd(key) -> int:
+@json_option("Write the check's spec and explanation as JSON here ('-' = stdout, instead of the text).")
+def explain_cmd(key, json_path) -> int:
     """Explain a check: what it checks, why it matters, how to fix it."""
     import textwrap
 
     from dl_doctor.model import Explanation
     from dl_doctor.reports.text import safe_line, safe_text
 
+    check_outputs(json_path)
     reg = app.registry()
     spec = reg.find_check(key)
     if spec is None:
         hint = reg.closest_checks(key)
         raise app.InputProblem(f"unknown check '{key}'" + (f" (did you mean {', '.join(hint)}?)" if hint else "")
                                + "; see 'dl-doctor list'")
+    if json_path:
+        write_output(json_path, json_text({
+            "id": spec.id, "slug": spec.slug, "title": spec.title, "problem": spec.problem or spec.title,
+            "remedy": spec.remedy, "drain": spec.drain, "tags": list(spec.tags), "requires": list(spec.requires),
+            "module": spec.module,
+            "explanation": {attr: getattr(spec.explanation, attr) for attr, _ in Explanation.SECTIONS},
+            "headings": {attr: heading for attr, heading in Explanation.SECTIONS}}))
+        if json_path == "-":
+            return 0
     click.echo(f"{safe_line(spec.id)} ({safe_line(spec.slug)}): {safe_line(spec.title)}")
     click.echo(f"tags: {safe_line(', '.join(spec.tags))}"
                + (f"; needs facts: {safe_line(', '.join(spec.requires))}" if spec.requires else ""))
@@ -215,57 +229,44 @@ def explain_cmd(key) -> int:
 
 @cli.command("report")
 @click.argument("source", metavar="REPORT.json|BUNDLE")
-@click.option("--html", "html_path", metavar="PATH", help="Write the HTML report here.")
-@click.option("--markdown", "markdown_path", metavar="PATH",
-              help="Write the Markdown summary here ('-' = stdout); host names, addresses and users are redacted.")
+@html_option()
+@markdown_option("Write the Markdown summary here ('-' = stdout); host names, addresses and users are redacted.")
 @click.option("--max-chars", "max_chars", type=click.IntRange(2000, 10_000_000), default=65536, show_default=True,
               metavar="N", help="The Markdown summary's size limit.")
-@click.option("--redact", is_flag=True, help="Also redact host names, addresses and users in the HTML report.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
-def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> int:
-    """Render a saved report or a support bundle again: as HTML, as a Markdown summary for a ticket, or both.
+@click.option("--redact", is_flag=True, help="Also redact host names, addresses and users in the HTML and JSON.")
+@json_option("Write the report again as JSON here, as read and validated ('-' = stdout).")
+def report_cmd(source, html_path, markdown_path, max_chars, redact, json_path) -> int:
+    """Render a saved report or a support bundle again: as HTML, as a Markdown summary for a ticket, as JSON.
 
     Exit codes: 0 written, 2 bad input or a file that could not be written."""
-    from dl_doctor.host.output import OutputRefused, write_file
-
-    if not html_path and not markdown_path:
-        raise app.InputProblem("say what to write: --html PATH and/or --markdown PATH ('-' for stdout)")
+    if not html_path and not markdown_path and not json_path:
+        raise app.InputProblem("say what to write: --html PATH, --markdown PATH|- and/or --json PATH|- "
+                               "('-' for stdout)")
+    check_outputs(markdown_path, json_path, html_path)
     report = app.load_report(source)
     written = []
-    stdout_text = None
+    if json_path:
+        from dl_doctor.redact import redact as do_redact
+        from dl_doctor.reports import to_json
+
+        written.append((json_path, to_json(do_redact(report, extended=True, snapshot=report) if redact else report)))
     if markdown_path:
         from dl_doctor.redact import for_public
         from dl_doctor.reports.markdown import render as markdown_render
 
-        text = markdown_render(for_public(report, report, False), max_chars)
-        if markdown_path == "-":
-            stdout_text = text
-        else:
-            written.append((markdown_path, text))
+        written.append((markdown_path, markdown_render(for_public(report, report, False), max_chars)))
     if html_path:
         from dl_doctor.redact import redact as do_redact
         from dl_doctor.reports import html
 
         shown = do_redact(report, extended=True, snapshot=report) if redact else report
-        rendered = html.render(shown, gpu_names=app.gpu_names(shown))
-        written.append((html_path, rendered))
-    done = []
-    for path, text in written:
-        try:
-            write_file(path, text, private=True)
-        except OutputRefused as exc:
-            raise app.InputProblem(f"not writing {exc.filename}: it {exc.why}")
-        except OSError as exc:
-            raise app.InputProblem(f"cannot write {path}: {exc.strerror or exc}")
-        done.append(path)
-    if stdout_text is not None:
-        sys.stdout.write(stdout_text)
-    if as_json:
-        click.echo(json.dumps({"source": source, "written": done,
-                               "markdown_chars": len(stdout_text) if stdout_text is not None else None}), err=stdout_text is not None)
-    elif stdout_text is None:
-        for path in done:
-            click.echo(f"Report: {path}")
+        written.append((html_path, html.render(shown, gpu_names=app.gpu_names(shown))))
+    done = [write_output(path, text) for path, text in sorted(written, key=lambda w: w[0] == "-")]
+    for path in done:  # beside a document on stdout, the files written are named on stderr
+        if path is not None:
+            from dl_doctor.reports.text import safe_line
+
+            click.echo(f"Report: {safe_line(path)}", err="-" in (json_path, markdown_path))
     return 0
 
 
@@ -283,9 +284,11 @@ def report_cmd(source, html_path, markdown_path, max_chars, redact, as_json) -> 
                    "minutes; 0 runs none).")
 @click.option("--include-busy", is_flag=True, help="Also test GPUs that other compute processes use (NVML); by "
               "default they are left alone and the findings say so.")
-@click.option("--json", "json_path", metavar="PATH", help="Write the JSON report here ('-' = alone on stdout).")
-@click.option("--html", "html_path", metavar="PATH", help="Write the HTML report here.")
-@click.option("--output-dir", default="dl-doctor-reports", show_default=True, metavar="DIR")
+@json_option("Write the JSON report here ('-' = alone on stdout).")
+@html_option()
+@markdown_option("Also write a Markdown summary to paste into a ticket ('-' = alone on stdout).")
+@click.option("--output-dir", default="dl-doctor-reports", show_default=True, metavar="DIR",
+              help="Where the reports not named by --json/--html go; created if missing.")
 @click.option("--fail-on", type=click.Choice(["fail", "warn", "never"]), default="fail", show_default=True)
 @click.option("--no-color", is_flag=True, help="No colour.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the problems and the last line.")
@@ -305,7 +308,8 @@ def verify_cmd(python_path, level, framework, include_busy, **kw) -> int:
     collect = CollectOptions(pythons=(python_path,) if python_path else (), no_env_scan=True, verify=level,
                              include_busy=include_busy, framework=framework, dcgm_level=kw["dcgm_level"])
     judge = JudgeOptions(fail_on=kw["fail_on"], only=("verify",))
-    out = OutputOptions(json_path=kw["json_path"], html_path=kw["html_path"], output_dir=kw["output_dir"])
+    out = OutputOptions(json_path=kw["json_path"], html_path=kw["html_path"], output_dir=kw["output_dir"],
+                        markdown_path=kw["markdown_path"])
     out.validate()
     reg = app.registry()
     app.validate_inputs(reg, judge)

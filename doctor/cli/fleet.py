@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from dl_doctor import app
-from dl_doctor.cli.base import cli
+from dl_doctor.cli.base import check_outputs, cli, html_option, json_option, json_text, write_output
 
 
 @cli.command("fleet")
 @click.argument("paths", nargs=-1, required=True, metavar="REPORT|DIR|GLOB|TARBALL...")
-@click.option("--json", "json_path", metavar="PATH", help="Write the comparison as JSON ('-' = alone on stdout).")
-@click.option("--html", "html_path", metavar="PATH", help="Write the comparison as a self-contained HTML page.")
+@json_option("Write the comparison as JSON ('-' = alone on stdout).")
+@html_option("Write the comparison as a self-contained HTML page.")
 def fleet_cmd(paths, json_path, html_path) -> int:
     """Compare many nodes' reports: each node's failing checks, and every fact that differs between nodes of a group
     (driver, CUDA, torch and its CUDA, NCCL, cuDNN, aws-ofi-nccl, libfabric, GPU model and count, kernel, NCCL_*/FI_*/
@@ -25,8 +24,8 @@ def fleet_cmd(paths, json_path, html_path) -> int:
 
     Exit codes: 0 the nodes agree and none fails; 1 they differ or one fails; 2 no report could be read."""
     from dl_doctor.integrations import fleet
-    from dl_doctor.host.output import OutputRefused, write_file
 
+    check_outputs(json_path, html_path)
     gathered = fleet.gather(paths)
     if not gathered.nodes:
         from dl_doctor.reports.text import safe_value
@@ -36,18 +35,11 @@ def fleet_cmd(paths, json_path, html_path) -> int:
         raise app.InputProblem(safe_value("no dl-doctor report found in " + ", ".join(paths[:3]) +
                                           (f" ({why}{more})" if why else ""), True))
     result = fleet.compare(gathered)
-    text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
-    for path, render in ((json_path, lambda: text), (html_path, lambda: _html(result))):
-        if path and path != "-":
-            try:
-                write_file(path, render(), private=True)
-            except OutputRefused as exc:
-                raise app.InputProblem(f"not writing {exc.filename}: it {exc.why}")
-            except OSError as exc:
-                raise app.InputProblem(f"cannot write {path}: {exc.strerror or exc}")
-    if json_path == "-":
-        sys.stdout.write(text)
-    else:
+    if html_path:
+        write_output(html_path, _html(result))
+    if json_path:
+        write_output(json_path, json_text(result))
+    if json_path != "-":
         from dl_doctor.reports.terminal import terminal_width
 
         click.echo(fleet.render_text(result, terminal_width(sys.stdout)), nl=False)

@@ -10,7 +10,8 @@ import time
 import click
 
 from dl_doctor import app
-from dl_doctor.cli.base import cli, collect_options, collect_opts, matrix_overlay_option, use_color
+from dl_doctor.cli.base import (check_outputs, cli, collect_options, collect_opts, json_option, json_text,
+                                markdown_option, matrix_overlay_option, use_color, write_output)
 
 
 @cli.command("expect")
@@ -26,6 +27,7 @@ def expect_cmd(source, output, packages) -> int:
     from dl_doctor.model import Facts
     from dl_doctor.facts.flat import stack
 
+    check_outputs(output)
     snapshot = app.load_snapshot(source)
     text = to_toml(stack(Facts(snapshot)), sorted(set(DEFAULT_PACKAGES) | set(packages)))
     if output:
@@ -39,23 +41,34 @@ def expect_cmd(source, output, packages) -> int:
 @cli.command("diff")
 @click.argument("baseline", metavar="BASELINE.json")
 @click.argument("current", metavar="CURRENT.json")
-@click.option("--json", "as_json", is_flag=True, help="Print the drift as JSON.")
+@json_option("Write the drift as JSON here ('-' = stdout, instead of the text).")
+@markdown_option("Write the drift as a Markdown table for a ticket or pull request ('-' = stdout, instead of the "
+                 "text); host names, addresses and user names are redacted there.")
 @click.option("--ignore", multiple=True, metavar="PATTERN",
               help="Leave out versions or findings whose key or ID matches this glob (repeatable), e.g. "
                    "'kernel', 'environments.*.packages.pip', 'DLD-DISK-*'.")
-def diff_cmd(baseline, current, as_json, ignore) -> int:
+def diff_cmd(baseline, current, json_path, markdown_path, ignore) -> int:
     """Drift between two reports (or facts files): versions and findings. Exit 1 when anything drifted."""
     from dl_doctor.judge.diff import diff
     from dl_doctor.reports.drift import render_text
 
+    check_outputs(json_path, markdown_path)
     reg = app.registry()
     base_snap, base_findings = app.snapshot_and_findings(baseline, reg)
     cur_snap, cur_findings = app.snapshot_and_findings(current, reg)
     patterns = [p for item in ignore for p in item.split(",") if p.strip()]
     result = diff(base_snap, cur_snap, base_findings, cur_findings, patterns)
-    if as_json:
-        click.echo(json.dumps({"baseline": baseline, "current": current, **result}, indent=2, sort_keys=False))
-    else:
+    if json_path:
+        write_output(json_path, json_text({"baseline": baseline, "current": current, **result}))
+    if markdown_path:
+        from dl_doctor.redact import redactor_for
+        from dl_doctor.reports.drift import render_markdown
+
+        public = {"baseline": baseline, "current": current, **result}
+        for snap in (base_snap, cur_snap):  # what either machine names of itself
+            public = redactor_for(snap, True).value(public)
+        write_output(markdown_path, render_markdown(public, public["baseline"], public["current"]))
+    if "-" not in (json_path, markdown_path):
         click.echo(render_text(result, baseline, current), nl=False)
     return 1 if result["drift"] else 0
 

@@ -1,20 +1,19 @@
 """``dl-doctor matrix ...``: ask the compatibility matrix directly.
 
-Each query prints a short answer, or with ``--json`` an object with the keys the
+Each query prints a short answer, or with ``--json PATH|-`` writes an object with the keys the
 command-line contract names. No entry for the question: exit 1 and one line naming
 the closest known entries.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Dict, Optional
 
 import click
 
 from dl_doctor.app import InputProblem
 from dl_doctor.app import load_matrix as _matrix
-from dl_doctor.cli.base import cli, matrix_overlay_option
+from dl_doctor.cli.base import check_outputs, cli, json_option, json_text, matrix_overlay_option, write_output
 
 
 class NoEntry(click.ClickException):
@@ -29,8 +28,9 @@ def matrix_group() -> None:
     """Query the driver / CUDA / GPU / framework / EC2 compatibility matrix."""
 
 
-def _answer(kind: str, query: str, overlays, as_json: bool, lookup: Callable[[Any], Optional[Dict[str, Any]]],
-            human: Callable[[Dict[str, Any]], str]) -> int:
+def _answer(kind: str, query: str, overlays, json_path: Optional[str],
+            lookup: Callable[[Any], Optional[Dict[str, Any]]], human: Callable[[Dict[str, Any]], str]) -> int:
+    check_outputs(json_path)
     m = _matrix(overlays)
     try:
         result = lookup(m)
@@ -40,9 +40,9 @@ def _answer(kind: str, query: str, overlays, as_json: bool, lookup: Callable[[An
         close = m.closest(kind, query)
         raise NoEntry(f"no {kind} entry for '{query}' in the matrix"
                       + (f"; closest: {', '.join(close)}" if close else ""))
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-    else:
+    if json_path:
+        write_output(json_path, json_text(result))
+    if json_path != "-":
         from dl_doctor.reports.text import safe_line, safe_text
 
         # an overlay's entry (--matrix-overlay, a site file) is text someone else wrote: escaped (the answer keeps
@@ -56,7 +56,7 @@ def _answer(kind: str, query: str, overlays, as_json: bool, lookup: Callable[[An
 
 
 def _query_options(func):
-    func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+    func = json_option("Write the answer as JSON here ('-' = stdout, instead of the text).")(func)
     return matrix_overlay_option(func)
 
 
@@ -73,7 +73,7 @@ def _valid_version(text: str, what: str) -> str:
 @matrix_group.command("cuda")
 @click.argument("version")
 @_query_options
-def matrix_cuda(version, as_json, overlays) -> int:
+def matrix_cuda(version, json_path, overlays) -> int:
     """Minimum driver for a CUDA toolkit (12.4 or 12.4.1)."""
     _valid_version(version, "CUDA")
 
@@ -85,23 +85,23 @@ def matrix_cuda(version, as_json, overlays) -> int:
             text += f"; >= {r['min_driver_minor_compat']} with minor-version compatibility (limited feature set)"
         return text
 
-    return _answer("cuda", version, overlays, as_json, lambda m: m.cuda(version), human)
+    return _answer("cuda", version, overlays, json_path, lambda m: m.cuda(version), human)
 
 
 @matrix_group.command("driver")
 @click.argument("version")
 @_query_options
-def matrix_driver(version, as_json, overlays) -> int:
+def matrix_driver(version, json_path, overlays) -> int:
     """Newest CUDA a driver supports (what nvidia-smi prints as 'CUDA Version')."""
     _valid_version(version, "driver")
-    return _answer("driver", version, overlays, as_json, lambda m: m.driver(version),
+    return _answer("driver", version, overlays, json_path, lambda m: m.driver(version),
                    lambda r: f"driver {r['driver']}: CUDA up to {r['max_cuda']}")
 
 
 @matrix_group.command("gpu")
 @click.argument("query")
 @_query_options
-def matrix_gpu(query, as_json, overlays) -> int:
+def matrix_gpu(query, json_path, overlays) -> int:
     """A GPU by name fragment (H100) or PCI ID (10de:2330)."""
 
     def human(r):
@@ -114,13 +114,13 @@ def matrix_gpu(query, as_json, overlays) -> int:
             text += f"\nalso matching: {', '.join(r['other_matches'])}"
         return text
 
-    return _answer("gpu", query, overlays, as_json, lambda m: m.gpu(query), human)
+    return _answer("gpu", query, overlays, json_path, lambda m: m.gpu(query), human)
 
 
 @matrix_group.command("torch")
 @click.argument("version")
 @_query_options
-def matrix_torch(version, as_json, overlays) -> int:
+def matrix_torch(version, json_path, overlays) -> int:
     """A PyTorch release: CUDA variants, Python, cuDNN, NCCL, arch lists, companions."""
     _valid_version(version.split("+")[0], "PyTorch")
 
@@ -133,15 +133,15 @@ def matrix_torch(version, as_json, overlays) -> int:
                          f"arch {';'.join(arch) if arch else '?'}")
         return "\n".join(lines)
 
-    return _answer("torch", version, overlays, as_json, lambda m: m.torch(version), human)
+    return _answer("torch", version, overlays, json_path, lambda m: m.torch(version), human)
 
 
 @matrix_group.command("instance")
 @click.argument("instance_type")
 @_query_options
-def matrix_instance(instance_type, as_json, overlays) -> int:
+def matrix_instance(instance_type, json_path, overlays) -> int:
     """An EC2 instance type: GPUs, GPU memory, EFA interfaces, NVSwitch."""
-    return _answer("instance", instance_type, overlays, as_json, lambda m: m.instance(instance_type),
+    return _answer("instance", instance_type, overlays, json_path, lambda m: m.instance(instance_type),
                    lambda r: (f"{r['instance_type']}: {r['gpu_count']} x {r['gpu']} ({r['gpu_memory_gib']} GiB each); "
                               f"EFA interfaces {r['efa_interfaces'] if r['efa_interfaces'] is not None else 'unknown'}; "
                               f"NVSwitch {'yes (nvidia-fabricmanager required)' if r['nvswitch'] else 'no'}"))
@@ -150,7 +150,7 @@ def matrix_instance(instance_type, as_json, overlays) -> int:
 @matrix_group.command("xid")
 @click.argument("code")
 @_query_options
-def matrix_xid(code, as_json, overlays) -> int:
+def matrix_xid(code, json_path, overlays) -> int:
     """An NVIDIA Xid code: meaning, what it points at, NVIDIA's resolution bucket, the action."""
     text = code.strip()
     if not text.isdigit() or not 0 < int(text) < 10000:
@@ -172,22 +172,29 @@ def matrix_xid(code, as_json, overlays) -> int:
             lines.append(f"unverified: {', '.join(r['unverified'])}")
         return "\n".join(lines)
 
-    return _answer("xid", text, overlays, as_json, lambda m: m.xid(int(text)), human)
+    return _answer("xid", text, overlays, json_path, lambda m: m.xid(int(text)), human)
 
 
 @matrix_group.command("validate")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
-def matrix_validate(files) -> int:
+@json_option("Write the result as JSON here ('-' = stdout, instead of the text).")
+def matrix_validate(files, json_path) -> int:
     """Validate matrix files (default: the built-in data, its error-code catalogs and site overlays); exit 1 on errors."""
     from dl_doctor import compat_matrix
     from dl_doctor.reports.text import safe_line
 
+    check_outputs(json_path)
     paths = list(files) or compat_matrix.site_overlay_files()
     errors = compat_matrix.validate_files(paths)
     if not files:  # the built-in data: the error-code catalogs too (compat_matrix/catalogs)
         from dl_doctor.compat_matrix import catalogs
 
         errors += [f"catalogs/{e}" for e in catalogs.validate()]
+    if json_path:
+        write_output(json_path, json_text({"files": list(paths), "builtin": not files, "valid": not errors,
+                                           "errors": errors}))
+        if json_path == "-":
+            return 1 if errors else 0
     for err in errors:
         click.echo(safe_line(err))
     if errors:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 import click
 
 from dl_doctor import app
-from dl_doctor.cli.base import cli
+from dl_doctor.cli.base import check_outputs, cli, json_option, json_text, write_output
 
 
 def _when(value) -> str:
@@ -31,22 +28,24 @@ def _when(value) -> str:
 @click.option("--text-only", is_flag=True, help="rank from the text alone; collect nothing")
 @click.option("--timeout", type=float, default=app.DEFAULT_TIMEOUT, show_default=True,
               help="seconds for the probes")
-@click.option("--json", "as_json", is_flag=True, help="the diagnosis as JSON on stdout")
-def why_cmd(text, log, report, sysroot, pythons, text_only, timeout, as_json) -> int:
+@json_option("write the diagnosis as JSON here ('-' = stdout, instead of the text)")
+def why_cmd(text, log, report, sysroot, pythons, text_only, timeout, json_path) -> int:
     """Say what an error message means on this machine: its likely cause, the evidence and the fix.
 
     Exit codes: 0 a diagnosis (or none matched), 1 this machine's evidence confirms a cause, 2 bad input.
     """
     from dl_doctor.reports.text import safe_line
 
+    check_outputs(json_path)
     body = app.read_why_input(text, log)
     result = app.why(body, report=report, evidence=not text_only, log=log is not None,
                      collect=None if text_only else app.CollectOptions(sysroot=sysroot, timeout=timeout,
                                                                         pythons=tuple(pythons)))
     confirmed = any(c["verdict"] == "confirmed" for c in result["causes"])
-    if as_json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-        return 1 if confirmed else 0
+    if json_path:
+        write_output(json_path, json_text(result))
+        if json_path == "-":
+            return 1 if confirmed else 0
     # every value printed is one escaped line: the log's own line, the evidence, a report's path, even the signature
     # base (a site can add to it) cannot move the cursor, retitle the window or forge a line
     where = result.get("evidence_from")

@@ -15,8 +15,9 @@ a directory other users can write to. So a write:
   their FIFO would receive it), saying which;
 * gives the file dl-doctor's own mode, whatever an earlier file had: ``0600`` (private: reports, facts, bundles and
   JUnit carry the environment) or ``0644`` (public: the status line and Prometheus metrics), less the umask;
-* gives every directory it creates ``0755`` less the umask, set explicitly (a umask of 000 never makes one
-  world-writable);
+* never creates the directory of a named target (``--json /no/such/dir/r.json`` is an error naming the directory);
+  only the report archive (``--output-dir``, :func:`reserve_unique`) and the login hook's own directories are
+  created, each ``0755`` less the umask, set explicitly (a umask of 000 never makes one world-writable);
 * removes the temporaries of an interrupted earlier run (a dead process's, in the same directory, ours).
 
 The report archive (``--output-dir``, where default names are reserved and ``--keep-reports`` prunes) is held to a
@@ -336,18 +337,45 @@ def _judge_target(path: str, st: os.stat_result) -> None:
         raise OutputRefused(path, "is not a regular file (a block device or a socket); not replacing it")
 
 
+def missing_directory(path: str) -> Optional[str]:
+    """Why the directory ``path`` would be written into cannot take it: it does not exist or is not a directory
+    (None: it is one, or ``path`` writes through). Named targets' directories are never created."""
+    if path in _THROUGH or _FD_PATH.match(path):
+        return None
+    directory = os.path.dirname(path) or "."
+    if os.path.isdir(directory):
+        return None
+    if os.path.lexists(directory) or any(os.path.exists(p) and not os.path.isdir(p) for p in _parents(directory)):
+        return f"{directory} is not a directory"
+    return f"directory {directory} does not exist"
+
+
+def _parents(directory: str) -> List[str]:
+    out: List[str] = []
+    while directory and directory not in ("/", "."):
+        directory = os.path.dirname(directory)
+        if directory:
+            out.append(directory)
+    return out
+
+
 def write_file(path: str, data: Union[str, bytes], *, private: bool = True, mode: Optional[int] = None,
-               guard_dir: bool = False) -> str:
+               guard_dir: bool = False, create_dir: bool = False) -> str:
     """Write ``data`` to ``path`` safely (see the module's text). Returns "written" or "written through".
 
     ``mode`` replaces the private/public mode less the umask (the login hook's files must be readable by every
     shell whatever the umask of the image bake); ``guard_dir`` holds the directory to the report archive's rule.
+    The directory must exist (``FileNotFoundError``/``NotADirectoryError`` naming it) unless ``create_dir``.
     """
     if path in _THROUGH or _FD_PATH.match(path):
         return _write_through(path, data)
     directory, name = _split(path)
     mode = ((PRIVATE_MODE if private else PUBLIC_MODE) & ~current_umask()) if mode is None else mode
-    dir_fd = open_directory(directory, create=True, guard=guard_dir)
+    try:
+        dir_fd = open_directory(directory, create=create_dir, guard=guard_dir)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        why = missing_directory(path) or f"directory {directory}: {exc.strerror or exc}"
+        raise type(exc)(exc.errno, why, path) from None
     try:
         try:
             st: Optional[os.stat_result] = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

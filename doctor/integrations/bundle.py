@@ -163,27 +163,34 @@ def read_member(path: str, member: str) -> Dict[str, Any]:
     The archive is read through ``dl_doctor.facts.tarball`` (a regular file opened non-blocking; at most
     ``tarball.MAX_MEMBERS`` members and ``tarball.MAX_BYTES`` of decompressed archive); the member is held to the
     bounds of every JSON input (``validate.MAX_DOCUMENT_BYTES``, values, depth), so a small gzip'd archive that
-    inflates to a huge or deeply nested document is refused before it is parsed. A truncated or corrupt archive is
-    a BundleError (one line, exit 2).
+    inflates to a huge or deeply nested document is refused before it is parsed. The archive is read to its end
+    whichever member is asked for, so a truncated or corrupt archive is a BundleError (one line, exit 2) for every
+    reader (check, report, diff, why --report, expect), wherever the cut lies.
     """
     import zlib
 
     from dl_doctor.facts import tarball
     from dl_doctor.facts.validate import MAX_DOCUMENT_BYTES, InputError, open_regular, read_json
 
+    found: Optional[Dict[str, Any]] = None
     try:
         with open_regular(path) as raw:
-            for info, tar in tarball.members(raw):
+            # the archive is read to its end whichever member is asked for (whole=True): a bundle cut short (a
+            # failed copy, an upload limit) is refused by every reader alike, not only by those whose member lies
+            # past the cut
+            for info, tar in tarball.members(raw, whole=True):
                 parts = info.name.split("/")
-                if info.isfile() and len(parts) == 2 and parts[1] == member:
+                if found is None and info.isfile() and len(parts) == 2 and parts[1] == member:
                     if info.size > MAX_DOCUMENT_BYTES:
                         raise BundleError(f"{path}: {member} is {info.size} bytes, over the "
                                           f"{MAX_DOCUMENT_BYTES >> 20} MiB limit for an input")
                     fh = tar.extractfile(info)
-                    return read_json(fh, f"{path}: {member} in the bundle") if fh else {}
+                    found = read_json(fh, f"{path}: {member} in the bundle") if fh else {}
     except BundleError:
         raise
     except tarball.ArchiveLimit as exc:
+        if found is not None:
+            return found  # read within the bounds: what lies past them is not looked at
         if exc.kind == "members":
             raise BundleError(f"{path} has {exc} before {member}; not a dl-doctor bundle")
         raise BundleError(f"{path}: {member} not found in the first {tarball.MAX_BYTES >> 20} MiB")
@@ -193,4 +200,6 @@ def read_member(path: str, member: str) -> Dict[str, Any]:
         raise BundleError(str(exc))
     except OSError as exc:
         raise BundleError(f"{path} is not a readable dl-doctor bundle (truncated or corrupt?): {exc}")
-    raise BundleError(f"{path} is a tar archive but not a dl-doctor bundle (no {member})")
+    if found is None:
+        raise BundleError(f"{path} is a tar archive but not a dl-doctor bundle (no {member})")
+    return found

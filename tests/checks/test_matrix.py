@@ -339,15 +339,15 @@ def test_one_cache_keyed_by_the_files_as_they_are(tmp_path, monkeypatch):
 
 
 def test_cli_queries_and_overlays(run_cli, tmp_path):
-    r = run_cli("matrix", "cuda", "12.4", "--json")
+    r = run_cli("matrix", "cuda", "12.4", "--json", "-")
     assert {k: json.loads(r.stdout)[k] for k in ("cuda", "min_driver", "min_driver_minor_compat")} == \
         {"cuda": "12.4", "min_driver": "550.54.14", "min_driver_minor_compat": "525.60.13"}
-    assert json.loads(run_cli("matrix", "driver", "535.104.05", "--json").stdout)["max_cuda"] == "12.2"
-    gpu = json.loads(run_cli("matrix", "gpu", "10de:2330", "--json").stdout)
+    assert json.loads(run_cli("matrix", "driver", "535.104.05", "--json", "-").stdout)["max_cuda"] == "12.2"
+    gpu = json.loads(run_cli("matrix", "gpu", "10de:2330", "--json", "-").stdout)
     assert (gpu["compute_capability"], gpu["architecture"], gpu["min_cuda"], gpu["max_cuda"]) == ("9.0", "Hopper", "11.8", None)
-    inst = json.loads(run_cli("matrix", "instance", "p4d.24xlarge", "--json").stdout)
+    inst = json.loads(run_cli("matrix", "instance", "p4d.24xlarge", "--json", "-").stdout)
     assert (inst["gpu_count"], inst["efa_interfaces"], inst["nvswitch"]) == (8, 4, True)
-    torch = json.loads(run_cli("matrix", "torch", "2.4.1", "--json").stdout)
+    torch = json.loads(run_cli("matrix", "torch", "2.4.1", "--json", "-").stdout)
     assert torch["torchvision"] == "0.19.1"
     human = run_cli("matrix", "cuda", "12.4")
     assert human.stdout.startswith("CUDA 12.4: driver >= 550.54.14") and "source: https://" in human.stdout
@@ -359,12 +359,12 @@ def test_cli_queries_and_overlays(run_cli, tmp_path):
     assert run_cli("matrix", "cuda", "twelve").returncode == 2
 
     overlay = _write(tmp_path, OVERLAY)
-    o = run_cli("matrix", "cuda", "13.9", "--json", "--matrix-overlay", overlay)
+    o = run_cli("matrix", "cuda", "13.9", "--json", "-", "--matrix-overlay", overlay)
     assert json.loads(o.stdout)["min_driver"] == "640.10"
     site = tmp_path / "matrix.d"
     site.mkdir()
     (site / "10-acme.toml").write_text(textwrap.dedent(OVERLAY))
-    s = run_cli("matrix", "cuda", "13.9", "--json", env={"DL_DOCTOR_MATRIX_DIR": str(site)})
+    s = run_cli("matrix", "cuda", "13.9", "--json", "-", env={"DL_DOCTOR_MATRIX_DIR": str(site)})
     assert json.loads(s.stdout)["min_driver"] == "640.10"
     rep = run_cli("run", "--only", "DLD-SYS-001", "--json", "-", "--matrix-overlay", overlay)
     assert json.loads(rep.stdout)["run"]["matrix"]["overlays"] == [overlay]

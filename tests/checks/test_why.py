@@ -88,7 +88,7 @@ def test_a_hostile_text_costs_linear_time():
 
 
 def test_cli_text_json_and_exit_codes(run_cli, tmp_path):
-    r = run_cli("why", "--text-only", "--json",
+    r = run_cli("why", "--text-only", "--json", "-",
                 "RuntimeError: CUDA error: no kernel image is available for execution on the device")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -123,7 +123,7 @@ def _report_with(run_cli, tmp_path, findings):
 def test_why_against_a_report_someone_sent(run_cli, tmp_path):
     """--report: the sender's findings decide; a confirmed cause is exit 1."""
     path = _report_with(run_cli, tmp_path, [{"id": "DLD-MEM-001", "status": "fail", "message": "/dev/shm is 64 MB"}])
-    r = run_cli("why", "--json", "--report", str(path),
+    r = run_cli("why", "--json", "-", "--report", str(path),
                 "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-F9ffgB (size 9637888)")
     assert r.returncode == 1, r.stderr
     top = json.loads(r.stdout)["causes"][0]
@@ -136,7 +136,7 @@ NVSMI = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA d
 
 
 def _why_tree(run_cli, root, text):
-    r = run_cli("why", "--json", "--sysroot", str(root), text)
+    r = run_cli("why", "--json", "-", "--sysroot", str(root), text)
     assert r.returncode in (0, 1), r.stderr
     return json.loads(r.stdout)["causes"]
 
@@ -196,7 +196,7 @@ def test_why_on_the_dlami_tree_with_an_older_cudnn(run_cli, tmp_path):
     from elfkit import dlami as _dlami
 
     root = _dlami(tmp_path, "libcudnn.so.9.0.0")
-    r = run_cli("why", "--json", "--sysroot", str(root),
+    r = run_cli("why", "--json", "-", "--sysroot", str(root),
                 "RuntimeError: cuDNN version incompatibility: PyTorch was compiled against (9, 1, 0) but "
                 "linked against (9, 0, 0)",
                 timeout=300)
@@ -221,7 +221,7 @@ def test_why_reads_a_rotated_compressed_log(run_cli, tmp_path):
     log = tmp_path / "kern.log.2.gz"
     log.write_bytes(gzip.compress(("Nov 30 kernel: eth0 up\n" * 50000 + "Nov 30 kernel: NVRM: The NVIDIA probe routine "
                                    "was not called for 1 device(s).\n").encode()))
-    r = run_cli("why", "--text-only", "--json", "--log", str(log))
+    r = run_cli("why", "--text-only", "--json", "-", "--log", str(log))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["causes"][0]["id"] == "nouveau-owns-gpu"
     bad = tmp_path / "broken.gz"
@@ -308,7 +308,7 @@ def test_an_xid_line_on_the_machine_that_logged_it_is_confirmed_and_names_its_gp
 
     spec = machines.p4d_rhel8_healthy()
     spec["var/log/messages"] = "\n".join(KBOOT + [XID48, XID48.replace("10:05:00", "10:05:02")]) + "\n"
-    r = run_cli("why", "--json", "--sysroot", str(tree(spec)), XID48, timeout=300)
+    r = run_cli("why", "--json", "-", "--sysroot", str(tree(spec)), XID48, timeout=300)
     assert r.returncode == 1, r.stderr
     out = json.loads(r.stdout)
     assert out["matched"][0]["signature"] == "xid-48" and out["matched"][0]["xid"]["points_at"]
@@ -320,7 +320,7 @@ def test_an_xid_line_on_the_machine_that_logged_it_is_confirmed_and_names_its_gp
     assert "the GPU at 0000:10:1c.0" in said and "holds Xid 48 on 0000:10:1c.0 2 time(s)" in said
     # the same line on a machine whose log holds no such Xid: the event is not this machine's; nothing confirmed
     spec["var/log/messages"] = "\n".join(KBOOT) + "\n"
-    r = run_cli("why", "--json", "--sysroot", str(tree(spec, "clean")), XID48, timeout=300)
+    r = run_cli("why", "--json", "-", "--sysroot", str(tree(spec, "clean")), XID48, timeout=300)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["causes"][0]["id"] == "xid-48" and out["causes"][0]["verdict"] != "confirmed"
@@ -333,7 +333,7 @@ def test_a_text_that_matches_nothing_gets_the_reports_failing_findings_ranked(ru
         {"id": "DLD-MEM-001", "status": "fail", "message": "/dev/shm is 64 MB: DataLoader workers share tensors there",
          "title": "/dev/shm", "evidence": {}},
         {"id": "DLD-DISK-001", "status": "warn", "message": "/ is 93% full", "title": "disk space", "evidence": {}}])
-    r = run_cli("why", "--json", "--report", str(path), "my job hangs when the dataloader workers start")
+    r = run_cli("why", "--json", "-", "--report", str(path), "my job hangs when the dataloader workers start")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["matched"] == [] and out["causes"] == []
@@ -352,7 +352,7 @@ def test_why_log_ranks_by_severity_then_recency_with_counts_and_times(run_cli, t
         "[ 4242.500000] " + XID48.split("kernel: ", 1)[1],
         "[ 4242.600000] " + XID48.split("kernel: ", 1)[1],
         "[ 4300.000000] " + XID48.split("kernel: ", 1)[1]]) + "\n")
-    r = run_cli("why", "--text-only", "--json", "--log", str(log))
+    r = run_cli("why", "--text-only", "--json", "-", "--log", str(log))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     first = out["events"][0]

@@ -142,7 +142,7 @@ def test_the_schema_rejects_a_bad_points_at(tmp_path):
 
 def test_validate_and_the_xid_query(run_cli):
     assert run_cli("matrix", "validate").returncode == 0
-    r = run_cli("matrix", "xid", "48", "--json")
+    r = run_cli("matrix", "xid", "48", "--json", "-")
     assert r.returncode == 0
     got = json.loads(r.stdout)
     assert got["mnemonic"] == "ROBUST_CHANNEL_GPU_ECC_DBE" and got["resolution"] == "WORKFLOW_XID_48"

@@ -206,7 +206,7 @@ def test_prometheus_label_values_are_escaped():
 def test_diff_of_two_recorded_reports_gives_the_exact_changes(run_cli, tmp_path):
     base, _ = _report(run_cli, tmp_path, HEALTHY, "base")
     cur, _ = _report(run_cli, tmp_path, UPGRADED, "cur")
-    result = run_cli("diff", str(base), str(cur), "--json")
+    result = run_cli("diff", str(base), str(cur), "--json", "-")
     assert result.returncode == 1, result.stderr
     doc = json.loads(result.stdout)
     assert doc["versions"] == {
@@ -228,7 +228,7 @@ def test_diff_of_two_recorded_reports_gives_the_exact_changes(run_cli, tmp_path)
     assert text.stdout.rstrip().endswith("5 change(s).")
 
     # the other way round, the problems clear
-    back = json.loads(run_cli("diff", str(cur), str(base), "--json").stdout)
+    back = json.loads(run_cli("diff", str(cur), str(base), "--json", "-").stdout)
     assert [f["id"] for f in back["findings"]["cleared"]] == ["DLD-DRV-003", "DLD-GPU-004"]
     assert back["versions"]["added"] == {"gpu_model": "NVIDIA A100-SXM4-40GB"}
 
@@ -240,13 +240,13 @@ def test_diff_ignore_patterns_and_no_drift(run_cli, tmp_path):
     assert same.returncode == 0 and same.stdout.strip().endswith("No drift.")
     cur, _ = _report(run_cli, tmp_path, UPGRADED, "cur")
     quiet = run_cli("diff", str(base), str(cur), "--ignore", "driver*,fabric_manager", "--ignore", "gpu_model",
-                    "--ignore", "DLD-DRV-*", "--ignore", "DLD-GPU-004", "--json")
+                    "--ignore", "DLD-DRV-*", "--ignore", "DLD-GPU-004", "--json", "-")
     assert quiet.returncode == 0, quiet.stdout
     assert json.loads(quiet.stdout)["drift"] is False
 
 
 def test_diff_reads_facts_files_and_runs_todays_checks_on_them(run_cli, tmp_path):
-    result = run_cli("diff", str(HEALTHY), str(UPGRADED), "--json")
+    result = run_cli("diff", str(HEALTHY), str(UPGRADED), "--json", "-")
     assert result.returncode == 1
     doc = json.loads(result.stdout)
     assert "DLD-DRV-003" in [f["id"] for f in doc["findings"]["appeared"]]
@@ -264,7 +264,7 @@ def test_diff_environment_package_changes(run_cli, tmp_path):
     del env["distributions"]["torchvision"]
     cur = tmp_path / "b.json"
     cur.write_text(json.dumps(snapshot(facts)))
-    doc = json.loads(run_cli("diff", str(base), str(cur), "--json").stdout)
+    doc = json.loads(run_cli("diff", str(base), str(cur), "--json", "-").stdout)
     assert doc["versions"] == {
         "added": {"environments.pytorch.packages.transformers": "4.44.0"},
         "removed": {"environments.pytorch.packages.torchvision": "0.19.1"},

@@ -65,6 +65,8 @@ def test_json_dash_prints_the_json_report_alone(run_cli):
 
 def test_explicit_paths(run_cli, tmp_path):
     j, h = tmp_path / "x" / "r.json", tmp_path / "y" / "r.html"
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
     r = run_cli("run", "--json", str(j), "--html", str(h), "--fail-on", "never")
     assert r.returncode == 0
     assert json.loads(j.read_text())["tool"]["name"] == "dl-doctor"
@@ -264,7 +266,7 @@ def test_a_broken_plugin_costs_only_itself(run_cli, tmp_path):
 def test_list_and_list_json(run_cli):
     r = run_cli("list")
     assert r.returncode == 0 and "DLD-MEM-001" in r.stdout and "shm-too-small" in r.stdout
-    items = json.loads(run_cli("list", "--json").stdout)
+    items = json.loads(run_cli("list", "--json", "-").stdout)
     assert {"id", "slug", "title", "tags"} <= set(items[0])
     assert [i["id"] for i in items] == sorted(i["id"] for i in items)
 

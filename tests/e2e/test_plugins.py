@@ -55,7 +55,7 @@ def _dist(target: Path, name: str, entry_points: str, modules: dict) -> None:
 
 def test_an_out_of_tree_plugin_registers_runs_and_tests_itself(run_cli, sample_plugin, tmp_path):
     env = _env([sample_plugin])
-    listed = run_cli("list", "--json", env=_pythonpath([sample_plugin]), timeout=60)
+    listed = run_cli("list", "--json", "-", env=_pythonpath([sample_plugin]), timeout=60)
     assert listed.returncode == 0 and "warning" not in listed.stderr, listed.stderr
     assert "ACME-TEMP-001" in {c["id"] for c in json.loads(listed.stdout)}
 

@@ -169,7 +169,7 @@ def test_why_asks_the_environment_the_error_came_from_which_copy_of_the_library_
     (its own cuDNN wheel, preloaded): the cause 'not installed where the loader looks' is argued against."""
     if not (ENVS / T214 / "bin" / "python").exists():
         pytest.skip(f"no {T214} environment at {ENVS}")
-    r = run_cli("why", "--json", "--python", str(ENVS / T214 / "bin" / "python"),
+    r = run_cli("why", "--json", "-", "--python", str(ENVS / T214 / "bin" / "python"),
                 "ImportError: libcudnn.so.9: cannot open shared object file: No such file or directory", timeout=300)
     assert r.returncode in (0, 1), r.stderr
     out = json.loads(r.stdout)

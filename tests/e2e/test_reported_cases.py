@@ -34,11 +34,11 @@ BLIND = [r for r in RECORDS if r.get("blind") and BUILDERS[r["id"]](True).tree_o
 
 @pytest.mark.parametrize("record", BLIND, ids=[r["id"] for r in BLIND])
 def test_a_blind_case_through_the_entry_point(record, run_cli, tmp_path):
-    """`dl-doctor why --json --sysroot TREE SYMPTOM` ranks the cause first on the tree alone (the cases paired with
+    """`dl-doctor why --json - --sysroot TREE SYMPTOM` ranks the cause first on the tree alone (the cases paired with
     recorded NVML are judged in-process only: NVML is live)."""
     machine = BUILDERS[record["id"]](True)
     root = cases.build(tmp_path / "root", machine.spec)
-    r = run_cli("why", "--json", "--sysroot", str(root), record["symptom"], timeout=300)
+    r = run_cli("why", "--json", "-", "--sysroot", str(root), record["symptom"], timeout=300)
     answer = json.loads(r.stdout)
     assert cases.why_first(record, cases.Outcome([], answer)), [c["id"] for c in answer["causes"][:3]]
     # exit 1: the machine confirms a cause (docs/why.md); 0 where the first cause is ranked from the text alone

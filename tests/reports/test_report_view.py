@@ -274,9 +274,11 @@ def test_markdown_redacts_host_names_and_users_but_not_versions(run_cli, dlami_r
 def test_report_command_rerenders_a_bundle_and_refuses_bad_input(run_cli, dlami_report, tmp_path):
     report, out = dlami_report
     r = run_cli("report", str(out / "r.json"), "--html", str(tmp_path / "again.html"), "--markdown",
-                str(tmp_path / "again.md"), "--json", timeout=120)
+                str(tmp_path / "again.md"), "--json", str(tmp_path / "again.json"), timeout=120)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["written"] == [str(tmp_path / "again.md"), str(tmp_path / "again.html")]
+    assert r.stdout.splitlines() == [f"Report: {tmp_path / n}" for n in ("again.json", "again.md", "again.html")]
+    again = json.loads((tmp_path / "again.json").read_text())  # the report as read and validated, written again
+    assert [f["id"] for f in again["findings"]] == [f["id"] for f in report["findings"]]
     assert 'id="stack"' in (tmp_path / "again.html").read_text()
     bad = tmp_path / "bad.json"
     for content, words in (('{"findings": "x"}', "not a dl-doctor report"),
@@ -292,7 +294,7 @@ def test_report_command_rerenders_a_bundle_and_refuses_bad_input(run_cli, dlami_
         else:
             assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
     r = run_cli("report", str(out / "r.json"), timeout=120)
-    assert r.returncode == 2 and "--html PATH and/or --markdown PATH" in r.stderr
+    assert r.returncode == 2 and "--html PATH, --markdown PATH|- and/or --json PATH|-" in r.stderr
     r = run_cli("check", str(out / "r.json"), "--json", "-", "--markdown", "-", timeout=120)
     assert r.returncode == 2 and "both want stdout" in r.stderr
 
