@@ -173,6 +173,28 @@ def test_nhc_check_dies_on_the_first_failure_and_logs_warnings(bad_and_good, tmp
     assert not any(l.startswith("DIE") for l in lines) and lines[-1] == "RC 0"
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_nhc_passes_the_headline_on_with_its_apostrophe_and_nothing_evaluated(tmp_path):
+    """The .nhc function hands dl-doctor's line to NHC's die quoted: an apostrophe arrives as it is, and nothing in
+    the line is run by the shell (what dl-doctor prints has no $ or backquote anyway: nhc_lines drops them)."""
+    line = cluster.nhc_lines({"findings": [{**LONG, "headline": "The driver's version `id` $(touch pwned) 'x'"}]})[0]
+    assert line == "FAIL DLD-GPU-004 The driver's version id (touch pwned) 'x'"
+    warn = "WARN DLD-DRV-004 it can't drive CUDA $(touch pwned) `touch pwned`"  # were a line ever to carry them
+    fake = tmp_path / "dl-doctor"
+    fake.write_text("#!/bin/sh\ncat <<'EOF'\n" + line + "\n" + warn + "\nEOF\nexit 1\n")
+    fake.chmod(0o755)
+    script = f"""
+        die() {{ echo "DIE $1 $2" >> {tmp_path}/nhc.out; return 1; }}
+        log() {{ echo "LOG $*" >> {tmp_path}/nhc.out; }}
+        source {ROOT}/contrib/nhc/dl_doctor.nhc
+        DL_DOCTOR={fake} check_dl_doctor
+    """
+    subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    lines = (tmp_path / "nhc.out").read_text().splitlines()
+    assert lines == [f"LOG check_dl_doctor: {warn[len('WARN '):]}", f"DIE 1 check_dl_doctor: {line[len('FAIL '):]}"]
+    assert "driver's version" in lines[1] and not (tmp_path / "pwned").exists()
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory):
     if os.geteuid() != 0 or not all(shutil.which(b) for b in ("slurmctld", "slurmd", "munged", "scontrol", "sinfo")):
