@@ -284,9 +284,15 @@ def unique_names(nodes: List[Node]) -> List[str]:
     one host's reports of several runs) the name its file gives it, then the file's path; a node that is still not
     told apart (one file given twice, nodes without files) gets ``#1``, ``#2``... after its name."""
     names = [n.name for n in nodes]
-    for better in (lambda n: n.file_name or n.name, lambda n: n.source if n.file_name else n.name):
-        counts = Counter(names)
-        names = [better(n) if counts[name] > 1 else name for name, n in zip(names, nodes)]
+    groups: Dict[str, List[int]] = defaultdict(list)
+    for i, name in enumerate(names):
+        groups[name].append(i)
+    for same in (g for g in groups.values() if len(g) > 1):
+        ways = [[nodes[i].file_name or nodes[i].name for i in same],
+                [nodes[i].source if nodes[i].file_name else nodes[i].name for i in same]]
+        chosen = next((w for w in ways if len(set(w)) == len(w)), ways[0])  # else numbered below
+        for i, name in zip(same, chosen):
+            names[i] = name
     counts = Counter(names)
     seen: Dict[str, int] = defaultdict(int)
     out = []

@@ -236,17 +236,20 @@ def previous_report(current: str) -> Optional[Dict[str, Any]]:
 def changed(previous: Mapping[str, Any], report: Mapping[str, Any]) -> bool:
     """Whether ``report`` found something ``previous`` did not: a finding that is new at warn, fail or error (or
     worse than it was), or a version that drifted (the comparison of ``dl-doctor diff``, doctor/judge/diff.py)."""
-    from dl_doctor.app import InputProblem, snapshot_of
     from dl_doctor.judge.diff import diff
 
     def findings(doc: Mapping[str, Any]) -> List[Dict[str, Any]]:
         return [f for f in doc.get("findings") or [] if isinstance(f, dict) and isinstance(f.get("id"), str)]
 
+    def snapshot(doc: Mapping[str, Any]) -> Dict[str, Any]:
+        run: Mapping[str, Any] = doc["run"] if isinstance(doc.get("run"), dict) else {}
+        mode = run.get("facts_mode") or ("sysroot" if run.get("mode") == "sysroot" else "live")
+        return {"kind": "dl-doctor-facts", "mode": mode, "facts": doc.get("facts") or {}}
+
     try:
-        result = diff(snapshot_of("the previous report", dict(previous)), snapshot_of("this report", dict(report)),
-                      findings(previous), findings(report))
-    except (InputProblem, TypeError, ValueError, AttributeError, KeyError):
-        return False  # an older report dl-doctor cannot compare: nothing is claimed
+        result = diff(snapshot(previous), snapshot(report), findings(previous), findings(report))
+    except Exception:  # noqa: BLE001 - an old report of another shape: the status line is written, nothing claimed
+        return False
     rank = {"warn": 1, "fail": 2, "error": 3}
     worse = [f for f in result["findings"]["changed"] if rank.get(f["status"], 0) > rank.get(f["was"], 0)]
     return bool(any(result["versions"].values()) or result["findings"]["appeared"] or worse)
