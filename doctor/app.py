@@ -503,8 +503,8 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
         targets.append((out.junit_path, lambda: _render("junit", report), True))
     if out.prom_path:
         targets.append((out.prom_path, lambda: _render("prometheus", report), False))
-    if out.status_path:
-        targets.append((out.status_path, lambda: _render("status", report), False))
+    if out.status_path:  # "new since DATE" where the archive holds this host's previous run
+        targets.append((out.status_path, lambda: _status(report, base + ".json" if defaults else None), False))
     if out.markdown_path:
         from dl_doctor.redact import for_public
         from dl_doctor.reports.markdown import render as markdown_render
@@ -555,6 +555,15 @@ def gpu_names(report: Dict[str, Any], overlays: Sequence[str] = ()) -> Dict[str,
         return {}
     entries = {pci: matrix.gpu_by_pci(pci) for pci in ids}
     return {pci: e["name"] for pci, e in entries.items() if e}
+
+
+def _status(report: Dict[str, Any], archived: Optional[str]) -> str:
+    """The login status line; ``archived`` names this run's report in the archive, whose previous run it is held
+    against."""
+    from dl_doctor.integrations.login_hook import new_since
+    from dl_doctor.reports.status import status_line
+
+    return status_line(report, new_since(archived, report) if archived else None) + "\n"
 
 
 def _render(kind: str, report: Dict[str, Any], overlays: Sequence[str] = ()) -> str:

@@ -43,3 +43,21 @@ def safe_value(obj: Any, one_line: bool = False) -> Any:
     if isinstance(obj, str):
         return safe_line(obj) if one_line else safe_text(obj)
     return obj
+
+
+def short(text: Any, limit: int) -> str:
+    """``text`` on one line (runs of whitespace made one space) in at most ``limit`` characters: cut at the last
+    word boundary that leaves room for an ASCII ``...`` (never mid-word, unless a single word is longer than the
+    room), with the punctuation the cut leaves dangling dropped. Used by every short form: the login status line, the
+    cluster engines' lines (node-problem-detector's 80 characters, NHC, Slurm's drain reason) and the fleet's."""
+    one = " ".join(str(text).split())
+    if len(one) <= limit:
+        return one
+    if limit <= 3:
+        return one[:limit]
+    room = limit - 3
+    cut = one[:room]
+    if one[room] != " " and " " in cut:  # the cut falls inside a word: end before it
+        cut = cut[:cut.rindex(" ")]
+    cut = cut.rstrip(" ,;:-(/")
+    return (cut or one[:room]) + "..."

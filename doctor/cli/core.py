@@ -58,6 +58,8 @@ def emit_engine(outcome: app.Outcome, kw) -> int:
     node = kw.get("node_name") or os.environ.get("SLURMD_NODENAME") or (os.uname().nodename.split(".")[0])
     try:
         result = cluster.slurm(Host(), outcome.report, node, act=bool(kw.get("drain")))
+    except cluster.ToolMissing as exc:
+        raise app.InputProblem(str(exc))
     except (RuntimeError, OSError) as exc:
         raise app.InputProblem(f"slurm: {exc}")
     s = outcome.report.get("summary") or {}

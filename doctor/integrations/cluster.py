@@ -9,18 +9,34 @@ check ID (what ``sinfo -R`` shows), and resumed only when it was dl-doctor that 
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
+
+from dl_doctor.reports.present import heading
+from dl_doctor.reports.text import short
 
 ENGINES = ("slurm", "nhc", "npd")
 PREFIX = "dld:"           # owned by dl-doctor: a drain reason that starts with it was set by dl-doctor
 NPD_MAX = 80              # node-problem-detector keeps at most 80 characters of a custom plugin's output
 REASON_MAX = 120
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\"'`$\\]")
+NHC_MAX = 400
+# What no engine's line may carry: control characters (a line break would forge a line of the contract), the
+# invisible marks that reorder what a terminal shows, lone surrogates (bytes that were not UTF-8), and the characters
+# a shell gives a meaning inside double quotes (" ` $ \). NHC passes its message on quoted ("$NOTE"), and
+# dl-doctor runs scontrol with an argument vector, no shell; scontrol strips a double quote that begins or ends the
+# reason. Apostrophes mean nothing in any of them and are kept: "the driver's version", not "the driver s version".
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                      "\ud800-\udfff\"`$\\\\]")
+
+
+class ToolMissing(RuntimeError):
+    """The engine's own tool (Slurm's scontrol) is not where dl-doctor may run it from: one line, for the user."""
 
 
 def _clean(text: str, limit: int) -> str:
-    return re.sub(r"\s+", " ", _CONTROL.sub(" ", str(text))).strip()[:limit]
+    """One line for an engine: unsafe characters made spaces, cut at a word boundary with ASCII '...'."""
+    return short(_CONTROL.sub(" ", str(text)), limit)
 
 
 def problems(report: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -36,7 +52,8 @@ def draining(report: Dict[str, Any]) -> List[Dict[str, Any]]:
 
 
 def _heading(f: Dict[str, Any]) -> str:
-    return str(f.get("headline") or f.get("title") or f.get("message") or "")
+    """The finding's headline (the problem in a few words, reports/present.py), never the long message."""
+    return heading(f) or str(f.get("message") or "")
 
 
 def npd_line(report: Dict[str, Any], failing: bool) -> str:
@@ -54,13 +71,25 @@ def nhc_lines(report: Dict[str, Any]) -> List[str]:
     out = []
     for f in problems(report):
         label = "WARN" if f["status"] == "warn" else "FAIL"
-        out.append(_clean(f"{label} {f['id']} {_heading(f)}", 400))
+        out.append(_clean(f"{label} {f['id']} {_heading(f)}", NHC_MAX))
     return out
 
 
 def drain_reason(f: Dict[str, Any]) -> str:
     """'dld:DLD-GPU-006 Uncorrectable ECC errors ...': the prefix and the check ID in the first 20 characters."""
     return _clean(f"{PREFIX}{f['id'].split(':')[0]} {_heading(f)}", REASON_MAX)
+
+
+def _missing_tool(host, name: str) -> str:
+    """Why ``--drain`` cannot run Slurm's ``name``: not on PATH at all, or (as root) only in a directory another
+    user could write to, where dl-doctor does not run programs from (docs/security.md)."""
+    from dl_doctor.host import spawn
+
+    anywhere = spawn.which(name, host.environ().get("PATH", os.defpath), False)
+    if anywhere:
+        return (f"--drain needs Slurm's {name}: {anywhere} is not on the trusted search path (as root, dl-doctor "
+                f"runs programs only from directories only root can change)")
+    return f"--drain needs Slurm's {name}, which is not on PATH"
 
 
 def parse_node(text: str) -> Tuple[Optional[str], Optional[str]]:
@@ -80,7 +109,10 @@ def slurm(host, report: Dict[str, Any], node: str, act: bool) -> Dict[str, Any]:
         if drains:
             out["reason"] = drain_reason(drains[0])
         return out
-    shown = host.run(["scontrol", "show", "node", node, "-o"], timeout=10)
+    try:
+        shown = host.run(["scontrol", "show", "node", node, "-o"], timeout=10)
+    except FileNotFoundError:
+        raise ToolMissing(_missing_tool(host, "scontrol"))
     if shown.returncode != 0:
         raise RuntimeError(f"scontrol show node {node}: {(shown.stderr or shown.stdout).strip()[:300]}")
     state, reason = parse_node(shown.stdout)

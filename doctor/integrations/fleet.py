@@ -37,6 +37,7 @@ class Node:
     name: str
     source: str
     section: Dict[str, Any]
+    file_name: str = ""  # the name its file gives it ("a" for reports/a.json): the name where host names repeat
 
 
 @dataclass
@@ -123,14 +124,19 @@ def read_section(data: bytes, more: Optional[Callable[[], bytes]] = None) -> Opt
     return _section_from_document(load_json_bytes(whole, "the report"))
 
 
+def _file_name(source: str) -> str:
+    """The node's name from its file: ``reports/node-7.json`` is ``node-7``."""
+    base = os.path.basename(source)
+    for ext in (".json", ".gz"):
+        base = base[:-len(ext)] if base.endswith(ext) else base
+    return base[:200] or source[-200:]
+
+
 def _name(section: Dict[str, Any], source: str) -> str:
     host = section["identity"].get("hostname")
     if host and not str(host).startswith("[HOST-"):
         return str(host)[:200]
-    base = os.path.basename(source)
-    for ext in (".json", ".gz"):
-        base = base[:-len(ext)] if base.endswith(ext) else base
-    return base[:200]
+    return _file_name(source)
 
 
 def _files(paths: Iterable[str]) -> Iterator[str]:
@@ -231,7 +237,7 @@ def _add(fleet: Fleet, source: str, name_source: str, section: Optional[Dict[str
                                                             f"bound"})
         return
     fleet.chars += cost
-    fleet.nodes.append(Node(_name(section, name_source), source, section))
+    fleet.nodes.append(Node(_name(section, name_source), source, section, _file_name(name_source)))
 
 
 def _gather_tar(path: str, raw: BinaryIO, fleet: Fleet) -> None:
@@ -273,18 +279,35 @@ def _group_key(section: Dict[str, Any]) -> str:
     return " · ".join(str(c.get(k)) for k in ("instance_type", "gpu.model") if c.get(k)) or "all nodes"
 
 
+def unique_names(nodes: List[Node]) -> List[str]:
+    """One name for each node, every name different: its host name; where host names repeat (a redacted host name,
+    one host's reports of several runs) the name its file gives it, then the file's path; a node that is still not
+    told apart (one file given twice, nodes without files) gets ``#1``, ``#2``... after its name."""
+    names = [n.name for n in nodes]
+    groups: Dict[str, List[int]] = defaultdict(list)
+    for i, name in enumerate(names):
+        groups[name].append(i)
+    for same in (g for g in groups.values() if len(g) > 1):
+        ways = [[nodes[i].file_name or nodes[i].name for i in same],
+                [nodes[i].source if nodes[i].file_name else nodes[i].name for i in same]]
+        chosen = next((w for w in ways if len(set(w)) == len(w)), ways[0])  # else numbered below
+        for i, name in zip(same, chosen):
+            names[i] = name
+    counts = Counter(names)
+    seen: Dict[str, int] = defaultdict(int)
+    out = []
+    for name in names:
+        if counts[name] > 1:
+            seen[name] += 1
+            name = f"{name}#{seen[name]}"
+        out.append(name)
+    return out
+
+
 def compare(fleet: Fleet) -> Dict[str, Any]:
     """Groups of like nodes (instance type and GPU model), and in each the facts whose value is not the same on
     every node: the majority value and the odd nodes out."""
-    names = Counter(n.name for n in fleet.nodes)
-    seen: Dict[str, int] = defaultdict(int)
-    nodes = []
-    for n in fleet.nodes:  # two reports with one name (a redacted host name, one host twice): tell them apart
-        name = n.name
-        if names[name] > 1:
-            seen[name] += 1
-            name = f"{name}#{seen[name]}"
-        nodes.append((name, n))
+    nodes = list(zip(unique_names(fleet.nodes), fleet.nodes))
     groups: Dict[str, List[Tuple[str, Node]]] = defaultdict(list)
     for name, n in nodes:
         groups[_group_key(n.section)].append((name, n))
@@ -300,60 +323,107 @@ def compare(fleet: Fleet) -> Dict[str, Any]:
             majority, majority_count = max(counts.items(), key=lambda kv: (kv[1], kv[0] is not None, str(kv[0])))
             tie = sum(1 for c in counts.values() if c == majority_count) > 1
             odd = [{"node": name, "value": v} for name, v in sorted(values.items()) if v != majority]
-            differences.append({"fact": k, "majority": majority, "majority_count": majority_count, "tie": tie,
-                                "odd": odd, "values": len(counts)})
+            difference = {"fact": k, "majority": majority, "majority_count": majority_count, "tie": tie,
+                          "odd": odd, "values": len(counts)}
+            if tie:  # no majority: the nodes with the value shown first are named too
+                difference["majority_nodes"] = sorted(name for name, v in values.items() if v == majority)
+            differences.append(difference)
         differences.sort(key=lambda d: (len(d["odd"]), d["fact"]))
         out_groups.append({"group": key, "nodes": [name for name, _ in members], "differences": differences})
     failing = []
     by_check: Dict[str, List[str]] = defaultdict(list)
+    headlines: Dict[str, Counter] = defaultdict(Counter)
+    statuses: Dict[str, set] = defaultdict(set)
     for name, n in nodes:
         f = n.section.get("failing") or []
         if f:
             failing.append({"node": name, "source": n.source, "findings": f})
             for item in f:
-                by_check[item.get("id", "?")].append(name)
+                check = item.get("id", "?")
+                by_check[check].append(name)
+                statuses[check].add(item.get("status") or "fail")
+                if item.get("headline"):
+                    headlines[check][item["headline"]] += 1
+    # each failing check's headline (the one most of its nodes give: a few name their own GPU or path) and status
+    # ("error" only where it could not judge on any of them)
+    checks = {k: {"headline": max(headlines[k].items(), key=lambda kv: (kv[1], kv[0]))[0] if headlines[k] else "",
+                  "status": "error" if statuses[k] == {"error"} else "fail"} for k in sorted(by_check)}
     return {"version": FLEET_VERSION, "nodes": len(nodes), "groups": out_groups, "failing": failing,
-            "failing_by_check": {k: sorted(v) for k, v in sorted(by_check.items())},
+            "failing_by_check": {k: sorted(v) for k, v in sorted(by_check.items())}, "checks": checks,
             "unreadable": fleet.unreadable,
             "ok": not failing and not any(g["differences"] for g in out_groups) and bool(nodes)}
 
 
-def render_text(result: Dict[str, Any], width: int = 100) -> str:
+def plural(count: int, word: str) -> str:
+    """``1 node``, ``2 nodes``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def show_value(fact: str, value: Any) -> str:
+    """A compared value for a person: a fact a node does not have is "unknown" (a setting: "not set"), an empty
+    one "(empty)", never Python's None or nothing at all."""
+    if value is None:
+        return "not set" if fact.startswith("env.") else "unknown"
+    if value == "":
+        return "(empty)"
+    return str(value)
+
+
+def _difference_line(d: Dict[str, Any]) -> str:
     from dl_doctor.reports.text import safe_line
 
-    lines = [f"dl-doctor fleet: {result['nodes']} node{'s' if result['nodes'] != 1 else ''} in "
-             f"{len(result['groups'])} group{'s' if len(result['groups']) != 1 else ''}"]
+    fact = d["fact"]
+    shown = d["odd"][:8]
+    more = f" and {len(d['odd']) - 8} more" if len(d["odd"]) > 8 else ""
+    odd = "; ".join(f"{safe_line(o['node'])} = {safe_line(show_value(fact, o['value']))}" for o in shown)
+    majority = safe_line(show_value(fact, d["majority"]))
+    if d.get("tie"):  # no majority: each value with the nodes that have it
+        named = d.get("majority_nodes") or []
+        first = ", ".join(safe_line(n) for n in named[:8]) + (f" and {len(named) - 8} more" if len(named) > 8 else "")
+        lead = f"{first} = {majority}" if first else f"{plural(d['majority_count'], 'node')} = {majority}"
+        return f"  DIFFERS {safe_line(fact)} (no majority): {lead}; {odd}{more}"
+    if d["majority"] is None:  # most nodes lack it: "not set on 3 nodes", not "3 nodes have None"
+        return f"  DIFFERS {safe_line(fact)}: {majority} on {plural(d['majority_count'], 'node')}; {odd}{more}"
+    have = "node has" if d["majority_count"] == 1 else "nodes have"
+    return f"  DIFFERS {safe_line(fact)}: {d['majority_count']} {have} {majority}; {odd}{more}"
+
+
+def render_text(result: Dict[str, Any], width: int = 100) -> str:
+    from dl_doctor.reports.text import safe_line, short
+
+    lines = [f"dl-doctor fleet: {plural(result['nodes'], 'node')} in {plural(len(result['groups']), 'group')}"]
     for g in result["groups"]:
         lines.append("")
-        lines.append(f"{safe_line(g['group'])}: {len(g['nodes'])} nodes")
+        lines.append(f"{safe_line(g['group'])}: {plural(len(g['nodes']), 'node')}")
         if not g["differences"]:
             lines.append("  every compared fact is the same on every node")
         for d in g["differences"]:
-            odd = ", ".join(f"{safe_line(o['node'])} = {safe_line(o['value'])}" for o in d["odd"][:8])
-            more = f" and {len(d['odd']) - 8} more" if len(d["odd"]) > 8 else ""
-            have = "node has" if d["majority_count"] == 1 else "nodes have"
-            tie = " (no majority)" if d.get("tie") else ""
-            lines.append(f"  DIFFERS {safe_line(d['fact'])}: {d['majority_count']} {have} "
-                         f"{safe_line(d['majority'])}{tie}; {odd}{more}")
+            lines.append(_difference_line(d))
     if result["failing"]:
         lines.append("")
         lines.append("Failing checks:")
+        checks = result.get("checks") or {}
         for check, nodes in result["failing_by_check"].items():
+            about = checks.get(check) or {}
+            label = "ERROR" if about.get("status") == "error" else "FAIL"
             shown = ", ".join(safe_line(n) for n in nodes[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
-            lines.append(f"  FAIL {safe_line(check)} on {len(nodes)} node{'s' if len(nodes) != 1 else ''}: {shown}")
+            head = f"  {label} {safe_line(check)}"
+            if about.get("headline"):
+                head += " " + short(safe_line(about["headline"]), max(40, min(width, 120) - len(head) - 1))
+            lines.append(f"{head} ({plural(len(nodes), 'node')}: {shown})")
     if result["unreadable"]:
         lines.append("")
         count = len(result["unreadable"])
-        lines.append(f"Skipped {count} input{'s' if count != 1 else ''} (not compared):")
+        lines.append(f"Skipped {plural(count, 'input')} (not compared):")
         for u in result["unreadable"][:20]:
             lines.append(f"  SKIPPED {safe_line(u['source'])}: {safe_line(u['error'])}")
         if count > 20:
             lines.append(f"  and {count - 20} more (all of them are in --json)")
     lines.append("")
+    differing = sum(len(g["differences"]) for g in result["groups"])
     lines.append("OK: the nodes agree and none fails" if result["ok"] else
                  "NOT OK: " + "; ".join(p for p in (
-                     f"{sum(len(g['differences']) for g in result['groups'])} differing facts"
-                     if any(g["differences"] for g in result["groups"]) else "",
-                     f"{len(result['failing'])} failing nodes" if result["failing"] else "",
+                     plural(differing, "differing fact") if differing else "",
+                     plural(len(result["failing"]), "failing node") if result["failing"] else "",
                      "no node report" if not result["nodes"] else "") if p))
     return "\n".join(lines) + "\n"

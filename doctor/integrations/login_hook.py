@@ -9,8 +9,9 @@ and daily, or only once per boot with ``--boot``.
 from __future__ import annotations
 
 import os
+import re
 import shlex
-from typing import List, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 STATE_DIR = "/var/lib/dl-doctor"
 STATUS_FILE = f"{STATE_DIR}/status"
@@ -188,3 +189,78 @@ def uninstall(root: str) -> List[str]:
             os.unlink(target)
             removed.append(path)
     return removed
+
+
+# -- what changed since the previous run (the status line's "new since DATE") -----------------------------------------
+
+_REPORT = re.compile(r"^(dl-doctor-.{1,120}-)(\d{8}T\d{6}Z)(?:-(\d{1,4}))?\.json$")
+MAX_LISTED = 10000  # names of the report directory looked at
+MAX_TRIED = 3       # earlier reports read before giving up (one damaged by a full disk is passed over)
+
+
+def previous_report(current: str) -> Optional[Dict[str, Any]]:
+    """The report of the run before the one archived as ``current`` (``DIR/dl-doctor-HOST-STAMP[-N].json``, which
+    need not exist yet): the newest earlier JSON report of the same host in the same directory that is this user's
+    own regular file and reads as a report; None when there is none."""
+    from dl_doctor.facts.validate import InputError, load_json_file
+
+    directory, name = os.path.split(current)
+    mine = _REPORT.match(name)
+    if not mine:
+        return None
+    key = (mine.group(2), int(mine.group(3) or 1))
+    try:
+        with os.scandir(directory or ".") as it:
+            names = [e.name for _, e in zip(range(MAX_LISTED), it)]
+    except OSError:
+        return None
+    earlier = []
+    for other in names:
+        m = _REPORT.match(other)
+        if m and m.group(1) == mine.group(1) and (m.group(2), int(m.group(3) or 1)) < key:
+            earlier.append(((m.group(2), int(m.group(3) or 1)), other))
+    for _, other in sorted(earlier, reverse=True)[:MAX_TRIED]:
+        path = os.path.join(directory, other)
+        try:
+            st = os.lstat(path)
+            if not os.path.isfile(path) or os.path.islink(path) or st.st_uid != os.geteuid():
+                continue
+            doc = load_json_file(path)
+        except (OSError, InputError, ValueError, RecursionError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("findings"), list) and isinstance(doc.get("facts"), dict):
+            return doc
+    return None
+
+
+def changed(previous: Mapping[str, Any], report: Mapping[str, Any]) -> bool:
+    """Whether ``report`` found something ``previous`` did not: a finding that is new at warn, fail or error (or
+    worse than it was), or a version that drifted (the comparison of ``dl-doctor diff``, doctor/judge/diff.py)."""
+    from dl_doctor.judge.diff import diff
+
+    def findings(doc: Mapping[str, Any]) -> List[Dict[str, Any]]:
+        return [f for f in doc.get("findings") or [] if isinstance(f, dict) and isinstance(f.get("id"), str)]
+
+    def snapshot(doc: Mapping[str, Any]) -> Dict[str, Any]:
+        run: Mapping[str, Any] = doc["run"] if isinstance(doc.get("run"), dict) else {}
+        mode = run.get("facts_mode") or ("sysroot" if run.get("mode") == "sysroot" else "live")
+        return {"kind": "dl-doctor-facts", "mode": mode, "facts": doc.get("facts") or {}}
+
+    try:
+        result = diff(snapshot(previous), snapshot(report), findings(previous), findings(report))
+    except Exception:  # noqa: BLE001 - an old report of another shape: the status line is written, nothing claimed
+        return False
+    rank = {"warn": 1, "fail": 2, "error": 3}
+    worse = [f for f in result["findings"]["changed"] if rank.get(f["status"], 0) > rank.get(f["was"], 0)]
+    return bool(any(result["versions"].values()) or result["findings"]["appeared"] or worse)
+
+
+def new_since(current: str, report: Mapping[str, Any]) -> Optional[str]:
+    """The UTC date of the previous run (``2026-11-28``) when this run, archived as ``current``, found something it
+    did not; None when nothing is new, or there is no previous run to compare with."""
+    from dl_doctor.reports.status import run_date
+
+    previous = previous_report(current)
+    if previous is None or not changed(previous, report):
+        return None
+    return run_date(previous) or "the previous run"

@@ -48,6 +48,72 @@ def test_drain_reason_starts_with_the_prefix_and_the_check_id():
     assert cluster.parse_node("NodeName=n1 State=IDLE Weight=1") == ("IDLE", None)
 
 
+HEADLINE = "The fabric manager is not running at the driver's version, so NVLink and NVSwitch stay down"
+LONG = {"id": "DLD-GPU-004", "status": "fail", "headline": HEADLINE, "title": "The fabric manager runs",
+        "message": "nvidia-fabricmanager.service is inactive (dead) since boot; " + "the raw message " * 20,
+        "remediation": {"action": "restart-service", "drain": True}}
+
+
+def _cut_at_a_word(line: str, whole: str) -> None:
+    """``line`` is ``whole`` cut at a word boundary with an ASCII '...' (never mid-word, never a Unicode ellipsis)."""
+    assert line.endswith("...") and "\u2026" not in line
+    kept = line[:-3]
+    assert whole.startswith(kept) and whole[len(kept)] in " ,", (line, whole)
+
+
+def test_npd_line_is_the_headline_cut_at_a_word_within_80_characters():
+    line = cluster.npd_line({"findings": [LONG]}, failing=True)
+    assert len(line) <= 80 and line.startswith("DLD-GPU-004 The fabric manager is not running at the driver's")
+    _cut_at_a_word(line, f"DLD-GPU-004 {HEADLINE}")
+    assert "raw message" not in line and "inactive" not in line  # the headline, not the long message
+
+
+def test_nhc_lines_and_the_drain_reason_keep_apostrophes_from_the_headline():
+    warn = {"id": "DLD-DRV-004", "status": "warn", "headline": "nouveau is loaded: it can't drive CUDA",
+            "message": "the long raw message"}
+    assert cluster.nhc_lines({"findings": [LONG, warn]}) == [
+        f"FAIL DLD-GPU-004 {HEADLINE}", "WARN DLD-DRV-004 nouveau is loaded: it can't drive CUDA"]
+    reason = cluster.drain_reason(LONG)
+    assert reason == f"dld:DLD-GPU-004 {HEADLINE}" and len(reason) <= cluster.REASON_MAX
+    longer = {**LONG, "headline": HEADLINE + " and every job that needs more than one GPU of this node fails"}
+    cut = cluster.drain_reason(longer)
+    assert len(cut) <= cluster.REASON_MAX and "driver's version" in cut
+    _cut_at_a_word(cut, f"dld:DLD-GPU-004 {longer['headline']}")
+
+
+class _FakeSlurm:
+    """Host.run for scontrol: a node in IDLE, and every command line it was given (an argument vector: no shell)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, argv, timeout=None):
+        from types import SimpleNamespace
+
+        self.calls.append(list(argv))
+        out = "NodeName=n1 State=IDLE Weight=1" if argv[1] == "show" else ""
+        return SimpleNamespace(returncode=0, stdout=out, stderr="")
+
+
+def test_slurm_is_given_the_reason_with_its_apostrophe_as_one_argument():
+    host = _FakeSlurm()
+    out = cluster.slurm(host, {"findings": [LONG]}, "n1", act=True)
+    assert out["action"] == "drained"
+    assert host.calls[-1] == ["scontrol", "update", "NodeName=n1", "State=DRAIN",
+                              f"Reason=dld:DLD-GPU-004 {HEADLINE}"]
+
+
+def test_drain_without_slurm_says_so_in_one_line(dld, bad_and_good, tmp_path):
+    _, good = bad_and_good
+    empty = tmp_path / "bin"
+    empty.mkdir()  # nothing on PATH: no scontrol
+    r = dld("run", "--sysroot", str(good), "--engine", "slurm", "--drain", "--profile", "fast",
+            env={"PATH": str(empty)})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.splitlines() == ["dl-doctor: error: --drain needs Slurm's scontrol, which is not on PATH"]
+    assert "Errno" not in r.stderr and "Traceback" not in r.stderr
+
+
 def test_npd_contract_exit_codes_and_an_80_character_line(dld, bad_and_good):
     bad, good = bad_and_good
     r = dld("run", "--sysroot", str(bad), "--engine", "npd", "--profile", "fast")
@@ -105,6 +171,28 @@ def test_nhc_check_dies_on_the_first_failure_and_logs_warnings(bad_and_good, tmp
     assert lines[-1] == "RC 1"
     lines = _nhc(tmp_path, good)
     assert not any(l.startswith("DIE") for l in lines) and lines[-1] == "RC 0"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_nhc_passes_the_headline_on_with_its_apostrophe_and_nothing_evaluated(tmp_path):
+    """The .nhc function hands dl-doctor's line to NHC's die quoted: an apostrophe arrives as it is, and nothing in
+    the line is run by the shell (what dl-doctor prints has no $ or backquote anyway: nhc_lines drops them)."""
+    line = cluster.nhc_lines({"findings": [{**LONG, "headline": "The driver's version `id` $(touch pwned) 'x'"}]})[0]
+    assert line == "FAIL DLD-GPU-004 The driver's version id (touch pwned) 'x'"
+    warn = "WARN DLD-DRV-004 it can't drive CUDA $(touch pwned) `touch pwned`"  # were a line ever to carry them
+    fake = tmp_path / "dl-doctor"
+    fake.write_text("#!/bin/sh\ncat <<'EOF'\n" + line + "\n" + warn + "\nEOF\nexit 1\n")
+    fake.chmod(0o755)
+    script = f"""
+        die() {{ echo "DIE $1 $2" >> {tmp_path}/nhc.out; return 1; }}
+        log() {{ echo "LOG $*" >> {tmp_path}/nhc.out; }}
+        source {ROOT}/contrib/nhc/dl_doctor.nhc
+        DL_DOCTOR={fake} check_dl_doctor
+    """
+    subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    lines = (tmp_path / "nhc.out").read_text().splitlines()
+    assert lines == [f"LOG check_dl_doctor: {warn[len('WARN '):]}", f"DIE 1 check_dl_doctor: {line[len('FAIL '):]}"]
+    assert "driver's version" in lines[1] and not (tmp_path / "pwned").exists()
 
 
 @pytest.fixture(scope="module")

@@ -72,7 +72,10 @@ def test_the_odd_nodes_are_named_against_the_majority_in_text_json_and_html(run_
     assert "5 nodes in 1 group" in text
     assert "DIFFERS driver: 4 nodes have 550.54.15; node-3.cluster.internal = 550.127.05" in text
     assert "DIFFERS env.NCCL_SOCKET_IFNAME: 4 nodes have ens; node-4.cluster.internal = eth0" in text
-    assert "FAIL DLD-GPU-004 on 1 node: node-5.cluster.internal" in text
+    # the failing check with its headline (the problem), not a bare ID; a fact a node lacks is "unknown", not None
+    assert ("FAIL DLD-GPU-004 The fabric manager is not running at the driver's version (1 node: "
+            "node-5.cluster.internal)") in text
+    assert "node-5.cluster.internal = unknown" in text and "None" not in text
     result = json.loads((tmp_path / "f.json").read_text())
     [group] = result["groups"]
     diffs = {d["fact"]: d for d in group["differences"]}
@@ -135,6 +138,62 @@ def test_two_reports_with_one_host_name_stay_two_nodes(run_cli, node_reports, tm
         (tmp_path / f"r{n}.json").write_text(json.dumps(doc, indent=2))
     result = json.loads(_fleet(run_cli, tmp_path, "--json", "-").stdout)
     assert sorted(result["groups"][0]["nodes"]) == ["r1", "r2"]
+
+
+def test_four_runs_of_one_host_are_named_by_their_files_with_headlines_and_plurals(run_cli, node_reports, tmp_path):
+    """One host name in four reports (a.json..d.json: one host's runs, or a fleet whose names collide): each node is
+    its file, as docs/clusters.md promises, not "gpu-7#1".."gpu-7#4"; a fact a node lacks or has empty reads as such
+    (never None, never blank); a tie names the nodes of every value; one node is "1 node"."""
+    picks = {"a": 1, "b": 2, "c": 3, "d": 5}  # c runs another driver; d lost its fabric manager and fails
+    for name, n in picks.items():
+        doc = json.loads((node_reports / f"node-{n}.json").read_text())
+        section = doc["fleet_node"]
+        section["identity"]["hostname"] = "gpu-7"
+        section["compare"]["env.FI_EFA_USE_DEVICE_RDMA"] = "1" if name in "ab" else "0"   # two against two
+        if name == "b":
+            section["compare"]["env.NCCL_DEBUG"] = ""                                       # set, but empty
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc, indent=2))
+    r = _fleet(run_cli, tmp_path, "--json", tmp_path / "f.json", "--html", tmp_path / "f.html")
+    assert r.returncode == 1, r.stderr
+    text = r.stdout
+    result = json.loads((tmp_path / "f.json").read_text())
+    assert result["groups"][0]["nodes"] == ["a", "b", "c", "d"]
+    assert "#1" not in text and "gpu-7" not in text
+    assert "4 nodes in 1 group" in text and "p5.48xlarge: 4 nodes" in text
+    assert "DIFFERS driver: 3 nodes have 550.54.15; c = 550.127.05" in text
+    assert "DIFFERS fabric_manager: 2 nodes have 550.54.15; c = 550.127.05; d = unknown" in text
+    assert "DIFFERS env.NCCL_DEBUG: not set on 3 nodes; b = (empty)" in text
+    assert "DIFFERS env.FI_EFA_USE_DEVICE_RDMA (no majority): a, b = 1; c = 0; d = 0" in text
+    assert ("  FAIL DLD-GPU-004 The fabric manager is not running at the driver's version (1 node: d)"
+            in text.splitlines())
+    assert text.rstrip().endswith("NOT OK: 5 differing facts; 1 failing node")
+    assert "None" not in text and " = ;" not in text and not any(l.rstrip().endswith("=") for l in text.splitlines())
+    assert result["checks"]["DLD-GPU-004"] == {
+        "headline": "The fabric manager is not running at the driver's version", "status": "fail"}
+    html = (tmp_path / "f.html").read_text()
+    assert "The fabric manager is not running at the driver&#39;s version" in html
+    assert "None" not in html and ('<span class="mono">1</span> (2 nodes: no majority, <span class="mono">a</span>, '
+                                   '<span class="mono">b</span>)') in html
+    assert "<title>dl-doctor fleet — 4 nodes</title>" in html and ">unknown<" in html and ">(empty)<" in html
+    # a group of one: "1 node", in the text and on the page
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "a.json").write_bytes((tmp_path / "a.json").read_bytes())
+    r = _fleet(run_cli, one, "--html", tmp_path / "one.html")
+    assert "1 node in 1 group" in r.stdout and "p5.48xlarge: 1 node\n" in r.stdout
+    page = (tmp_path / "one.html").read_text()
+    assert "(1 node)" in page and "1 nodes" not in page and "<title>dl-doctor fleet — 1 node</title>" in page
+
+
+def test_node_names_stay_apart_by_file_then_path_then_number():
+    def node(host, source, file_name=None):
+        section = {"identity": {"hostname": host}, "compare": {}, "failing": []}
+        return fleet.Node(host or fleet._file_name(source), source, section,
+                          fleet._file_name(source) if file_name is None else file_name)
+
+    nodes = [node("gpu-7", "x/a.json"), node("gpu-7", "y/a.json"), node("gpu-8", "z/b.json"),
+             node("gpu-9", "z/c.json"), node("gpu-9", "z/c.json"), node("n", "rank 1", ""), node("n", "rank 2", "")]
+    assert fleet.unique_names(nodes) == ["x/a.json", "y/a.json", "gpu-8", "c#1", "c#2", "n#1", "n#2"]
 
 
 def test_a_planted_nccl_library_version_is_named_against_the_majority(run_cli, node_reports, tmp_path):

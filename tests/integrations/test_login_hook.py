@@ -13,7 +13,7 @@ from dl_doctor.reports.status import status_line
 
 BASH = shutil.which("bash")
 needs_bash = pytest.mark.skipif(BASH is None, reason="bash is not installed")
-LINE = "dl-doctor 2026-11-29 16:15 UTC: 2 fail. DLD-DRV-003: Driver/library version mismatch Details: run dl-doctor"
+LINE = "dl-doctor: 2 fail; new since 2026-11-28: Kernel module and user-space driver are... Run dl-doctor"
 
 
 def _login(tmp_path, interactive=True, env=None, status=LINE, path=""):
@@ -72,30 +72,53 @@ def _report(status_counts, findings):
     return {"run": {"started_at": "2026-11-29T16:15:00Z"}, "summary": status_counts, "findings": findings}
 
 
-def test_status_line_names_the_worst_finding_and_stays_one_line():
-    findings = [{"id": "DLD-NET-001", "status": "warn", "message": "no EFA"},
-                {"id": "DLD-GPU-008", "status": "fail", "message": "Xid 79:\nGPU fell off the bus " + "x" * 400}]
+XID = ("The GPU fell off the bus (Xid 79) and every CUDA call on it fails until the node is reset, so its jobs die "
+       "with cudaErrorLaunchFailure")
+
+
+def test_status_line_is_the_headline_in_100_characters_cut_at_a_word():
+    findings = [{"id": "DLD-NET-001", "status": "warn", "headline": "No EFA", "message": "no EFA"},
+                {"id": "DLD-GPU-008", "status": "fail", "headline": XID,
+                 "message": "Xid 79:\nGPU 0000:53:00.0 fell off the bus " + "x" * 400}]
     line = status_line(_report({"fail": 1, "warn": 1, "pass": 30}, findings))
-    assert "\n" not in line and len(line) <= 240
-    assert line.startswith("dl-doctor 2026-11-29 16:15 UTC: 1 fail, 1 warn. DLD-GPU-008: Xid 79: GPU fell off the bus")
-    # a command every user can run, not the cached report (private to root)
-    assert line.endswith("… Details: run dl-doctor")
+    assert "\n" not in line and len(line) <= 100 and line.isascii(), line
+    assert line.startswith("dl-doctor: 1 fail, 1 warn: The GPU fell off the bus (Xid 79) and every CUDA call")
+    kept = line[len("dl-doctor: 1 fail, 1 warn: "):line.index("... Run dl-doctor")]
+    assert XID.startswith(kept) and XID[len(kept)] == " "  # cut between words, with ASCII dots
+    # a command every user can run, not the cached report (private to root); not the long raw message
+    assert line.endswith("... Run dl-doctor") and "xxx" not in line and "0000:53" not in line
+    short_one = status_line(_report({"warn": 1}, findings[:1]))
+    assert short_one == "dl-doctor: 1 warn: No EFA. Run dl-doctor"
     ok = status_line(_report({"pass": 30, "skip": 5}, [{"id": "DLD-X-1", "status": "pass", "message": ""}]))
-    assert ok == "dl-doctor 2026-11-29 16:15 UTC: OK (30 pass, 5 skipped). Details: run dl-doctor"
+    assert ok == "dl-doctor: OK (30 passed, 5 skipped). Run dl-doctor"
+
+
+def test_status_line_says_what_is_new_since_the_previous_run_in_100_characters():
+    findings = [{"id": "DLD-GPU-008", "status": "fail", "headline": XID, "message": "m"}]
+    line = status_line(_report({"fail": 1}, findings), new_since="2026-11-28")
+    assert len(line) <= 100 and line.startswith("dl-doctor: 1 fail; new since 2026-11-28: The GPU fell off the bus")
+    assert line.endswith("... Run dl-doctor")
+    ok = status_line(_report({"pass": 30, "skip": 5}, []), new_since="2026-11-28")
+    assert ok == "dl-doctor: OK (30 passed, 5 skipped; new since 2026-11-28). Run dl-doctor"
+
+
+def test_status_line_escapes_and_stays_ascii():
+    findings = [{"id": "DLD-ENV-001", "status": "warn", "headline": "caf\u00e9 \x1b[31m\u202eenv \u2014 it\u2019s odd",
+                 "message": "m"}]
+    line = status_line(_report({"warn": 1}, findings))
+    assert line == "dl-doctor: 1 warn: caf\\xe9 \\x1b[31m\\u202eenv - it's odd. Run dl-doctor"
 
 
 def test_status_line_only_counts_security_findings_for_everyone_who_logs_in():
     findings = [{"id": "DLD-SEC-002", "status": "fail", "message": "/home/alice/.jupyter: listens on 0.0.0.0 with an "
                                                                      "empty token"},
                 {"id": "DLD-SEC-001", "status": "warn", "message": "PasswordAuthentication yes"},
-                {"id": "DLD-MEM-001", "status": "warn", "message": "/dev/shm is only 64 MiB"}]
+                {"id": "DLD-MEM-001", "status": "warn", "headline": "/dev/shm is too small", "message": "64 MiB"}]
     line = status_line(_report({"fail": 1, "warn": 2, "pass": 30}, findings))
     assert "jupyter" not in line and "0.0.0.0" not in line and "Password" not in line
-    assert "1 warn. DLD-MEM-001: /dev/shm is only 64 MiB" in line
-    assert "2 security findings: sudo dl-doctor run --only security." in line
+    assert line == "dl-doctor: 1 warn, 2 security: /dev/shm is too small. Run dl-doctor (sudo for security)"
     only = status_line(_report({"fail": 1}, findings[:1]))
-    assert only == ("dl-doctor 2026-11-29 16:15 UTC: 1 security finding: sudo dl-doctor run --only security. "
-                    "Details: run dl-doctor")
+    assert only == "dl-doctor: 1 security finding. Run sudo dl-doctor run --only security"
 
 
 def _umask() -> int:
@@ -112,11 +135,61 @@ def test_run_writes_the_status_line(run_cli, tmp_path):
     assert result.returncode == 1
     text = status.read_text()
     assert text.count("\n") == 1
-    assert ": 2 fail. DLD-DRV-003: Driver/library version mismatch" in text  # the EFA-less p4d no longer warns
-    assert text.rstrip().endswith("Details: run dl-doctor")
+    # the EFA-less p4d no longer warns; the worst finding's headline, not its message
+    assert text == "dl-doctor: 2 fail: Kernel module and user-space driver are different versions. Run dl-doctor\n"
     # no environment in it: readable by every user who logs in (less the umask); the report stays private
     assert status.stat().st_mode & 0o777 == 0o644 & ~_umask()
     assert html.stat().st_mode & 0o777 == 0o600 & ~_umask()
+
+
+def test_the_timer_run_says_new_since_only_when_the_previous_run_differs(run_cli, tmp_path):
+    """What the login timer runs (--output-dir --keep-reports --status-line), three ways: a first run (nothing to
+    compare with), the same machine again (nothing new), and after a run that had neither these problems nor this
+    kernel (a planted earlier report of the same host): "new since" that run's UTC date."""
+    import re
+
+    import trees
+    from conftest import build_tree
+
+    root = build_tree(tmp_path / "tree", trees.rhel8_gpu_no_driver())
+    out, status = tmp_path / "reports", tmp_path / "status"
+
+    def timer_run():
+        r = run_cli("run", "--sysroot", root, "--quiet", "--no-color", "--fail-on", "never", "--profile", "fast",
+                    "--output-dir", out, "--keep-reports", "30", "--status-line", status)
+        assert r.returncode == 0, r.stderr
+        return status.read_text()
+
+    first = timer_run()
+    assert first == "dl-doctor: 2 fail, 1 warn: No NVIDIA kernel module for the running kernel. Run dl-doctor\n"
+    assert timer_run() == first  # the same machine twice: nothing is new
+
+    def plant(edit):
+        latest = sorted(out.glob("*.json"))[-1]
+        host = re.match(r"^(dl-doctor-.+)-\d{8}T\d{6}Z(?:-\d+)?\.json$", latest.name).group(1)
+        doc = json.loads(latest.read_text())
+        doc["run"]["started_at"] = "2026-11-28T23:30:00+00:00"
+        edit(doc)
+        for p in out.glob("*.json"):
+            p.unlink()
+        (out / f"{host}-20261128T233000Z.json").write_text(json.dumps(doc))
+
+    def healthy(doc):
+        for f in doc["findings"]:
+            if f["status"] in ("warn", "fail", "error"):
+                f["status"] = "pass"
+
+    plant(healthy)
+    third = timer_run()
+    assert third == "dl-doctor: 2 fail, 1 warn; new since 2026-11-28: No NVIDIA kernel module for the... Run dl-doctor\n"
+    assert len(third.rstrip("\n")) <= 100
+    assert "new since" not in timer_run()  # and the next run compares with that one: nothing new again
+
+    def other_kernel(doc):
+        doc["facts"]["kernel"]["release"] = "4.18.0-477.10.1.el8_8.x86_64"
+
+    plant(other_kernel)  # the same problems, another kernel: the stack drifted
+    assert "; new since 2026-11-28: " in timer_run()
 
 
 def test_install_and_uninstall_into_an_image_tree(run_cli, tmp_path):

@@ -5,6 +5,7 @@ both agents exit with rank 0's verdict."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -64,9 +65,11 @@ def test_two_local_nodes_with_a_planted_nccl_setting(run_cli, launcher, tmp_path
     report = next(o for o in outs if "dl-doctor preflight" in o)
     text = report[report.index("dl-doctor preflight"):]
     assert "2 nodes in 1 group" in text
-    assert "DIFFERS env.NCCL_SOCKET_IFNAME: 1 node has" in text and "(no majority)" in text
     host = socket.gethostname()
-    assert text.count(f"{host}:agent-") >= 1  # two agents on one host are two nodes, named by their agent
+    # no majority: each value with the node that has it; two agents on one host are two nodes, named by their agent
+    [line] = [l for l in text.splitlines() if l.startswith("  DIFFERS env.NCCL_SOCKET_IFNAME (no majority): ")]
+    assert re.fullmatch(rf"  DIFFERS env\.NCCL_SOCKET_IFNAME \(no majority\): {re.escape(host)}:agent-\d+ = (lo|eth7); "
+                        rf"{re.escape(host)}:agent-\d+ = (lo|eth7)", line), line
     assert "all-reduce over gloo: ok in" in text
     assert codes == [1, 1], outs  # every agent exits with rank 0's verdict
     result = json.loads(next(p for p in tmp_path.glob("r*.json")).read_text())
@@ -96,6 +99,30 @@ def test_honest_payloads_are_gathered_into_nodes():
     nodes = preflight._payload_nodes(preflight._gather_json(dist, torch, _mine(0)))
     assert [(n.name, n.source, n.section["compare"]) for n in nodes] == [
         (f"node-{r}", f"rank {r}", {"driver": "550"}) for r in range(3)]
+
+
+def test_no_majority_names_the_node_with_each_value():
+    """Two nodes that disagree (or three that all do): rank 0 names the node that has each value, not "1 node has"."""
+    import io
+    import json
+
+    from dl_doctor.integrations import preflight
+
+    def payload(rank, ifname):
+        section = {"version": "1", "identity": {"hostname": f"node-{rank}"}, "failing": [], "warnings": 0,
+                   "compare": {"driver": "550", "env.NCCL_SOCKET_IFNAME": ifname}}
+        return _payload(rank, section)
+
+    for values in (["lo", "eth7"], ["lo", "eth7", "ens5"]):
+        dist = FakeDist(0, _peers({r: payload(r, v) for r, v in enumerate(values) if r}))
+        mine = json.loads(payload(0, values[0]))
+        nodes = preflight._payload_nodes(preflight._gather_json(dist, FakeTorch(), mine))
+        stream = io.StringIO()
+        assert preflight._report(nodes, None, None, stream) is False
+        lines = [l for l in stream.getvalue().splitlines() if "NCCL_SOCKET_IFNAME" in l]
+        expected = {2: "  DIFFERS env.NCCL_SOCKET_IFNAME (no majority): node-0 = lo; node-1 = eth7",
+                    3: "  DIFFERS env.NCCL_SOCKET_IFNAME (no majority): node-0 = lo; node-1 = eth7; node-2 = ens5"}
+        assert lines == [expected[len(values)]]
 
 
 def test_a_huge_announced_payload_is_refused_on_every_rank_before_it_is_allocated():
