@@ -126,12 +126,33 @@ def _driver_versions(facts: Dict[str, Any]) -> Tuple[List[str], List[str]]:
         [str(module)] if module else []
 
 
-def about(finding: Dict[str, Any], report: Dict[str, Any], gpu_names: Optional[Mapping[str, str]] = None
-          ) -> Dict[str, Any]:
-    """What a warn/fail/error finding is about, in the picture's terms: ``{"layers": {layer...}, "services":
-    {unit...}, "environments": {prefix: {framework...}}}`` (an environment with an empty set: the environment as a
-    whole). Read from the finding's own data, the same way for every check (module docstring)."""
+MAX_TEXT = 100_000  # characters of a finding's text read for what it names (a finding lists at most 200 problems)
+
+
+def _picture(report: Dict[str, Any], gpu_names: Optional[Mapping[str, str]]) -> Dict[str, Any]:
+    """What a finding may name, gathered once per report: the toolkits, the driver's versions, the GPUs, and each
+    environment (its key, prefix, name and the frameworks the picture shows of it)."""
     facts = report.get("facts") or {}
+    loading: Dict[str, Any] = report["loading"] if isinstance(report.get("loading"), dict) else {}
+    envs = []
+    for env in ((facts.get("python_envs") or {}).get("environments") or [])[:MAX_ENVIRONMENTS]:
+        if isinstance(env, dict):
+            envs.append({"key": str(env.get("prefix") or env.get("name") or ""), "prefix": str(env.get("prefix") or ""),
+                         "name": str(env.get("name") or ""),
+                         "frameworks": sorted({str(c.get("distribution")) for c in env_consumers(loading, env)
+                                               if isinstance(c, dict) and c.get("distribution")})})
+    versions, module = _driver_versions(facts)
+    return {"toolkits": [t for t in (facts.get("cuda_toolkits") or {}).get("toolkits") or [] if isinstance(t, dict)],
+            "versions": versions, "module": module, "gpus": _gpu_labels(facts, gpu_names), "envs": envs}
+
+
+def about(finding: Dict[str, Any], report: Dict[str, Any], gpu_names: Optional[Mapping[str, str]] = None,
+          picture: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """What a warn/fail/error finding is about, in the picture's terms: ``{"layers": {layer...}, "services":
+    {unit...}, "environments": {environment key: {framework...}}}`` (an environment key is its prefix, else its
+    name; an empty set: the environment as a whole). Read from the finding's own data, the same way for every check
+    (module docstring). ``picture``: what :func:`_picture` gathered of ``report`` (computed here when not given)."""
+    seen = picture if picture is not None else _picture(report, gpu_names)
     layers: Set[str] = set()
     services: Set[str] = set()
     envs: Dict[str, Set[str]] = {}
@@ -140,39 +161,38 @@ def about(finding: Dict[str, Any], report: Dict[str, Any], gpu_names: Optional[M
         for prefix, layer in FACTS_OF_LAYER:
             if key == prefix or str(key).startswith(prefix + "."):
                 (services if layer in SERVICES else layers).add(layer)
-    text = _text_of(finding)
+    text = _text_of(finding)[:MAX_TEXT]
     for unit, (_, pattern, _) in SERVICES.items():
         if re.search(pattern, text, re.I):
             services.add(unit)
     if services:
         layers.add("services")
-    for tk in (facts.get("cuda_toolkits") or {}).get("toolkits") or []:
-        if isinstance(tk, dict) and (_names_path(text, str(tk.get("path") or ""))
-                                     or (tk.get("version") and _names_word(text, f"CUDA toolkit {tk['version']}"))):
+    for tk in seen["toolkits"]:
+        if _names_path(text, str(tk.get("path") or "")) or (
+                tk.get("version") and _names_word(text, f"CUDA toolkit {tk['version']}")):
             layers.add("toolkits")
-    versions, module = _driver_versions(facts)
-    for v in versions:
-        if re.search(r"\bdriver (?:is |version |branch )?(?:still )?(?:R)?" + re.escape(v) + _END, text):
+    for v in seen["versions"]:
+        if v in text and re.search(r"\bdriver (?:is |version |branch )?(?:still )?R?" + re.escape(v) + _END, text):
             layers.add("driver")
-    for v in module:
-        if re.search(r"\bmodule (?:is |version )?(?:still )?" + re.escape(v) + _END, text):
+    for v in seen["module"]:
+        if v in text and re.search(r"\bmodule (?:is |version )?(?:still )?" + re.escape(v) + _END, text):
             layers.add("module")
     if re.search(r"\bnvidia\.ko\b|\bnvidia(?: kernel)? module\b", text, re.I):
         layers.add("module")
-    if any(_names_word(text, g) for g in _gpu_labels(facts, gpu_names)):
+    if any(g in text and _names_word(text, g) for g in seen["gpus"]):
         layers.add("gpus")
-    loading: Dict[str, Any] = report["loading"] if isinstance(report.get("loading"), dict) else {}
-    for env in ((facts.get("python_envs") or {}).get("environments") or [])[:MAX_ENVIRONMENTS]:
-        if not isinstance(env, dict):
+    clauses: Optional[List[str]] = None
+    for env in seen["envs"]:
+        prefix, name = env["prefix"], env["name"]
+        if not ((prefix and prefix.rstrip("/") in text) or (name and name in text)):
             continue
-        prefix, name = str(env.get("prefix") or ""), str(env.get("name") or "")
-        frameworks = sorted({str(c.get("distribution")) for c in env_consumers(loading, env)
-                             if isinstance(c, dict) and c.get("distribution")}, key=len, reverse=True)
-        for clause in re.split(r";\s", text):  # a finding about several environments says each in its own clause
+        if clauses is None:  # a finding about several environments says each in its own clause
+            clauses = re.split(r";\s", text)
+        for clause in clauses:
             named = _names_path(clause, prefix) or (name and re.search(
                 r"(?:\(|\bin )" + re.escape(name) + r"(?=[\s):;,]|$)", clause))
             if named:
-                envs.setdefault(prefix or name, set()).update(fw for fw in frameworks if _names_word(clause, fw))
+                envs.setdefault(env["key"], set()).update(fw for fw in env["frameworks"] if _names_word(clause, fw))
     return {"layers": layers, "services": services, "environments": envs}
 
 
@@ -181,7 +201,8 @@ def _marks(report: Dict[str, Any], gpu_names: Optional[Mapping[str, str]]) -> Li
     found = [f for f in report.get("findings") or []
              if isinstance(f, dict) and f.get("status") in WORSE and f.get("id")]
     found.sort(key=lambda f: (-WORSE[str(f["status"])], str(f["id"])))
-    return [(f, about(f, report, gpu_names)) for f in found]
+    picture = _picture(report, gpu_names) if found else None
+    return [(f, about(f, report, gpu_names, picture)) for f in found]
 
 
 def _mark(node: Dict[str, Any], finding: Dict[str, Any]) -> None:
