@@ -262,7 +262,7 @@ def _services(facts: Dict[str, Any]) -> Dict[str, Any]:
 def _system(facts: Dict[str, Any], gpu_names: Optional[Mapping[str, str]] = None) -> List[Dict[str, Any]]:
     nodes: List[Dict[str, Any]] = []
     devices = (facts.get("nvml") or {}).get("devices") or []
-    names = Counter(str(d.get("name") or "GPU") for d in devices if isinstance(d, dict))
+    names = Counter(str(d["name"]) for d in devices if isinstance(d, dict) and d.get("name"))
     pci = (facts.get("gpu_pci") or {}).get("devices") or []
     pci_gpus = [d for d in pci if isinstance(d, dict) and d.get("kind", "gpu") == "gpu"]
     detail = "NVML" if names else ""

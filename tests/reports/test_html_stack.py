@@ -255,3 +255,6 @@ def test_the_application_names_an_id_the_matrix_does_not_know_by_the_drivers_mod
     assert gpus["label"] == "1 × NVIDIA A100 SXM4 40GB, 1 × ACME X1"  # by PCI ID
     assert gpus["detail"] == "from the PCI ID 10de:20b0, 10de:2ffe"
     assert stack.build(report)["system"][0]["label"] == "1 × NVIDIA GPU 10de:20b0, 1 × NVIDIA GPU 10de:2ffe"
+    # NVML answered but named no GPU (an old driver's NVML, a container's stub): the PCI ID's model still shows
+    report["facts"]["nvml"] = {"devices": [{"name": None, "bus_id": "00000000:01:00.0"}, {"bus_id": "00000000:02:00.0"}]}
+    assert stack.build(report, names)["system"][0]["label"] == "1 × NVIDIA A100 SXM4 40GB, 1 × ACME X1"
