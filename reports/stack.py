@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from dl_doctor.facts.loading import env_consumers
 
@@ -156,7 +156,8 @@ def about(finding: Dict[str, Any], report: Dict[str, Any], gpu_names: Optional[M
     layers: Set[str] = set()
     services: Set[str] = set()
     envs: Dict[str, Set[str]] = {}
-    evidence = finding.get("evidence") if isinstance(finding.get("evidence"), dict) else {}
+    raw = finding.get("evidence")
+    evidence: Dict[str, Any] = raw if isinstance(raw, dict) else {}
     for key in evidence:
         for prefix, layer in FACTS_OF_LAYER:
             if key == prefix or str(key).startswith(prefix + "."):
@@ -249,9 +250,10 @@ def _services(facts: Dict[str, Any]) -> Dict[str, Any]:
         if not (isinstance(fact, dict) and fact.get("installed")) and not needed:
             continue
         words, state = _unit_state(fact)
-        version = ((fact or {}).get("version") or {}).get("version") if isinstance(fact, dict) else None
+        version = fact.get("version") if isinstance(fact, dict) else None
+        version = version.get("version") if isinstance(version, dict) else None
         if needed and state == "unknown":
-            words, state = f"not installed ({nvswitches} NVSwitch{'es' if nvswitches != 1 else ''} need it)", "bad"
+            words, state = f"not installed ({nvswitches} NVSwitch{'es need' if nvswitches != 1 else ' needs'} it)", "bad"
         node["items"].append({"unit": unit, "name": short + (f" {version}" if version else ""), "status": words,
                               "state": state, "findings": []})
     node["label"] = ", ".join(i["name"] for i in node["items"]) or "none installed"
@@ -380,18 +382,18 @@ def build(report: Dict[str, Any], gpu_names: Optional[Mapping[str, str]] = None)
             build_info = c.get("build") or {}
             cuda = build_info.get("cuda") or (f"{c['cuda_major']}.x" if isinstance(c.get("cuda_major"), int) else None)
             libs = _libraries(c, problems, named)
-            fw = {"name": c.get("distribution"), "version": c.get("version"), "cuda": cuda,
-                  "libraries": libs, "bad": sum(r["state"] in BAD for r in libs),
-                  "odd": sum(r["state"] in ODD for r in libs), "findings": [], "finding": None}
+            fw: Dict[str, Any] = {"name": c.get("distribution"), "version": c.get("version"), "cuda": cuda,
+                                  "libraries": libs, "bad": sum(r["state"] in BAD for r in libs),
+                                  "odd": sum(r["state"] in ODD for r in libs), "findings": [], "finding": None}
             fw["state"] = "bad" if fw["bad"] else "warn" if fw["odd"] else "ok"
             for finding, subject in marks:
                 if str(c.get("distribution")) in subject["environments"].get(key, ()):
                     _mark(fw, finding)
             frameworks.append(fw)
-        entry = {"name": env.get("name") or env.get("prefix"), "prefix": env.get("prefix"),
-                 "python": env.get("python_version"), "kind": env.get("kind"),
-                 "frameworks": frameworks, "bad": sum(f["bad"] for f in frameworks),
-                 "odd": sum(f["odd"] for f in frameworks), "findings": [], "finding": None}
+        entry: Dict[str, Any] = {"name": env.get("name") or env.get("prefix"), "prefix": env.get("prefix"),
+                                 "python": env.get("python_version"), "kind": env.get("kind"),
+                                 "frameworks": frameworks, "bad": sum(f["bad"] for f in frameworks),
+                                 "odd": sum(f["odd"] for f in frameworks), "findings": [], "finding": None}
         entry["state"] = ("bad" if entry["bad"] or any(f["state"] == "bad" for f in frameworks) else
                           "warn" if entry["odd"] or any(f["state"] == "warn" for f in frameworks) else "ok")
         for finding, subject in marks:

@@ -258,3 +258,23 @@ def test_the_application_names_an_id_the_matrix_does_not_know_by_the_drivers_mod
     # NVML answered but named no GPU (an old driver's NVML, a container's stub): the PCI ID's model still shows
     report["facts"]["nvml"] = {"devices": [{"name": None, "bus_id": "00000000:01:00.0"}, {"bus_id": "00000000:02:00.0"}]}
     assert stack.build(report, names)["system"][0]["label"] == "1 × NVIDIA A100 SXM4 40GB, 1 × ACME X1"
+
+
+def test_an_nvswitch_host_without_the_fabric_manager_shows_it_missing_in_the_services_box():
+    from dl_doctor.reports import stack
+
+    report = {"facts": {"gpu_pci": {"nvswitch_count": 4, "devices": []},
+                        "gpu_services": {"fabric_manager": {"installed": False, "enabled": False},
+                                         "persistenced": {"installed": True, "enabled": True, "running": True},
+                                         "other_units": {"nvidia-dcgm": {"installed": False},
+                                                         "nvidia-imex": {"installed": False}}}}}
+    services = {n["key"]: n for n in stack.build(report)["system"]}["services"]
+    assert services["state"] == "bad" and services["label"] == "fabric manager, persistenced"
+    assert [(i["unit"], i["status"], i["state"]) for i in services["items"]] == [
+        ("nvidia-fabricmanager", "not installed (4 NVSwitches need it)", "bad"),
+        ("nvidia-persistenced", "enabled, running", "ok")]
+    page = stack.render_html(stack.build(report))
+    assert '<span class="item st-bad"><span class="mark" aria-hidden="true">✖</span> <span class="name">fabric ' \
+           'manager</span> <span class="unit">nvidia-fabricmanager: not installed (4 NVSwitches need it)</span>' in page
+    # a host whose facts say nothing of its services says so, rather than "none"
+    assert {n["key"]: n for n in stack.build({"facts": {}})["system"]}["services"]["label"] == "unknown here"
