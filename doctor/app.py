@@ -543,18 +543,28 @@ def _archive_problem(directory: str, exc: OSError) -> str:
 def gpu_names(report: Dict[str, Any], overlays: Sequence[str] = ()) -> Dict[str, str]:
     """The GPU model for each PCI ID of the report's GPUs (``10de:20b0`` -> ``NVIDIA A100 SXM4 40GB``), from the
     run's matrix (with ``overlays``), for the renderers that name them (the HTML inventory): reports never load the
-    matrix. Empty where the matrix cannot be loaded (a name is a nicety; the ID is the fact)."""
+    matrix. An ID the matrix does not know is named by the driver's own model for a GPU of that ID
+    (/proc/driver/nvidia/gpus/BDF/information: nvidia_driver.proc_gpus). Computed before rendering: the renderers
+    look nothing up. Without the matrix, only the driver's names (a name is a nicety; the ID is the fact)."""
     from dl_doctor.reports.inventory import gpu_ids
 
     ids = gpu_ids(report)
     if not ids:
         return {}
+    facts = report.get("facts") or {}
+    devices = (facts.get("gpu_pci") or {}).get("devices") or []
+    id_of = {str(d.get("bdf", "")).lower(): f"10de:{d.get('device_id')}" for d in devices if isinstance(d, dict)}
+    own: Dict[str, str] = {}
+    for g in (facts.get("nvidia_driver") or {}).get("proc_gpus") or []:
+        pci = id_of.get(str(g.get("bdf", "")).lower()) if isinstance(g, dict) else None
+        if pci and g.get("model") and pci not in own:
+            own[pci] = str(g["model"])[:128]
     try:
         matrix = load_matrix(overlays)
     except InputProblem:
-        return {}
+        return {pci: own[pci] for pci in ids if pci in own}
     entries = {pci: matrix.gpu_by_pci(pci) for pci in ids}
-    return {pci: e["name"] for pci, e in entries.items() if e}
+    return {pci: e["name"] if e else own[pci] for pci, e in entries.items() if e or pci in own}
 
 
 def _status(report: Dict[str, Any], archived: Optional[str]) -> str:

@@ -95,16 +95,18 @@ def template() -> jinja2.Template:
 
 
 def render(report: Dict[str, Any], gpu_names: Optional[Mapping[str, str]] = None) -> str:
-    """The report as one page; ``gpu_names`` names the GPUs' PCI IDs in the inventory (the application's, from the
-    run's matrix: dl_doctor.app.gpu_names)."""
+    """The report as one page; ``gpu_names`` names the GPUs' PCI IDs in the stack's GPU box and the inventory (the
+    application's, from the run's matrix: dl_doctor.app.gpu_names; computed before rendering, the page looks
+    nothing up). The problems worst first; then the checks that passed, before those that were skipped."""
     findings = sorted(report.get("findings", []), key=lambda f: (ORDER.index(f["status"]), f["id"]))
     return template().render(
         report=report,
         headline=headline(report),
         problems=[f for f in findings if f["status"] in ("error", "fail", "warn")],
-        others=[f for f in findings if f["status"] in ("pass", "skip")],
+        others=[f for f in findings if f["status"] == "pass"] + [f for f in findings if f["status"] == "skip"],
+        icons=stack.STATUS_ICON,
         inventory=inventory(report, gpu_names),
-        stack_html=Markup(stack.render_html(stack.build(report))),
+        stack_html=Markup(stack.render_html(stack.build(report, gpu_names))),
         summary=report.get("summary", {}),
     )
 

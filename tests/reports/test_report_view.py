@@ -65,7 +65,7 @@ def test_problem_cards_lead_with_the_problem_and_the_stack_marks_the_wrong_copy(
     card = html[html.index('<article class="finding fail" id="DLD-PY-004">'):]
     card = card[:card.index("</article>")]
     h3 = re.sub(r"<[^>]+>", "", card[card.index("<h3>"):card.index("</h3>")]).strip()
-    assert h3 == "fail torch in pytorch loads libcudnn.so.9 9.0.0 via LD_LIBRARY_PATH, not its own 9.1.0.70"
+    assert h3 == "✖ fail torch in pytorch loads libcudnn.so.9 9.0.0 via LD_LIBRARY_PATH, not its own 9.1.0.70"
     assert '<p class="check">The CUDA libraries that load serve' in card and "DLD-PY-004" in card
     section = html[html.index('<section id="stack">'):html.index('<section id="checks">')]
     row = re.search(r'<tr class="lib-wrong">.*?</tr>', section, re.S).group(0)
