@@ -423,19 +423,30 @@ def prewarm(out: Optional[OutputOptions] = None) -> Any:
     return thread
 
 
+def open_host(opts: CollectOptions, capture: Any = None) -> Any:
+    """The Host that `run`, `collect`, `bundle`, `verify` and `why` collect from. A --sysroot that is not a root
+    filesystem (an empty mount point, an image's /boot or EFI partition) is an InputProblem before any probe runs."""
+    from dl_doctor.host import Host
+    from dl_doctor.host.sysroot import problem
+
+    try:
+        host = Host(sysroot=opts.host_root or opts.sysroot, live_kernel=bool(opts.host_root),
+                    command_timeout=opts.timeout, capture=capture, run_as_owner=opts.run_as_owner)
+    except NotADirectoryError as exc:
+        raise InputProblem(str(exc))
+    trouble = problem(host, shown=opts.sysroot) if opts.sysroot and not opts.host_root else None
+    if trouble:
+        raise InputProblem(trouble)
+    return host
+
+
 def collect_facts(reg, opts: CollectOptions, capture: Any = None, overlays: Sequence[str] = (),
                   on_started: Any = None) -> Dict[str, Any]:
     """The facts snapshot; the probes that need knowledge get the run's matrix (the built-in data, the site overlays
     and ``overlays``: --matrix-overlay) through ProbeContext.matrix. ``on_started`` runs once every probe has started."""
     from dl_doctor.engine import collect
-    from dl_doctor.host import Host
 
-    try:
-        host = Host(sysroot=opts.host_root or opts.sysroot, live_kernel=bool(opts.host_root),
-                    command_timeout=opts.timeout, capture=capture,
-                    run_as_owner=opts.run_as_owner)
-    except NotADirectoryError as exc:
-        raise InputProblem(str(exc))
+    host = open_host(opts, capture)
     return collect(reg.probes, host, opts.probe_options(), timeout=opts.timeout, matrix=load_matrix(overlays),
                    on_started=on_started)
 
@@ -707,14 +718,9 @@ def why(text: str, *, report: Optional[str] = None, collect: Optional[CollectOpt
     elif evidence and collect is not None:
         from dl_doctor.engine import collect as run_probes
         from dl_doctor.engine import evaluate
-        from dl_doctor.host import Host
 
         reg = registry()
-        try:
-            host = Host(sysroot=collect.host_root or collect.sysroot, live_kernel=bool(collect.host_root),
-                        command_timeout=collect.timeout, run_as_owner=collect.run_as_owner)
-        except NotADirectoryError as exc:
-            raise InputProblem(str(exc))
+        host = open_host(collect)
         # every probe and every check: a cause's deciding checks read facts beyond their requires=, and a text
         # that matches nothing is answered with the machine's own findings
         snapshot_obj = run_probes(list(reg.probes), host, collect.probe_options(), timeout=collect.timeout,

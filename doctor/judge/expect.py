@@ -153,6 +153,41 @@ def evaluate(expectations: Dict[str, Any], stack: Dict[str, Any]) -> List[Tuple[
     return out
 
 
+# What each expectation reads, as (the layer's name for a person, the stack items any of which shows the layer is
+# there). An expectation whose layer the machine or tree has nothing of cannot be judged value by value: the
+# check groups all of them into one finding that names the absent layers (an empty tree: one card, not twenty).
+_LAYERS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
+    "os_id": ("OS release (os-release)", ("os_id", "os_version")),
+    "os_version": ("OS release (os-release)", ("os_id", "os_version")),
+    "kernel": ("kernel", ("kernel",)),
+    "driver": ("NVIDIA driver", ("driver", "driver_userspace", "gpu_model")),
+    "driver_userspace": ("NVIDIA driver", ("driver", "driver_userspace", "gpu_model")),
+    "gpu_model": ("NVIDIA driver", ("driver", "driver_userspace", "gpu_model")),
+    "gpu_pci_ids": ("NVIDIA GPU", ("gpu_pci_ids", "gpu_count", "nvswitch_count")),
+    "gpu_count": ("NVIDIA GPU", ("gpu_pci_ids", "gpu_count", "nvswitch_count")),
+    "nvswitch_count": ("NVIDIA GPU", ("gpu_pci_ids", "gpu_count", "nvswitch_count")),
+    "cuda_toolkit": ("CUDA toolkit", ("cuda_toolkit", "cuda_toolkits")),
+    "fabric_manager": ("Fabric Manager", ("fabric_manager",)),
+    "efa_devices": ("network facts", ("efa_devices",)),
+    "instance_type": ("instance type", ("instance_type",)),
+}
+
+
+def absent_layer(key: str, stack: Dict[str, Any]) -> Optional[str]:
+    """The layer the expectation ``key`` reads when ``stack`` has nothing of it at all (``None``: it has some, so a
+    missing value is this expectation's own mismatch)."""
+    envs = stack.get("environments") or {}
+    if key.startswith("environments."):
+        return None if envs else "Python environments"
+    if key in ("cudnn", "nccl"):
+        return None if any(e.get("torch") for e in envs.values()) else \
+            "Python environment with torch" if envs else "Python environments"
+    name, shows = _LAYERS.get(key, (None, ()))
+    if name is None or any(stack.get(k) not in (None, "", []) for k in shows):
+        return None
+    return name
+
+
 def environment_of(expectations: Dict[str, Any], key: str) -> Tuple[Optional[str], Optional[str]]:
     """(environment name, package or "torch") that the expectation ``key`` is about."""
     for k, _, (env_name, field, package) in _items(expectations):
