@@ -25,7 +25,16 @@ def build_tree(root: Path, spec: Dict[str, Any]) -> Path:
 
     ``spec`` maps in-tree paths to file contents (str/bytes), to ``{"symlink": target}``,
     or to ``{"dir": True}`` (with ``"mode"``: its permission bits).
+
+    A root filesystem has an ``etc/os-release``, a ``usr/lib/os-release`` or a ``usr/`` directory (dl-doctor refuses
+    a --sysroot with none of them as the wrong partition): a spec with none of them gets an empty ``usr/``, which
+    adds no fact. ``{"usr": None}`` in the spec leaves it out (a tree that is not a root filesystem).
     """
+    spec = dict(spec)
+    if spec.get("usr", True) is None:
+        del spec["usr"]
+    elif not any(rel.lstrip("/").startswith(("usr/", "etc/os-release")) or rel.strip("/") == "usr" for rel in spec):
+        spec["usr"] = {"dir": True}
     for rel, content in spec.items():
         path = root / rel.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -137,7 +137,7 @@ def _pipe_safe_stdout() -> None:
     """Put :class:`_PipeSafeRaw` under sys.stdout (the program's own fd 1 only; same encoding and buffering)."""
     import io
 
-    out = sys.stdout
+    out: Any = sys.stdout  # a TextIOWrapper of fd 1 here; typed loosely, its attributes are checked below
     if out is None or out is not sys.__stdout__:
         return
     try:

@@ -48,6 +48,7 @@ def test_every_report_is_validated_wherever_it_was_written(run_cli, tmp_path):
     assert r.returncode == 0 and str(tmp_path / "r.json") in r.validated, (r.stderr, r.validated)
     r = run_cli("check", str(SNAPSHOT), "--json", "-", "--html", "/dev/null", "--fail-on", "never")
     assert "stdout" in r.validated
+    (tmp_path / "usr").mkdir(exist_ok=True)  # a root filesystem
     r = run_cli("collect", "--sysroot", str(tmp_path), "-o", str(facts))
     assert r.returncode == 0 and r.validated == [str(facts)], (r.stderr, r.validated)
     bundle = tmp_path / "b.tar.gz"

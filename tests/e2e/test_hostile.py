@@ -250,6 +250,7 @@ def test_outputs_never_replace_devices_or_follow_links(run_cli, tmp_path):
     assert r.returncode == 2 and "is a directory" in r.stderr
 
     # bundle -o onto a planted link: refused, the link's target untouched
+    (tmp_path / "adir" / "usr").mkdir()
     r = run_cli("bundle", "--sysroot", str(tmp_path / "adir"), "-o", str(link), "-q")
     assert r.returncode == 2 and "symbolic link" in r.stderr and victim.read_text() == "precious\n"
 

@@ -61,6 +61,7 @@ def test_an_out_of_tree_plugin_registers_runs_and_tests_itself(run_cli, sample_p
 
     root = tmp_path / "root"
     (root / "etc/acme").mkdir(parents=True)
+    (root / "usr").mkdir()
     (root / "etc/acme/fleet.conf").write_text("max_temp_c = 85\n")
     r = run_cli("run", "--sysroot", str(root), "--json", "-", "--html", "/dev/null",
                 "--only", "ACME-TEMP-001,DLD-PLUGIN-001", env=_pythonpath([sample_plugin]), timeout=120)

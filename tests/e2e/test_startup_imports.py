@@ -65,7 +65,7 @@ def test_list_loads_checks_but_no_renderer_matrix_or_template(tmp_path):
 
 def test_run_without_html_does_not_import_jinja2(tmp_path):
     empty = tmp_path / "root"
-    empty.mkdir()
+    (empty / "usr").mkdir(parents=True)
     mods = _modules(tmp_path, "run", "--sysroot", str(empty), "--output-dir", str(tmp_path / "out"),
                     "--html", "/dev/null", "-q", "--fail-on", "never")
     assert "dl_doctor.engine" in mods and "dl_doctor.compat_matrix" in mods  # it did run
@@ -75,7 +75,7 @@ def test_run_without_html_does_not_import_jinja2(tmp_path):
 
 def test_default_run_imports_only_the_html_renderer(tmp_path):
     empty = tmp_path / "root"
-    empty.mkdir()
+    (empty / "usr").mkdir(parents=True)
     mods = _modules(tmp_path, "run", "--sysroot", str(empty), "--output-dir", str(tmp_path / "out"), "-q",
                     "--fail-on", "never")
     assert "dl_doctor.reports.html" in mods and "jinja2" in mods

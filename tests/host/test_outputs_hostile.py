@@ -218,7 +218,7 @@ def test_keep_reports_prunes_only_this_users_regular_files(tmp_path):
                                      ["bundle", "-q", "-o"]], ids=["report", "facts", "bundle"])
 def test_a_planted_report_facts_or_bundle_target_is_one_line_and_exit_2(cli, tmp_path, command):
     tree = tmp_path / "sysroot"
-    tree.mkdir()
+    (tree / "usr").mkdir(parents=True)  # a root filesystem (an empty tree is refused as the wrong partition)
     planted = tmp_path / "r.json"
     planted.write_text("alice's\n")
     planted.chmod(0o666)
@@ -235,7 +235,7 @@ def test_a_planted_report_facts_or_bundle_target_is_one_line_and_exit_2(cli, tmp
 def test_run_refuses_a_default_output_directory_linked_by_another_user(cli, tmp_path):
     """`sudo dl-doctor run` in alice's directory, where she linked ./dl-doctor-reports to root's archive."""
     tree = tmp_path / "sysroot"
-    tree.mkdir()
+    (tree / "usr").mkdir(parents=True)  # a root filesystem (an empty tree is refused as the wrong partition)
     archive = tmp_path / "archive"
     archive.mkdir(mode=0o700)
     old = _reports(archive, ["20261101T000000Z", "20261102T000000Z"])
@@ -253,7 +253,7 @@ def test_run_refuses_a_default_output_directory_linked_by_another_user(cli, tmp_
 
 def test_run_under_umask_000_creates_no_world_writable_output_directory(cli, tmp_path):
     tree = tmp_path / "sysroot"
-    tree.mkdir()
+    (tree / "usr").mkdir(parents=True)  # a root filesystem (an empty tree is refused as the wrong partition)
     out = tmp_path / "new" / "reports"
     r = cli("run", "--sysroot", str(tree), "-q", "--output-dir", str(out), cwd=tmp_path, umask=0)
     assert r.returncode in (0, 1), r.stderr
@@ -292,7 +292,7 @@ def test_install_login_hook_under_umask_077_still_installs_files_every_user_can_
 @pytest.mark.parametrize("kind", ["owned by another user", "world-writable"])
 def test_run_refuses_an_output_dir_another_user_controls(cli, tmp_path, kind):
     tree = tmp_path / "sysroot"
-    tree.mkdir()
+    (tree / "usr").mkdir(parents=True)  # a root filesystem (an empty tree is refused as the wrong partition)
     out = tmp_path / "out"
     out.mkdir()
     if kind == "world-writable":
@@ -311,7 +311,7 @@ def test_run_refuses_an_output_dir_another_user_controls(cli, tmp_path, kind):
 def test_run_refuses_an_output_dir_whose_acl_lets_another_user_write(cli, tmp_path):
     """Root's 0755 directory, but a POSIX ACL entry grants another user write: that user controls the archive."""
     tree = tmp_path / "sysroot"
-    tree.mkdir()
+    (tree / "usr").mkdir(parents=True)  # a root filesystem (an empty tree is refused as the wrong partition)
     out = tmp_path / "out"
     out.mkdir(mode=0o755)
     if not set_access_acl(out, OTHER_UID):

@@ -50,6 +50,7 @@ def test_no_secret_form_survives_in_any_output(run_cli, tmp_path, extended):
     expect = tmp_path / "expect.toml"
     expect.write_text('kernel = "5.15.0"\n')  # fails, with the found kernel (and its secrets) in the message
     out = tmp_path / "o"
+    out.mkdir()  # named outputs go into directories that exist (dl-doctor creates only --output-dir)
     args = ["check", str(facts), "--no-color", "--json", str(out / "r.json"), "--html", str(out / "r.html"),
             "--junit", str(out / "r.xml"), "--prometheus", str(out / "r.prom"), "--status-line",
             str(out / "status"), "--expect", str(expect)] + (["--redact"] if extended else [])
