@@ -87,11 +87,12 @@ def _commands(reports):
         "matrix validate": ["matrix", "validate"],
         "fleet": ["fleet", g5, p4d],
         "check": ["check", g5, "-q"],
+        "plan": ["plan", "--report", str(P4D), "--driver", "470.256.02"],
     }
 
 
 NAMES = ["list", "explain", "report", "diff", "why", "matrix cuda", "matrix driver", "matrix gpu", "matrix torch",
-         "matrix instance", "matrix xid", "matrix validate", "fleet", "check"]
+         "matrix instance", "matrix xid", "matrix validate", "fleet", "check", "plan"]
 
 
 @pytest.mark.parametrize("name", NAMES + ["run", "verify"])
@@ -118,7 +119,8 @@ def _expected_keys(name):
             "matrix driver": {"driver", "max_cuda"}, "matrix gpu": {"name", "compute_capability"},
             "matrix torch": {"torch", "cuda_variants"}, "matrix instance": {"instance_type", "gpu_count"},
             "matrix xid": {"code", "name"}, "matrix validate": {"valid", "errors", "files"},
-            "fleet": {"ok", "unreadable"}, "check": {"findings", "summary", "facts"}}[name]
+            "fleet": {"ok", "unreadable"}, "check": {"findings", "summary", "facts"},
+            "plan": {"changes", "transitions", "steps", "exit_code", "verdict"}}[name]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -133,7 +135,7 @@ def test_json_dash_is_the_json_alone_on_stdout(run_cli, reports, name):
         assert keys <= set(doc), sorted(doc)
 
 
-@pytest.mark.parametrize("name", ["list", "explain", "diff", "why", "matrix xid", "matrix validate", "fleet"])
+@pytest.mark.parametrize("name", ["list", "explain", "diff", "why", "matrix xid", "matrix validate", "fleet", "plan"])
 def test_json_path_writes_the_file_and_the_text_still_prints(run_cli, reports, name, tmp_path):
     target = tmp_path / "answer.json"
     r = run_cli(*_commands(reports)[name], "--json", str(target), timeout=120)

@@ -74,7 +74,8 @@ def _env_of(finding: Mapping[str, Any]) -> Optional[str]:
         if isinstance(value, str) and value.startswith("/"):
             return value
     for row in ev.get("consumers") or [] if isinstance(ev.get("consumers"), list) else []:
-        if isinstance(row, Mapping) and row.get("support") == "none" and str(row.get("where", "")).startswith("/"):
+        if isinstance(row, Mapping) and row.get("support") in ("none", "minor-compat") and row.get("where") \
+                and row.get("kind") in ("framework", "consumer"):
             return str(row["where"])
     return None
 
@@ -162,7 +163,9 @@ def _layer(finding: Mapping[str, Any]) -> int:
     tags = set(finding.get("tags") or [])
     if tags & {"kernel", "kmod", "secureboot"}:
         return ORDER["kmod"] + 1
-    if tags & {"driver", "nvswitch"}:
+    if "nvswitch" in tags:  # the fabric manager of the driver's version: after the driver
+        return ORDER["driver"] + 1
+    if "driver" in tags:  # what needs another driver: before the toolkit and the wheels
         return ORDER["driver"] - 1
     if "toolkit" in tags:
         return ORDER["cuda"] + 1

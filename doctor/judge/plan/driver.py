@@ -61,6 +61,22 @@ def _library_dir(w: WhatIf) -> str:
     return "/usr/lib/x86_64-linux-gnu" if any(i in ("debian", "ubuntu") for i in ids) else "/usr/lib64"
 
 
+def _fabric_manager(w: WhatIf, change: Change, old: Optional[str], new: str, branch: Optional[int]) -> None:
+    """The fabric manager is its own package, locked to the driver's exact version. Within a branch the package
+    manager's upgrade moves both (nvidia-fabricmanager-BRANCH on Ubuntu, the module stream's fm profile on RHEL); to
+    another branch it is another package, installed on purpose: it stays where it is, and DLD-GPU-004 says so."""
+    fm = w.get("gpu_services.fabric_manager")
+    version = (fm.get("version") or {}) if isinstance(fm, dict) and isinstance(fm.get("version"), dict) else {}
+    have = version.get("version")
+    if not isinstance(have, str) or have == new:
+        return
+    if old and versions.major(have) == versions.major(old) == branch:
+        w.set_in(change, version, "version", new, "gpu_services.fabric_manager.version.version")
+        change.notes.append(f"the fabric manager ({have}) is upgraded with the driver: same branch R{branch}")
+    else:
+        change.notes.append(f"the fabric manager stays {have}: another branch's fabric manager is another package")
+
+
 def apply(w: WhatIf, value: str, matrix: Any, options: Mapping[str, Any]) -> Change:
     parsed = parse(value, matrix)
     new, entry = parsed["version"], parsed["entry"]
@@ -133,6 +149,7 @@ def apply(w: WhatIf, value: str, matrix: Any, options: Mapping[str, Any]) -> Cha
         files = sorted({f for v in firmware.values() if isinstance(v, list) for f in v if isinstance(f, str)})
         w.set(change, "nvidia_driver.gsp_firmware", {new: files})
         change.notes.append(f"the driver package installs its GSP firmware under /lib/firmware/nvidia/{new}")
+    _fabric_manager(w, change, old, new, parsed["branch"])
     change.notes.append(f"the matrix's driver {new}: CUDA up to {entry['max_cuda']}"
                         + ("" if change.verified else " (an entry marked unverified)"))
     from dl_doctor.judge.distro import driver_install_commands
