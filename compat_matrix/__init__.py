@@ -477,7 +477,8 @@ class Matrix:
         the same torch minor with what they ship. None when the torch release, the GPU or its compute capability
         is not in the matrix. ``serves`` is None where the build's arch list is not known."""
         release = self.torch_release(version)
-        gpu_entry = (self.find_gpus(gpu_query) or [None])[0]
+        matches = self.find_gpus(gpu_query)
+        gpu_entry = matches[0] if matches else None
         if release is None or gpu_entry is None or not gpu_entry.get("compute_capability"):
             return None
         info = self.gpu_info(gpu_entry)
@@ -515,8 +516,8 @@ class Matrix:
             "verified": self._verified(*used),
         }
         out["sources"] = list(dict.fromkeys(out["sources"]))
-        if len(self.find_gpus(gpu_query)) > 1:
-            out["other_matches"] = [g["name"] for g in self.find_gpus(gpu_query)[1:]]
+        if len(matches) > 1:
+            out["other_matches"] = [g["name"] for g in matches[1:]]
         return out
 
     def _build_on_gpu(self, variant: Dict[str, Any], info: Dict[str, Any], gpu_min_driver: Optional[str],
