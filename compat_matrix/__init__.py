@@ -624,9 +624,11 @@ class Matrix:
             elif driver:
                 reasons.append(f"ships driver {driver}")
         else:
-            out["min_driver"] = self._later_driver(floor, gpu_min_driver)
+            stated = entry.get("driver")  # the floor its release notes state, else the floor of its CUDA release
+            out["min_driver"] = self._later_driver(stated or floor, gpu_min_driver)
             if out["min_driver"]:
-                reasons.append(f"needs host driver >= {out['min_driver']} (CUDA {cuda}; datacenter GPUs: older "
+                basis = "its release notes" if stated else f"CUDA {cuda}"
+                reasons.append(f"needs host driver >= {out['min_driver']} ({basis}; datacenter GPUs: older "
                                "production branches through its forward-compatibility package)")
                 if last_branch and self._branch(out["min_driver"]) > int(last_branch):
                     ok = False

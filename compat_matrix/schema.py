@@ -140,7 +140,7 @@ TABLES: Dict[str, Table] = {
         "severity": ("enum", ("fail", "warn", "info")), "reported_by": "str"},
         ("id", "where", "patterns", "meaning", "causes")),
     # Deep Learning AMI and NGC container releases: the stack each ships (compat_matrix/data/images.toml).
-    # driver: the AMI's installed driver; for an NGC container the driver floor of its CUDA release.
+    # driver: the AMI's installed driver; for an NGC container the floor its release notes state.
     "image": Table(("kind", "name", "release"), {
         "kind": ("enum", ("dlami", "ngc")), "name": "str", "release": "str", "torch": "str", "cuda": "cuda_full",
         "driver": "driver", "os": "str", "arch": ("enum", ("x86_64", "aarch64")), "instances": ("list", "str")},

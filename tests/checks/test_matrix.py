@@ -468,6 +468,14 @@ release = "25.06-site"
 torch = "2.7.0a0+79aa17489c"
 cuda = "12.9"
 source = ["site_images"]
+[[image]]
+kind = "ngc"
+name = "registry.example.com/pytorch"
+release = "25.07-site"
+torch = "2.7.1"
+cuda = "12.9"
+driver = "580"
+source = ["site_images"]
 """
 
 
@@ -510,7 +518,10 @@ def test_cli_torch_on_gpu(run_cli, tmp_path):
     site = json.loads(run_cli("matrix", "torch", "2.7.1", "--gpu", "B200", "--json", "-",
                               "--matrix-overlay", overlay).stdout)
     mine = [i for i in site["images"] if i["release"] == "25.06-site"]
-    assert mine and mine[0]["satisfies"] is True and mine[0]["min_driver"] == "575.51.03"
+    assert mine and mine[0]["satisfies"] is True and mine[0]["min_driver"] == "575.51.03"   # CUDA 12.9's floor
+    stated = next(i for i in site["images"] if i["release"] == "25.07-site")
+    assert stated["min_driver"] == "580" and "its release notes" in stated["why"]           # the floor it states
+    assert stated["torch_match"] == "exact"
     bad = _write(tmp_path, IMAGE_OVERLAY.replace('kind = "ngc"', 'kind = "docker"'), "bad-images.toml")
     assert run_cli("matrix", "validate", bad).returncode == 1
 
