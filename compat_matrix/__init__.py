@@ -474,8 +474,9 @@ class Matrix:
         against each build's arch list), the driver each needs there (full support and with minor-version
         compatibility, never below the GPU's own floor, the driver of its first CUDA release, nor above its last
         driver branch), the minimum driver over the builds that serve it, and the image releases (images.toml) of
-        the same torch minor with what they ship. None when the torch release, the GPU or its compute capability
-        is not in the matrix. ``serves`` is None where the build's arch list is not known."""
+        the same torch minor with what they ship. A local version (``2.5.1+cu124``) asks about that build alone.
+        None when the torch release (or that build), the GPU or its compute capability is not in the matrix.
+        ``serves`` is None where the build's arch list is not known."""
         release = self.torch_release(version)
         matches = self.find_gpus(gpu_query)
         gpu_entry = matches[0] if matches else None
@@ -489,8 +490,14 @@ class Matrix:
         gpu_min_driver = gpu_floor["min_driver"] if gpu_floor else None
         torch_info = self.torch(version) or {}
         used: List[Optional[Dict[str, Any]]] = [release, gpu_entry, arch]
+        variants = release["variant"]
+        if "+" in version:  # a local version (2.5.1+cu124) names one build
+            tag = version.split("+", 1)[1].lower()
+            variants = [va for va in variants if va["name"] == tag]
+            if not variants:
+                return None
         builds = []
-        for variant in release["variant"]:
+        for variant in variants:
             build = self._build_on_gpu(variant, info, gpu_min_driver, last_branch)
             used += [self.toolkit(variant["cuda"]), self.minor_compat(int(variant["cuda"].split(".")[0]))]
             builds.append(build)

@@ -145,8 +145,12 @@ def _torch_on_gpu(version: str, gpu: str, json_path: Optional[str], overlays) ->
     in the matrix; else 0, also when no build serves the GPU (the answer says so)."""
 
     def lookup(m):
-        if m.torch_release(version) is None:
+        release = m.torch_release(version)
+        if release is None:
             return None
+        if "+" in version and not any(va["name"] == version.split("+", 1)[1].lower() for va in release["variant"]):
+            names = ", ".join(f"{version.split('+')[0]}+{va['name']}" for va in release["variant"])
+            raise NoEntry(f"no build '{version}' in the matrix; builds of this release: {names}")
         if not m.find_gpus(gpu):
             close = m.closest("gpu", gpu)
             raise NoEntry(f"no gpu entry for '{gpu}' in the matrix" + (f"; closest: {', '.join(close)}" if close else ""))

@@ -191,6 +191,12 @@ def test_ptx_only_build_needs_full_support():
     assert (b["min_driver"], b["min_driver_minor_compat"]) == ("580.65.06", None)   # no JIT through minor compat
 
 
+def test_torch_on_gpu_one_build():
+    r = M.torch_on_gpu("2.5.1+cu124", "H100")
+    assert [b["name"] for b in r["builds"]] == ["cu124"] and r["min_driver"] == "550.54.14"
+    assert M.torch_on_gpu("2.5.1+cu130", "H100") is None          # no such build of 2.5.1
+
+
 def test_torch_on_gpu_unknown_entries():
     assert M.torch_on_gpu("2.5.9", "H100") is None
     assert M.torch_on_gpu("2.5.1", "Radeon") is None
@@ -506,6 +512,10 @@ def test_cli_torch_on_gpu(run_cli, tmp_path):
 
     unknown_gpu = run_cli("matrix", "torch", "2.5.1", "--gpu", "Radeon")
     assert unknown_gpu.returncode == 1 and unknown_gpu.stderr.startswith("dl-doctor: no gpu entry for 'Radeon'")
+    no_build = run_cli("matrix", "torch", "2.5.1+cu130", "--gpu", "H100")
+    assert no_build.returncode == 1
+    assert no_build.stderr.strip() == ("dl-doctor: no build '2.5.1+cu130' in the matrix; builds of this release: "
+                                       "2.5.1+cu118, 2.5.1+cu121, 2.5.1+cu124")
     unknown_torch = run_cli("matrix", "torch", "2.5.9", "--gpu", "H100")
     assert unknown_torch.returncode == 1
     assert unknown_torch.stderr.strip() == "dl-doctor: no torch entry for '2.5.9' in the matrix; closest: 2.5.1, 2.5.0, 2.4.1"
