@@ -437,6 +437,220 @@ class Matrix:
         mm = major_minor(cuda)
         return next((va for va in entry["variant"] if va["cuda"] == mm), None)
 
+    # -- the inverse query: a torch release on a GPU ---------------------------------------
+
+    @staticmethod
+    def arch_code_for(cc: str, arch_list: Sequence[str]) -> Dict[str, Optional[str]]:
+        """The code a build's arch list holds for a GPU of compute capability ``cc``: ``sass``, the newest SASS the
+        GPU runs (same major, minor <= the GPU's), and ``ptx``, the newest PTX the driver can JIT for it (any
+        ``X.Y+PTX`` with X.Y <= the GPU's). None where the list has none."""
+        def cc_tuple(text: str) -> Tuple[int, int]:
+            major, minor = text.split(".")
+            return int(major), int(minor)
+
+        gpu = cc_tuple(cc)
+        sass: Optional[str] = None
+        ptx: Optional[str] = None
+        for item in arch_list:
+            base = item.split("+")[0]
+            code = cc_tuple(base)
+            if code[0] == gpu[0] and code[1] <= gpu[1] and (sass is None or code > cc_tuple(sass)):
+                sass = base
+            if item.endswith("+PTX") and code <= gpu and (ptx is None or code > cc_tuple(ptx)):
+                ptx = base
+        return {"sass": sass, "ptx": ptx}
+
+    @staticmethod
+    def _later_driver(*drivers: Optional[str]) -> Optional[str]:
+        known = [d for d in drivers if d]
+        return max(known, key=_v) if known else None
+
+    @staticmethod
+    def _branch(driver: str) -> int:
+        return int(driver.split(".")[0])
+
+    def torch_on_gpu(self, version: str, gpu_query: str) -> Optional[Dict[str, Any]]:
+        """A PyTorch release on one GPU: which of its CUDA builds have code for the GPU (its compute capability
+        against each build's arch list), the driver each needs there (full support and with minor-version
+        compatibility, never below the GPU's own floor, the driver of its first CUDA release, nor above its last
+        driver branch), the minimum driver over the builds that serve it, and the image releases (images.toml) of
+        the same torch minor with what they ship. A local version (``2.5.1+cu124``) asks about that build alone.
+        None when the torch release (or that build), the GPU or its compute capability is not in the matrix.
+        ``serves`` is None where the build's arch list is not known."""
+        release = self.torch_release(version)
+        matches = self.find_gpus(gpu_query)
+        gpu_entry = matches[0] if matches else None
+        if release is None or gpu_entry is None or not gpu_entry.get("compute_capability"):
+            return None
+        info = self.gpu_info(gpu_entry)
+        cc = info["compute_capability"]
+        arch = self.architecture(gpu_entry["architecture"]) or {}
+        last_branch = info.get("last_driver_branch")
+        gpu_floor = self.cuda(info["min_cuda"]) if info.get("min_cuda") else None
+        gpu_min_driver = gpu_floor["min_driver"] if gpu_floor else None
+        torch_info = self.torch(version) or {}
+        used: List[Optional[Dict[str, Any]]] = [release, gpu_entry, arch]
+        variants = release["variant"]
+        if "+" in version:  # a local version (2.5.1+cu124) names one build
+            tag = version.split("+", 1)[1].lower()
+            variants = [va for va in variants if va["name"] == tag]
+            if not variants:
+                return None
+        builds = []
+        for variant in variants:
+            build = self._build_on_gpu(variant, info, gpu_min_driver, last_branch)
+            used += [self.toolkit(variant["cuda"]), self.minor_compat(int(variant["cuda"].split(".")[0]))]
+            builds.append(build)
+        serving = [b for b in builds if b["serves"]]
+        full = [b["min_driver"] for b in serving if b["min_driver"]]
+        minor = [b["min_driver_minor_compat"] for b in serving if b["min_driver_minor_compat"]]
+        images = self._images_for(torch_info.get("torch") or version.split("+")[0], info, gpu_min_driver,
+                                  last_branch)
+        out = {
+            "torch": torch_info.get("torch") or version.split("+")[0],
+            "gpu": info["name"],
+            "compute_capability": cc,
+            "architecture": info["architecture"],
+            "min_driver": min(full, key=_v) if full else None,
+            "min_driver_minor_compat": min(minor, key=_v) if minor else None,
+            "gpu_min_driver": {"cuda": info["min_cuda"], "driver": gpu_min_driver} if gpu_min_driver else None,
+            "last_driver_branch": last_branch,
+            "serving": [b["cuda"] for b in serving],
+            "builds": builds,
+            "images": images,
+            "sources": self.source_urls(*used) + [u for i in images for u in i["sources"]
+                                                  if u not in self.source_urls(*used)],
+            "verified": self._verified(*used),
+        }
+        out["sources"] = list(dict.fromkeys(out["sources"]))
+        if len(matches) > 1:
+            out["other_matches"] = [g["name"] for g in matches[1:]]
+        return out
+
+    def _build_on_gpu(self, variant: Dict[str, Any], info: Dict[str, Any], gpu_min_driver: Optional[str],
+                      last_branch: Optional[str]) -> Dict[str, Any]:
+        cc = info["compute_capability"]
+        cuda = variant["cuda"]
+        floors = self.cuda(cuda) or {}
+        unverified = list(variant.get("unverified") or [])
+        build: Dict[str, Any] = {"name": variant["name"], "cuda": cuda, "serves": None, "why": "",
+                                 "sass": None, "ptx": None, "cudnn": variant.get("cudnn"), "nccl": variant.get("nccl"),
+                                 "min_driver": None, "min_driver_minor_compat": None,
+                                 "verified": "arch_list" not in unverified, "unverified": unverified}
+        arch_list = variant.get("arch_list")
+        if not arch_list:
+            build["why"] = f"the matrix does not hold {variant['name']}'s arch list"
+            return build
+        code = self.arch_code_for(cc, arch_list)
+        build.update(code)
+        if not code["sass"] and not code["ptx"]:
+            build["serves"] = False
+            build["why"] = (f"no code for compute capability {cc}: the arch list is {';'.join(arch_list)} "
+                            f"(no SASS for {cc.split('.')[0]}.x, no PTX at or below {cc})")
+            return build
+        full = self._later_driver(floors.get("min_driver"), gpu_min_driver)
+        # PTX JIT needs a driver that knows the PTX's CUDA release: minor-version compatibility does not cover it
+        minor = (None if not code["sass"]
+                 else self._later_driver(floors.get("min_driver_minor_compat"), gpu_min_driver)
+                 if floors.get("min_driver_minor_compat") else None)
+        how = (f"SASS for {code['sass']}" if code["sass"] else
+               f"PTX for {code['ptx']} only, JIT-compiled by the driver at first use (a driver with full support "
+               f"for CUDA {cuda} is needed; minor-version compatibility does not JIT newer PTX)")
+        if last_branch and full and self._branch(full) > int(last_branch):
+            if minor and self._branch(minor) <= int(last_branch):
+                build.update(serves=True, min_driver=None, min_driver_minor_compat=minor,
+                             why=f"{how}; only through minor-version compatibility: full support needs driver >= "
+                                 f"{full} and {info['architecture']}'s last driver branch is R{last_branch}")
+                return build
+            build.update(serves=False,
+                         why=f"{how}, but it needs driver >= {minor or full} and {info['architecture']}'s last "
+                             f"driver branch is R{last_branch}")
+            return build
+        build.update(serves=True, min_driver=full, min_driver_minor_compat=minor, why=how)
+        return build
+
+    def _images_for(self, torch_version: str, info: Dict[str, Any], gpu_min_driver: Optional[str],
+                    last_branch: Optional[str]) -> List[Dict[str, Any]]:
+        """images.toml entries of the same torch minor as ``torch_version``, each judged for the GPU."""
+        want = _v(torch_version).release[:2]
+        found = []
+        for entry in self.entries("image"):
+            try:
+                have = _v(entry["torch"])
+            except InvalidVersion:
+                continue
+            if have.release[:2] != want:
+                continue
+            found.append(self._image_on_gpu(entry, torch_version, info, gpu_min_driver, last_branch))
+        return sorted(found, key=lambda e: (e["kind"], e["release"]), reverse=True)
+
+    def _image_on_gpu(self, entry: Dict[str, Any], torch_version: str, info: Dict[str, Any],
+                      gpu_min_driver: Optional[str], last_branch: Optional[str]) -> Dict[str, Any]:
+        cuda = entry.get("cuda")
+        floors = self.cuda(cuda) if cuda else None
+        floor = (floors.get("update") or floors)["min_driver"] if floors else None
+        have = _v(entry["torch"])
+        out: Dict[str, Any] = {
+            "kind": entry["kind"], "name": entry["name"], "release": entry["release"], "torch": entry["torch"],
+            "torch_match": "exact" if have.base_version == torch_version and not have.is_prerelease else "minor",
+            "cuda": cuda, "driver": entry.get("driver"), "os": entry.get("os"), "arch": entry.get("arch"),
+            "instances": entry.get("instances"), "satisfies": None, "why": "",
+            "min_driver": None, "sources": self.source_urls(entry), "verified": self._verified(entry),
+            "unverified": entry.get("unverified", []),
+        }
+        reasons: List[str] = []
+        ok: Optional[bool] = True
+        min_cuda, max_cuda = info.get("min_cuda"), info.get("max_cuda")
+        if cuda is None:
+            ok = None
+            reasons.append("its release notes name no CUDA release")
+        elif min_cuda and _v(cuda) < _v(min_cuda):
+            ok = None
+            reasons.append(f"its CUDA {cuda} predates {info['architecture']} (native from CUDA {min_cuda}): it runs "
+                           "only through PTX, which the matrix does not know it ships")
+        elif max_cuda and _v(major_minor(cuda) or cuda) > _v(max_cuda):
+            ok = False
+            reasons.append(f"its CUDA {cuda} no longer supports {info['architecture']} (last: CUDA {max_cuda})")
+        if entry["kind"] == "dlami":
+            driver = entry.get("driver")
+            families = sorted({i["family"] for i in self.entries("instance") if i["gpu"] == info["name"]})
+            listed = [f for f in families if f in {n.lower() for n in entry.get("instances") or []}]
+            if listed:
+                if ok is None and cuda is None:
+                    ok = True  # AWS's own release notes list an instance type with this GPU
+                reasons.append(f"AWS lists {', '.join(f.upper() for f in listed)} ({info['name']}) among its "
+                               "supported instances")
+            elif families and entry.get("instances"):
+                reasons.append(f"its supported instances do not list {', '.join(f.upper() for f in families)}")
+            if driver and last_branch and self._branch(driver) > int(last_branch):
+                ok = False
+                reasons.append(f"its driver {driver} is past {info['architecture']}'s last branch R{last_branch}")
+            elif driver and gpu_min_driver and _v(driver) < _v(gpu_min_driver):
+                ok = False
+                reasons.append(f"its driver {driver} predates the GPU (needs >= {gpu_min_driver})")
+            elif driver:
+                reasons.append(f"ships driver {driver}")
+        else:
+            stated = entry.get("driver")  # the floor its release notes state, else the floor of its CUDA release
+            out["min_driver"] = self._later_driver(stated or floor, gpu_min_driver)
+            if out["min_driver"]:
+                basis = "its release notes" if stated else f"CUDA {cuda}"
+                reasons.append(f"needs host driver >= {out['min_driver']} ({basis}; datacenter GPUs: older "
+                               "production branches through its forward-compatibility package)")
+                if last_branch and self._branch(out["min_driver"]) > int(last_branch):
+                    ok = False
+                    reasons.append(f"past {info['architecture']}'s last driver branch R{last_branch}")
+        if have.is_prerelease:
+            reasons.append(f"torch {entry['torch']} is a pre-release build of {have.major}.{have.minor}, "
+                           f"not {torch_version} itself")
+        elif len(have.release) < 3:
+            reasons.append(f"its notes name torch {entry['torch']} without the patch release")
+        elif out["torch_match"] == "minor":
+            reasons.append(f"it ships torch {entry['torch']}, not {torch_version}")
+        out["satisfies"] = ok
+        out["why"] = "; ".join(reasons)
+        return out
+
     # -- EC2 -----------------------------------------------------------------------
 
     def instance(self, instance_type: str) -> Optional[Dict[str, Any]]:

@@ -139,6 +139,12 @@ TABLES: Dict[str, Table] = {
         "patterns": ("list", "signature_pattern"), "meaning": "str", "causes": ("list", "str"),
         "severity": ("enum", ("fail", "warn", "info")), "reported_by": "str"},
         ("id", "where", "patterns", "meaning", "causes")),
+    # Deep Learning AMI and NGC container releases: the stack each ships (compat_matrix/data/images.toml).
+    # driver: the AMI's installed driver; for an NGC container the floor its release notes state.
+    "image": Table(("kind", "name", "release"), {
+        "kind": ("enum", ("dlami", "ngc")), "name": "str", "release": "str", "torch": "str", "cuda": "cuda_full",
+        "driver": "driver", "os": "str", "arch": ("enum", ("x86_64", "aarch64")), "instances": ("list", "str")},
+        ("kind", "name", "release", "torch")),
     "known_issue": Table(("id",), {
         "id": "ki_id", "component": "str", "versions": "specifier", "requires": ("map", "specifier"),
         "instance_families": ("list", "str"), "summary": "str", "fix": "str"},

@@ -119,10 +119,14 @@ def matrix_gpu(query, json_path, overlays) -> int:
 
 @matrix_group.command("torch")
 @click.argument("version")
+@click.option("--gpu", "gpu", metavar="MODEL",
+              help="On this GPU (what 'matrix gpu' accepts): the builds that serve it, the minimum driver, images.")
 @_query_options
-def matrix_torch(version, json_path, overlays) -> int:
-    """A PyTorch release: CUDA variants, Python, cuDNN, NCCL, arch lists, companions."""
+def matrix_torch(version, gpu, json_path, overlays) -> int:
+    """A PyTorch release: CUDA variants, Python, cuDNN, NCCL, arch lists, companions; with --gpu, on that GPU."""
     _valid_version(version.split("+")[0], "PyTorch")
+    if gpu is not None:
+        return _torch_on_gpu(version, gpu, json_path, overlays)
 
     def human(r):
         lines = [f"torch {r['torch']}: CUDA variants {', '.join(r['cuda_variants'])}; Python {', '.join(r['python'])}; "
@@ -134,6 +138,74 @@ def matrix_torch(version, json_path, overlays) -> int:
         return "\n".join(lines)
 
     return _answer("torch", version, overlays, json_path, lambda m: m.torch(version), human)
+
+
+def _torch_on_gpu(version: str, gpu: str, json_path: Optional[str], overlays) -> int:
+    """``matrix torch VERSION --gpu MODEL``: exit 1 naming the closest entries when the release or the GPU is not
+    in the matrix; else 0, also when no build serves the GPU (the answer says so)."""
+
+    def lookup(m):
+        release = m.torch_release(version)
+        if release is None:
+            return None
+        if "+" in version and not any(va["name"] == version.split("+", 1)[1].lower() for va in release["variant"]):
+            names = ", ".join(f"{version.split('+')[0]}+{va['name']}" for va in release["variant"])
+            raise NoEntry(f"no build '{version}' in the matrix; builds of this release: {names}")
+        if not m.find_gpus(gpu):
+            close = m.closest("gpu", gpu)
+            raise NoEntry(f"no gpu entry for '{gpu}' in the matrix" + (f"; closest: {', '.join(close)}" if close else ""))
+        result = m.torch_on_gpu(version, gpu)
+        if result is None:  # an entry with no compute capability (an NVSwitch)
+            raise NoEntry(f"'{gpu}' has no compute capability in the matrix (not a GPU that runs CUDA code)")
+        return result
+
+    def human(r):
+        head = f"torch {r['torch']} on {r['gpu']} (compute capability {r['compute_capability']}, {r['architecture']}): "
+        minor = r.get("min_driver_minor_compat")
+        if r["serving"] and r["min_driver"]:
+            head += f"minimum driver {r['min_driver']}"
+            if minor and minor != r["min_driver"]:
+                head += f" ({minor} with minor-version compatibility, limited feature set)"
+        elif r["serving"]:
+            head += (f"minimum driver {minor or '?'}, through minor-version compatibility only (limited feature "
+                     "set; full support needs a driver past the GPU's last branch)")
+        if r["serving"]:
+            head += f"; builds that serve it: {', '.join('cu' + c.replace('.', '') for c in r['serving'])}"
+        elif any(b["serves"] is None for b in r["builds"]):
+            head += "no build known to serve it (some arch lists are not in the matrix)"
+        else:
+            head += "no CUDA build of this release serves this GPU"
+        lines = [head]
+        if r.get("gpu_min_driver"):
+            lines.append(f"  the GPU needs driver >= {r['gpu_min_driver']['driver']} "
+                         f"(CUDA {r['gpu_min_driver']['cuda']}, the first to support it)")
+        if r.get("last_driver_branch"):
+            lines.append(f"  the GPU's last driver branch: R{r['last_driver_branch']}")
+        for b in r["builds"]:
+            state = {True: "serves", False: "does not serve", None: "unknown"}[b["serves"]]
+            text = f"  {b['name']}: {state}: {b['why']}"
+            if b["serves"]:
+                drivers = []
+                if b["min_driver"]:
+                    drivers.append(f"driver >= {b['min_driver']}")
+                if b["min_driver_minor_compat"]:
+                    drivers.append(f">= {b['min_driver_minor_compat']} with minor-version compatibility")
+                text += f"; {', '.join(drivers)}" if drivers else ""
+            text += f"; cuDNN {b['cudnn'] or '?'}, NCCL {b['nccl'] or '?'}"
+            if not b["verified"]:
+                text += " (arch list unverified)"
+            lines.append(text)
+        if r["images"]:
+            lines.append(f"images with torch {'.'.join(r['torch'].split('.')[:2])} (images.toml):")
+        for i in r["images"]:
+            state = {True: "satisfies", False: "does not satisfy", None: "unknown"}[i["satisfies"]]
+            stack = ", ".join(x for x in (f"torch {i['torch']}", f"CUDA {i['cuda']}" if i["cuda"] else None,
+                                          i.get("os"), i.get("arch")) if x)
+            lines.append(f"  {i['kind']} {i['name']} {i['release']} ({stack}): {state}: {i['why']}"
+                         + ("" if i["verified"] else " (entry unverified)"))
+        return "\n".join(lines)
+
+    return _answer("torch", version, overlays, json_path, lookup, human)
 
 
 @matrix_group.command("instance")

@@ -123,6 +123,99 @@ def test_torch_arch_lists_decide_sm_support():
     assert v214["arch_list"] == ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"]
 
 
+# -- the inverse query: a torch release on a GPU (matrix torch VERSION --gpu GPU) -----------------------------
+
+def test_torch_on_gpu_hopper_every_build_serves():
+    r = M.torch_on_gpu("2.5.1", "H100")
+    assert (r["torch"], r["gpu"], r["compute_capability"]) == ("2.5.1", "NVIDIA H100 SXM5 80GB", "9.0")
+    builds = {b["cuda"]: b for b in r["builds"]}
+    assert set(builds) == {"11.8", "12.1", "12.4"} and r["serving"] == ["11.8", "12.1", "12.4"]
+    assert all(b["serves"] and b["sass"] == "9.0" and b["ptx"] is None for b in builds.values())
+    # per build: the toolkit's floors, never below the GPU's own (Hopper: CUDA 11.8, driver 520.61.05)
+    assert (builds["12.4"]["min_driver"], builds["12.4"]["min_driver_minor_compat"]) == ("550.54.14", "525.60.13")
+    assert (builds["11.8"]["min_driver"], builds["11.8"]["min_driver_minor_compat"]) == ("520.61.05", "520.61.05")
+    assert r["gpu_min_driver"] == {"cuda": "11.8", "driver": "520.61.05"}
+    assert r["min_driver"] == "520.61.05"                      # the lowest over the builds that serve it
+    assert (builds["12.1"]["cudnn"], builds["12.1"]["nccl"]) == ("9.1.0.70", "2.21.5")
+    assert builds["12.4"]["verified"] is False                 # its arch list is marked unverified
+    assert r["verified"] is False                              # torch 2.5 is verified = false in torch.toml
+    ngc = {i["release"]: i for i in r["images"] if i["kind"] == "ngc"}
+    assert set(ngc) == {"24.10", "24.09"}                      # images of the 2.5 line only
+    assert ngc["24.10"]["satisfies"] is True and ngc["24.10"]["min_driver"] == "560.35.03"   # CUDA 12.6.2's floor
+    assert ngc["24.10"]["torch_match"] == "minor" and ngc["24.10"]["verified"] is False
+    assert "https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-24-10.html" in r["sources"]
+
+
+def test_torch_on_gpu_blackwell_before_its_builds():
+    r = M.torch_on_gpu("2.5.1", "B200")
+    assert r["compute_capability"] == "10.0" and r["serving"] == [] and r["min_driver"] is None
+    assert all(b["serves"] is False and "no code for compute capability 10.0" in b["why"] for b in r["builds"])
+    # an image of CUDA 12.6 on Blackwell: unknown (PTX only, which the matrix does not know it ships), not "fails"
+    assert {i["satisfies"] for i in r["images"]} == {None}
+    assert r["gpu_min_driver"] == {"cuda": "12.8", "driver": "570.26"}
+
+
+def test_torch_on_gpu_blackwell_cu128():
+    r = M.torch_on_gpu("2.7.1", "B200")
+    builds = {b["name"]: b for b in r["builds"]}
+    assert r["serving"] == ["12.8"] and builds["cu128"]["sass"] == "10.0"
+    assert builds["cu126"]["serves"] is False
+    assert builds["cu118"]["serves"] is None and "arch list" in builds["cu118"]["why"]   # not in the matrix: unknown
+    assert (r["min_driver"], r["min_driver_minor_compat"]) == ("570.26", "570.26")     # the GPU's floor dominates
+
+
+def test_torch_on_gpu_old_gpu_dropped_from_arch_lists():
+    r = M.torch_on_gpu("2.5.1", "K80")
+    builds = {b["name"]: b for b in r["builds"]}
+    assert builds["cu121"]["serves"] is False and builds["cu124"]["serves"] is False     # 3.7 dropped from 12.x
+    # cu118 still has sm_37, but its full-support driver (520) is past Kepler's last branch (R470):
+    # minor-version compatibility (>= 450.80.02) is the only way
+    assert builds["cu118"]["serves"] is True and builds["cu118"]["min_driver"] is None
+    assert builds["cu118"]["min_driver_minor_compat"] == "450.80.02" and "R470" in builds["cu118"]["why"]
+    assert (r["min_driver"], r["min_driver_minor_compat"], r["last_driver_branch"]) == (None, "450.80.02", "470")
+    assert {i["satisfies"] for i in r["images"]} == {False}   # CUDA 12.6 containers: no Kepler
+    assert M.torch_on_gpu("2.7.1", "K80")["serving"] == []
+
+
+def test_arch_code_for_sass_and_ptx():
+    assert M.arch_code_for("8.9", ["8.0", "8.6", "9.0"]) == {"sass": "8.6", "ptx": None}    # same major, minor <=
+    assert M.arch_code_for("10.0", ["8.0", "9.0+PTX"]) == {"sass": None, "ptx": "9.0"}     # PTX of an older cc
+    assert M.arch_code_for("12.1", ["10.0", "12.0+PTX"]) == {"sass": "12.0", "ptx": "12.0"}
+    assert M.arch_code_for("7.5", ["8.0+PTX", "9.0"]) == {"sass": None, "ptx": None}       # PTX of a newer cc: no
+
+
+def test_ptx_only_build_needs_full_support():
+    gpu = M.gpu("B200")
+    b = M._build_on_gpu({"name": "cu130", "cuda": "13.0", "arch_list": ["8.0", "9.0+PTX"]}, gpu, "570.26", None)
+    assert b["serves"] is True and (b["sass"], b["ptx"]) == (None, "9.0")
+    assert (b["min_driver"], b["min_driver_minor_compat"]) == ("580.65.06", None)   # no JIT through minor compat
+
+
+def test_torch_on_gpu_one_build():
+    r = M.torch_on_gpu("2.5.1+cu124", "H100")
+    assert [b["name"] for b in r["builds"]] == ["cu124"] and r["min_driver"] == "550.54.14"
+    assert M.torch_on_gpu("2.5.1+cu130", "H100") is None          # no such build of 2.5.1
+
+
+def test_torch_on_gpu_unknown_entries():
+    assert M.torch_on_gpu("2.5.9", "H100") is None
+    assert M.torch_on_gpu("2.5.1", "Radeon") is None
+    assert M.torch_on_gpu("2.5.1", "NVSwitch (H100)") is None      # no compute capability
+
+
+def test_images_table_cites_and_flags():
+    images = M.entries("image")
+    assert 5 <= len(images) <= 12 and all(e.get("source") for e in images)
+    dlami = {(e["name"], e["release"]): e for e in images if e["kind"] == "dlami"}
+    al2023 = dlami[("Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.6.0 (Amazon Linux 2023)", "20260103")]
+    assert (al2023["torch"], al2023["cuda"], al2023["driver"]) == ("2.6.0", "12.6", "580.105.08")
+    # NGC entries read only in third-party copies are marked
+    assert all(e.get("verified") is False for e in images if e["kind"] == "ngc" and e["release"] != "25.12")
+    r = M.torch_on_gpu("2.9.0", "B200")
+    amis = [i for i in r["images"] if i["kind"] == "dlami"]
+    assert amis and all(i["satisfies"] is True and "P6-B200" in i["why"] for i in amis)  # AWS lists P6-B200
+
+
 def test_numpy2_boundary():
     assert M.torch("2.2.2")["numpy2"] is False and M.torch("2.3.0")["numpy2"] is True
 
@@ -368,6 +461,79 @@ def test_cli_queries_and_overlays(run_cli, tmp_path):
     assert json.loads(s.stdout)["min_driver"] == "640.10"
     rep = run_cli("run", "--only", "DLD-SYS-001", "--json", "-", "--matrix-overlay", overlay)
     assert json.loads(rep.stdout)["run"]["matrix"]["overlays"] == [overlay]
+
+
+IMAGE_OVERLAY = """
+schema_version = 1
+[sources.site_images]
+url = "https://example.com/our-image-notes"
+[[image]]
+kind = "ngc"
+name = "registry.example.com/pytorch"
+release = "25.06-site"
+torch = "2.7.0a0+79aa17489c"
+cuda = "12.9"
+source = ["site_images"]
+[[image]]
+kind = "ngc"
+name = "registry.example.com/pytorch"
+release = "25.07-site"
+torch = "2.7.1"
+cuda = "12.9"
+driver = "580"
+source = ["site_images"]
+"""
+
+
+def test_cli_torch_on_gpu(run_cli, tmp_path):
+    r = run_cli("matrix", "torch", "2.5.1", "--gpu", "H100", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {"torch", "gpu", "compute_capability", "min_driver", "builds", "images", "sources", "verified"} <= set(doc)
+    assert {"cuda", "serves", "why", "sass", "ptx", "cudnn", "nccl", "min_driver",
+            "min_driver_minor_compat"} <= set(doc["builds"][0])
+    assert doc["min_driver"] == "520.61.05" and [b["cuda"] for b in doc["builds"] if b["serves"]] == ["11.8", "12.1", "12.4"]
+    human = run_cli("matrix", "torch", "2.5.1", "--gpu", "H100")
+    assert human.stdout.startswith("torch 2.5.1 on NVIDIA H100 SXM5 80GB (compute capability 9.0, Hopper): "
+                                   "minimum driver 520.61.05; builds that serve it: cu118, cu121, cu124")
+    assert "  cu124: serves: SASS for 9.0; driver >= 550.54.14, >= 525.60.13 with minor-version compatibility" \
+        in human.stdout
+    assert "ngc nvcr.io/nvidia/pytorch 24.10" in human.stdout and "source: https://" in human.stdout
+
+    # the answer exists (exit 0), and it is that no build serves the GPU
+    b200 = run_cli("matrix", "torch", "2.5.1", "--gpu", "B200")
+    assert b200.returncode == 0
+    assert b200.stdout.splitlines()[0].endswith("no CUDA build of this release serves this GPU")
+    assert b200.stdout.count(": does not serve: no code for compute capability 10.0") == 3
+    new = run_cli("matrix", "torch", "2.7.1", "--gpu", "B200")
+    assert new.returncode == 0 and "minimum driver 570.26; builds that serve it: cu128" in new.stdout
+    k80 = json.loads(run_cli("matrix", "torch", "2.5.1", "--gpu", "K80", "--json", "-").stdout)
+    assert [b["serves"] for b in k80["builds"]] == [True, False, False]
+
+    unknown_gpu = run_cli("matrix", "torch", "2.5.1", "--gpu", "Radeon")
+    assert unknown_gpu.returncode == 1 and unknown_gpu.stderr.startswith("dl-doctor: no gpu entry for 'Radeon'")
+    no_build = run_cli("matrix", "torch", "2.5.1+cu130", "--gpu", "H100")
+    assert no_build.returncode == 1
+    assert no_build.stderr.strip() == ("dl-doctor: no build '2.5.1+cu130' in the matrix; builds of this release: "
+                                       "2.5.1+cu118, 2.5.1+cu121, 2.5.1+cu124")
+    unknown_torch = run_cli("matrix", "torch", "2.5.9", "--gpu", "H100")
+    assert unknown_torch.returncode == 1
+    assert unknown_torch.stderr.strip() == "dl-doctor: no torch entry for '2.5.9' in the matrix; closest: 2.5.1, 2.5.0, 2.4.1"
+    # without --gpu: the release's own answer, as before
+    plain = json.loads(run_cli("matrix", "torch", "2.5.1", "--json", "-").stdout)
+    assert "builds" not in plain and plain["cuda_variants"] == ["11.8", "12.1", "12.4"]
+
+    # a site's own image notes, through an overlay, validated like the built-in table
+    overlay = _write(tmp_path, IMAGE_OVERLAY, "images.toml")
+    site = json.loads(run_cli("matrix", "torch", "2.7.1", "--gpu", "B200", "--json", "-",
+                              "--matrix-overlay", overlay).stdout)
+    mine = [i for i in site["images"] if i["release"] == "25.06-site"]
+    assert mine and mine[0]["satisfies"] is True and mine[0]["min_driver"] == "575.51.03"   # CUDA 12.9's floor
+    stated = next(i for i in site["images"] if i["release"] == "25.07-site")
+    assert stated["min_driver"] == "580" and "its release notes" in stated["why"]           # the floor it states
+    assert stated["torch_match"] == "exact"
+    bad = _write(tmp_path, IMAGE_OVERLAY.replace('kind = "ngc"', 'kind = "docker"'), "bad-images.toml")
+    assert run_cli("matrix", "validate", bad).returncode == 1
 
 
 def test_cli_validate(run_cli, tmp_path):

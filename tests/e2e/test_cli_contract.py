@@ -82,6 +82,7 @@ def _commands(reports):
         "matrix driver": ["matrix", "driver", "535.104.05"],
         "matrix gpu": ["matrix", "gpu", "10de:2330"],
         "matrix torch": ["matrix", "torch", "2.4.1"],
+        "matrix torch --gpu": ["matrix", "torch", "2.5.1", "--gpu", "H100"],
         "matrix instance": ["matrix", "instance", "p4d.24xlarge"],
         "matrix xid": ["matrix", "xid", "48"],
         "matrix validate": ["matrix", "validate"],
@@ -92,6 +93,7 @@ def _commands(reports):
 
 
 NAMES = ["list", "explain", "report", "diff", "why", "matrix cuda", "matrix driver", "matrix gpu", "matrix torch",
+         "matrix torch --gpu",
          "matrix instance", "matrix xid", "matrix validate", "fleet", "check", "plan"]
 
 
@@ -118,6 +120,8 @@ def _expected_keys(name):
             "why": {"matched", "causes", "entities"}, "matrix cuda": {"cuda", "min_driver"},
             "matrix driver": {"driver", "max_cuda"}, "matrix gpu": {"name", "compute_capability"},
             "matrix torch": {"torch", "cuda_variants"}, "matrix instance": {"instance_type", "gpu_count"},
+            "matrix torch --gpu": {"torch", "gpu", "compute_capability", "min_driver", "builds", "images", "sources",
+                                   "verified"},
             "matrix xid": {"code", "name"}, "matrix validate": {"valid", "errors", "files"},
             "fleet": {"ok", "unreadable"}, "check": {"findings", "summary", "facts"},
             "plan": {"changes", "transitions", "steps", "exit_code", "verdict"}}[name]
@@ -135,7 +139,8 @@ def test_json_dash_is_the_json_alone_on_stdout(run_cli, reports, name):
         assert keys <= set(doc), sorted(doc)
 
 
-@pytest.mark.parametrize("name", ["list", "explain", "diff", "why", "matrix xid", "matrix validate", "fleet", "plan"])
+@pytest.mark.parametrize("name", ["list", "explain", "diff", "why", "matrix xid", "matrix validate", "matrix torch --gpu",
+                                  "fleet", "plan"])
 def test_json_path_writes_the_file_and_the_text_still_prints(run_cli, reports, name, tmp_path):
     target = tmp_path / "answer.json"
     r = run_cli(*_commands(reports)[name], "--json", str(target), timeout=120)
