@@ -47,7 +47,8 @@ def make_plan(snapshot: Mapping[str, Any], requests: Sequence[Tuple[str, Any]], 
     code = verdict(changes, found, fail_on)
     changed = {t["id"] for t in found}
     kept = [f for f in before if f.get("id") not in changed]
-    facts = snapshot.get("facts") if isinstance(snapshot.get("facts"), Mapping) else {}
+    facts: Mapping[str, Any] = snapshot["facts"] if isinstance(snapshot.get("facts"), Mapping) else {}
+    system: Mapping[str, Any] = facts["system"] if isinstance(facts.get("system"), Mapping) else {}
     doc = {
         "schema_version": PLAN_SCHEMA_VERSION,
         "kind": "dl-doctor-plan",
@@ -55,8 +56,7 @@ def make_plan(snapshot: Mapping[str, Any], requests: Sequence[Tuple[str, Any]], 
         "planned_at": iso(started),
         "source": source or snapshot.get("mode"),
         "facts_collected_at": snapshot.get("collected_at"),
-        "host": {"hostname": (facts.get("system") or {}).get("hostname") if isinstance(facts.get("system"), Mapping)
-                 else None, "target": target.kind},
+        "host": {"hostname": system.get("hostname"), "target": target.kind},
         "fail_on": fail_on,
         "changes": [c.to_dict() for c in changes],
         "transitions": found,
