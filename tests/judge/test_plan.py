@@ -128,15 +128,22 @@ def test_failures_before_the_change_are_listed_but_do_not_count(machines):
 
 
 @pytest.mark.parametrize("value, words", [
-    ("999.1.2", "branch R999 is not in the matrix; nearest known branches"),
+    ("999.1.2", "branch R999 is not in the matrix (newer than every branch it knows); nearest known branches"),
+    ("300.10", "older than every CUDA release the matrix knows"),
     ("latest", "is not an NVIDIA driver version"),
     ("535.1.2.3.4", "is not an NVIDIA driver version"),
 ])
 def test_a_driver_the_matrix_cannot_judge_is_bad_input(machines, value, words):
     from dl_doctor.judge.plan import PlanInputError
 
-    with pytest.raises(PlanInputError, match=words.replace("(", r"\(")):
+    with pytest.raises(PlanInputError, match=words.replace("(", r"\(").replace(")", r"\)")):
         plan(machines["p4d_rhel8_healthy"], ("driver", value))
+
+
+def test_a_branch_between_the_matrixs_floors_is_judged_by_the_floor_below_it(machines):
+    # R565 (a feature branch; its nvidia-smi says CUDA 12.7, a CUDA release that does not exist as a toolkit)
+    doc, code = plan(machines["dlami_ubuntu2204_g5"], ("driver", "565.57.01"))
+    assert doc["changes"][0]["summary"] == "driver 550.127.05 -> 565.57.01 (CUDA 12.6)" and code == 0
 
 
 # -- --cuda ---------------------------------------------------------------------------------------------------------

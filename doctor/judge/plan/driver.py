@@ -37,10 +37,12 @@ def parse(value: str, matrix: Any) -> Dict[str, Any]:
         raise PlanInputError(f"--driver: '{text[:40]}' is not an NVIDIA driver version (like 550.90.07 or 570.133)")
     branch = versions.major(text)
     branches = known_branches(matrix)
-    if branch not in branches:
+    # a branch between two the matrix knows (R565 between the CUDA 12.6 and 12.8 floors) is judged by the floors
+    # below it; one newer than all of them is a driver the matrix cannot speak for
+    if not branches or branch is None or branch > branches[-1]:
         near = sorted(branches, key=lambda b: abs(b - (branch or 0)))[:3]
-        raise PlanInputError(f"--driver: branch R{branch} is not in the matrix; nearest known branches: "
-                             + ", ".join(f"R{b}" for b in sorted(near)))
+        raise PlanInputError(f"--driver: branch R{branch} is not in the matrix (newer than every branch it knows); "
+                             "nearest known branches: " + ", ".join(f"R{b}" for b in sorted(near)))
     entry = matrix.driver(text)
     if entry is None:
         raise PlanInputError(f"--driver: {text} is older than every CUDA release the matrix knows; "

@@ -49,6 +49,12 @@ def parse(text: str) -> Tuple[str, Any]:
     return ref, req
 
 
+def _frameworks(env: Dict[str, Any]) -> Dict[str, Any]:
+    if not isinstance(env.get("frameworks"), dict):
+        env["frameworks"] = {}
+    return env["frameworks"]
+
+
 def _pinned(req: Any) -> Optional[str]:
     specs = list(req.specifier)
     if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
@@ -96,7 +102,7 @@ def _forget_cuda_needs(w: WhatIf, change: Change, env: Dict[str, Any], record: D
 
 def _torch(w: WhatIf, n: int, env: Dict[str, Any], req: Any, matrix: Any, change: Change) -> None:
     pin = _pinned(req)
-    current = ((env.get("frameworks") or {}).get("torch") or {})
+    current = _frameworks(env).get("torch") if isinstance(_frameworks(env).get("torch"), dict) else {}
     if pin is None:
         raise PlanInputError("--install: say which torch release and build (torch==2.9.0+cu130): pip would take the "
                              "newest the index has, which a plan cannot know")
@@ -129,8 +135,8 @@ def _torch(w: WhatIf, n: int, env: Dict[str, Any], req: Any, matrix: Any, change
     if isinstance(py, str) and versions.major_minor(py) and versions.major_minor(py) not in info["python"]:
         change.blockers.append(f"torch {base} has no wheel for Python {versions.major_minor(py)} (it is built for "
                                f"{', '.join(info['python'])}): pip would find no matching distribution")
-    frameworks = env.setdefault("frameworks", {})
-    old = dict(frameworks.get("torch") or {})
+    frameworks = _frameworks(env)
+    old = dict(frameworks["torch"]) if isinstance(frameworks.get("torch"), dict) else {}
     new_torch = {k: v for k, v in old.items() if k in ("installer", "location", "path")}
     new_torch.update({"version": version, "cuda": cuda, "cpu_only": cuda is None})
     w.set_in(change, frameworks, "torch", new_torch, f"{label}.frameworks.torch")
@@ -197,8 +203,8 @@ def _simple(w: WhatIf, n: int, env: Dict[str, Any], name: str, req: Any, matrix:
             raise PlanInputError(f"--install: {name} {pin} is not in the matrix (as a companion of a torch release); "
                                  f"nearest known: {', '.join(near)}")
     label = f"python_envs.environments[{n}]"
-    frameworks = env.setdefault("frameworks", {})
-    old = dict(frameworks.get(name) or {})
+    frameworks = _frameworks(env)
+    old = dict(frameworks[name]) if isinstance(frameworks.get(name), dict) else {}
     new = {k: v for k, v in old.items() if k in ("installer", "location", "cuda")}
     new["version"] = pin
     w.set_in(change, frameworks, name, new, f"{label}.frameworks.{name}")
