@@ -81,8 +81,12 @@ def test_a_point_release_of_the_drivers_own_branch_is_safe_on_every_healthy_mach
 @pytest.mark.parametrize("request_", [("driver", "580.95.05"), ("cuda", "12.8"), ("gpu", "H100"),
                                       ("instance-type", "p5.48xlarge"), ("gpu", "T4")])
 def test_every_change_runs_on_every_machine_without_a_traceback(corpus, request_):
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "reports" / "schema" / "plan-v1.json").read_text())
     for name, snap in corpus.items():
         doc, code = _plan(snap, request_)
+        jsonschema.validate(doc, schema)
         assert code in (0, 1) and doc["exit_code"] == code, name
         assert not [t for t in doc["transitions"] if t["to"] == "error"], (name, doc["transitions"])
         json.dumps(doc)
