@@ -90,3 +90,17 @@ def test_every_change_runs_on_every_machine_without_a_traceback(corpus, request_
         assert code in (0, 1) and doc["exit_code"] == code, name
         assert not [t for t in doc["transitions"] if t["to"] == "error"], (name, doc["transitions"])
         json.dumps(doc)
+
+
+def test_a_driver_change_where_the_driver_is_not_this_machines_own(corpus):
+    # WSL2: the Windows host's driver, no kernel module here
+    doc, _ = _plan(corpus["wsl2"], ("driver", "570.172.08"))
+    keys = {e["key"] for e in doc["changes"][0]["edits"]}
+    assert not any(k.startswith("nvidia_driver.kernel_module") for k in keys)
+    assert doc["steps"][0]["text"].startswith("Install the NVIDIA driver 570.172.08 on Windows")
+    assert not any("apt-get" in c for s in doc["steps"] for c in s["commands"])
+    # a container under the NVIDIA runtime: the host's driver, mounted in; the change is the host's
+    doc, code = _plan(corpus["docker_pytorch_nvidia_runtime"], ("driver", "470.256.02"))
+    assert code == 1 and doc["steps"][0]["text"].startswith("On the host: install driver 470.256.02")
+    # the fix of what the change breaks (another driver) answers the change: after its step
+    assert [s["for"] for s in doc["steps"]][:2] == [["--driver 470.256.02"], ["DLD-CUDA-001"]]

@@ -151,7 +151,12 @@ def steps(changes: Sequence[Change], found: Sequence[Mapping[str, Any]],
         if (given and not commands) or (not commands and not text):
             continue  # the plan's own steps already do it
         seen.update(commands)
-        out.append({"order": _layer(by_id.get(t["id"]) or {}), "text": text or t["title"] or t["id"],
+        layer = _layer(by_id.get(t["id"]) or {})
+        # a fix in the layer a change itself makes (another driver, after --driver) answers that change: after it
+        same = [s["order"] for c in changes for s in c.steps if abs(s["order"] - layer) <= 5]
+        if same:
+            layer = max(layer, max(same) + 1)
+        out.append({"order": layer, "text": text or t["title"] or t["id"],
                     "commands": commands, "for": [t["id"]]})
     out.sort(key=lambda s: s["order"])
     return [{"step": n + 1, **{k: v for k, v in s.items() if k != "order"}} for n, s in enumerate(out)]

@@ -94,6 +94,9 @@ def apply(w: WhatIf, value: str, matrix: Any, options: Mapping[str, Any]) -> Cha
         change.notes.append(f"driver {new} is what the facts already record: nothing changes")
         return change
 
+    by = w.get("nvidia_driver.runtime.by")
+    if w.get("nvidia_driver.runtime.wsl"):
+        return _wsl(w, change, new, entry)
     # the kernel module: after the install and a reboot (or a module reload) it is the new version
     w.set(change, "nvidia_driver.kernel_module.version", new)
     w.set(change, "nvidia_driver.kernel_module.loaded", True)
@@ -157,7 +160,26 @@ def apply(w: WhatIf, value: str, matrix: Any, options: Mapping[str, Any]) -> Cha
     from dl_doctor.judge.distro import driver_install_commands
     from dl_doctor.model import Facts
 
+    if by in ("container-runtime", "cdi"):  # the container's driver is the host's, mounted in
+        change.notes.append("the driver here is the host's, mounted by the container runtime: it changes on the host")
+        change.step(f"On the host: install driver {new} (branch R{parsed['branch']}) and reboot it; the container "
+                    f"gets the new libraries when it is started again",
+                    [f"# on the host, not in the container: install the NVIDIA driver {new}, reboot, restart the "
+                     f"container"])
+        return change
     commands = list(driver_install_commands(Facts(w.snapshot), parsed["branch"]))
     change.step(f"Install driver {new} (branch R{parsed['branch']}) and reboot, before the framework wheels and "
                 f"toolkits that need it", commands)
+    return change
+
+
+def _wsl(w: WhatIf, change: Change, new: str, entry: Mapping[str, Any]) -> Change:
+    """WSL2: the driver is the Windows host's (no kernel module here; libcuda comes from /usr/lib/wsl/lib)."""
+    if isinstance(w.get("nvml"), dict) and not w.get("nvml.init_error"):
+        w.set(change, "nvml.driver_version", new)
+        w.set(change, "nvml.cuda_driver_version", entry["max_cuda"])
+    change.notes.append("WSL2: the driver is the Windows host's; /usr/lib/wsl/lib follows it (no Linux driver is "
+                        "installed in the distribution)")
+    change.step(f"Install the NVIDIA driver {new} on Windows (not in the WSL2 distribution), then `wsl --shutdown`",
+                ["# on Windows: install the NVIDIA driver, then run: wsl --shutdown"])
     return change
