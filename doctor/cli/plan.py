@@ -105,10 +105,22 @@ def plan_cmd(report_path, json_path, markdown_path, fail_on, quiet, no_color, ov
         # the change options are checked before any probe runs: a typo costs no collection
         from dl_doctor.judge.plan import what_if
 
+        from dl_doctor.judge.plan import install
+
+        early = [r for r in requests if r[0] != "install"]  # an environment is known from the facts only
         try:
-            what_if({"facts": {}}, [r for r in requests if r[0] not in ("install",)], matrix, options)
+            for kind, value in requests:
+                if kind == "install":
+                    install.parse(value)
         except PlanInputError as exc:
             raise app.InputProblem(str(exc))
+        if early:
+            try:
+                what_if({"facts": {}}, early, matrix, options)
+            except PlanInputError as exc:
+                raise app.InputProblem(str(exc))
+            except Exception:  # noqa: BLE001 - only the options are checked here; the facts come next
+                pass
         snapshot = app.collect_facts(reg, collect_opts(kw), overlays=tuple(overlays or ()))
         source = f"sysroot {kw['sysroot']}" if kw.get("sysroot") else "this host"
     try:
