@@ -317,3 +317,13 @@ def test_plan_on_a_mounted_image_collects_it_first(run_cli, tmp_path):
     # a typo in a change option costs no collection: refused before the probes
     r = run_cli("plan", "--sysroot", str(root), "--gpu", "no-such-gpu")
     assert r.returncode == 2 and "no GPU 'no-such-gpu'" in r.stderr
+
+
+def test_plan_on_the_live_host(run_cli):
+    r = run_cli("plan", "--cuda", "12.8", "--no-env-scan", "--json", "-", timeout=180)
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["source"] == "this host" and doc["host"]["target"] == "live"
+    change = doc["changes"][0]
+    assert change["kind"] == "cuda" and change["summary"].endswith("-> 12.8 (needs driver >= 570.26)")
+    assert any(e["key"] == "cuda_toolkits.default" for e in change["edits"]) or "already" in " ".join(change["notes"])
