@@ -327,3 +327,13 @@ def test_plan_on_the_live_host(run_cli):
     change = doc["changes"][0]
     assert change["kind"] == "cuda" and change["summary"].endswith("-> 12.8 (needs driver >= 570.26)")
     assert any(e["key"] == "cuda_toolkits.default" for e in change["edits"]) or "already" in " ".join(change["notes"])
+
+
+def test_a_gpu_its_builds_have_no_code_for_gets_the_build_that_has(machines):
+    doc, _ = plan(machines["dlami_ubuntu2204_g5"], ("gpu", "B200"))
+    take = [s for s in doc["steps"] if s["text"].startswith("pytorch: torch 2.5.1+cu124 has no code for NVIDIA B200")]
+    assert take and "take torch 2.7.0+cu128 instead" in take[0]["text"]
+    assert take[0]["commands"] == ["/opt/conda/envs/pytorch/bin/python -m pip install 'torch==2.7.0' --index-url "
+                                   "https://download.pytorch.org/whl/cu128"]
+    # DLD-PY-003's own generic reinstall is left out: the plan's step names the build
+    assert not any("whl/cu<XY>" in c for s in doc["steps"] for c in s["commands"] if "--force-reinstall" in c)

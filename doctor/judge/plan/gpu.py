@@ -77,6 +77,46 @@ def _swap(w: WhatIf, change: Change, entry: Dict[str, Any], count: Optional[int]
             w.drop_in(change, env, "deep", f"python_envs.environments[{i}].deep", "--deep ran on the old GPUs")
 
 
+def _builds_for(w: WhatIf, change: Change, entry: Dict[str, Any], matrix: Any) -> None:
+    """For each environment whose torch build has no code for the new GPU: the build of the same release that has,
+    else the first newer release with one ("take the cu128 wheel instead"), from the matrix's arch lists."""
+    from dl_doctor import versions
+    from dl_doctor.judge.plan.change import ORDER
+
+    if not hasattr(matrix, "torch_on_gpu"):
+        return
+    releases = sorted((p for e in matrix.entries("torch") for p in (e.get("patches") or [e.get("version")]) if p),
+                      key=versions.release)
+    for env in w.environments():
+        torch = (env.get("frameworks") or {}).get("torch") if isinstance(env.get("frameworks"), dict) else None
+        if not isinstance(torch, dict) or not torch.get("cuda") or not torch.get("version"):
+            continue
+        version = str(torch["version"])
+        mine = matrix.torch_on_gpu(version, entry["name"]) if "+" in version else None
+        if not mine or not mine.get("builds") or mine["builds"][0].get("serves") is not False:
+            continue  # it serves, or the matrix cannot say
+        base = version.split("+")[0]
+        pick = None
+        for candidate in [base] + [r for r in releases if versions.release(r) > versions.release(base)]:
+            answer = matrix.torch_on_gpu(candidate, entry["name"])
+            serving = [b for b in (answer or {}).get("builds") or [] if b.get("serves")]
+            if serving:
+                pick = (candidate, serving[-1])
+                break
+        where = env.get("name") or env.get("prefix")
+        if pick is None:
+            change.notes.append(f"{where}: no torch release the matrix knows has a build for {entry['name']}")
+            continue
+        release, build = pick
+        change.installs.append("torch")
+        python = env.get("python") or f"{env.get('prefix')}/bin/python"
+        change.step(f"{where}: torch {version} has no code for {entry['name']}; take torch {release}+{build['name']} "
+                    f"instead (SASS or PTX for compute capability {entry.get('compute_capability')}; "
+                    f"dl-doctor matrix torch {release} --gpu '{entry['name']}')",
+                    [f"{python} -m pip install 'torch=={release}' --index-url "
+                     f"https://download.pytorch.org/whl/{build['name']}"], order=ORDER["install"])
+
+
 def apply_gpu(w: WhatIf, value: str, matrix: Any, options: Mapping[str, Any]) -> Change:
     entry = _gpu_entry(matrix, value)
     info = matrix.gpu_info(entry)
@@ -91,6 +131,7 @@ def apply_gpu(w: WhatIf, value: str, matrix: Any, options: Mapping[str, Any]) ->
         change.notes.append(f"the GPUs are {entry['name']} already: nothing changes")
         return change
     _swap(w, change, entry, None, None)
+    _builds_for(w, change, entry, matrix)
     if w.get("cloud.instance_type"):  # another GPU is another machine: not this instance type
         w.drop(change, "cloud.instance_type", f"{w.get('cloud.instance_type')} has other GPUs (--instance-type names "
                                               f"the instance to plan for)")
@@ -114,6 +155,7 @@ def apply_instance(w: WhatIf, value: str, matrix: Any, options: Mapping[str, Any
                       + (", NVSwitch" if info.get("nvswitch") else "")
                       + (f", {info['efa_interfaces']} EFA interfaces" if info.get("efa_interfaces") else ""))
     _swap(w, change, dict(entry), int(info["gpu_count"]), bool(info.get("nvswitch")))
+    _builds_for(w, change, dict(entry), matrix)
     w.set(change, "cloud.instance_type", info["instance_type"])
     if w.get("cloud.provider") is None:
         w.set(change, "cloud.provider", "aws")
