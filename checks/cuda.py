@@ -133,6 +133,13 @@ def container_requirements(facts: Facts, matrix) -> Optional[requirements.Verdic
     return requirements.evaluate(env, requirements.host_from_facts(facts.get, matrix))
 
 
+def _running_container(facts: Facts) -> bool:
+    """dl-doctor runs inside this container (a plan's what-if container is not running)."""
+    evidence = facts.get("system.container.evidence") or []
+    return bool(facts.get("system.container.in_container")) and not any(
+        isinstance(e, str) and e.startswith(requirements.PLANNED_CONTAINER) for e in evidence)
+
+
 def _refusal(verdict: requirements.Verdict) -> str:
     failed = verdict.failed.variable if verdict.failed else "NVIDIA_REQUIRE_*"
     return (f"the NVIDIA container runtime refuses to start a container of this image here ({failed}: "
@@ -178,11 +185,11 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
         return skip("no NVIDIA driver version is known (see DLD-GPU-001)")
     max_cuda = (matrix.driver(driver) or {}).get("max_cuda")
     if not consumers:
-        verdict = container_requirements(facts, matrix)
-        if verdict is not None and verdict.status in ("unsatisfied", "invalid"):
-            return fail(f"driver {driver} (CUDA {max_cuda}): {_refusal(verdict)}",
-                        {"driver": driver, "container_requirements": verdict.to_dict()},
-                        Fix(f"Run the image on a host that meets its {verdict.failed.variable if verdict.failed else 'requirements'}"
+        runtime = container_requirements(facts, matrix)
+        if runtime is not None and runtime.status in ("unsatisfied", "invalid"):
+            return fail(f"driver {driver} (CUDA {max_cuda}): {_refusal(runtime)}",
+                        {"driver": driver, "container_requirements": runtime.to_dict()},
+                        Fix(f"Run the image on a host that meets its {runtime.failed.variable if runtime.failed else 'requirements'}"
                             ", or use an image built for this one.", ()))
         return passed(f"driver {driver}; nothing here needs a specific CUDA version", driver=driver)
     compat = _active_compat(facts)
@@ -194,10 +201,10 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
         support = matrix.driver_supports_cuda(effective, c["cuda"])
         rows.append({**c, "support": support["support"], "min_driver": support.get("min_driver"),
                      "min_driver_minor_compat": support.get("min_driver_minor_compat")})
-    verdict = container_requirements(facts, matrix)
-    refused = verdict is not None and verdict.status in ("unsatisfied", "invalid")
+    runtime = container_requirements(facts, matrix)
+    refused = runtime is not None and runtime.status in ("unsatisfied", "invalid")
     fc_rows = []
-    if verdict is not None and verdict.forward_compat and not refused:
+    if runtime is not None and runtime.forward_compat and not refused:
         # the runtime starts it through a brand/driver alternative: its CUDA code runs through the image's cuda-compat
         for r in rows:
             if r["kind"] == "container" and r["support"] in ("none", "minor-compat"):
@@ -211,8 +218,8 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
     evidence: Dict[str, Any]
     evidence = {"driver": driver, "driver_max_cuda": max_cuda, "consumers": rows,
                 "forward_compat_used": effective if effective != driver else None}
-    if verdict is not None:
-        evidence["container_requirements"] = verdict.to_dict()
+    if runtime is not None:
+        evidence["container_requirements"] = runtime.to_dict()
     need = [r for r in rows if r["support"] not in ("full", "forward-compat") and r.get("min_driver")]
     target = max((r["min_driver"] for r in need), key=versions.release, default=None)
     fix = None
@@ -224,29 +231,36 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
         fix = Fix(f"Install driver {target} or newer (branch R{driver_branch(target)}), or use builds for CUDA "
                   f"{max_cuda} or older.", tuple(commands))
     via = f" (through the cuda-compat libraries {effective})" if effective != driver else ""
-    if refused and verdict is not None:
+    if refused and runtime is not None:
         container = next((r for r in rows if r["kind"] == "container"), None)
         if fix is None and container and container.get("min_driver"):
             fix = Fix(f"Install driver {container['min_driver']} or newer, or use an image built for CUDA {max_cuda} "
                       "or older.", tuple(driver_install_commands(facts, driver_branch(container["min_driver"]))))
         elif fix is None:
-            fix = Fix(f"Run the image on a host that meets its {verdict.failed.variable if verdict.failed else 'requirements'}"
+            fix = Fix(f"Run the image on a host that meets its {runtime.failed.variable if runtime.failed else 'requirements'}"
                       ", or use an image built for this one.", ())
     if worst == "none":
         bad = [r for r in rows if r["support"] == "none"]
         listed = "; ".join(f"{r['what']} ({r['where']}) needs driver >= {r['min_driver']}" for r in bad)
-        refusal = f"; {_refusal(verdict)}" if refused and verdict is not None else ""
+        refusal = f"; {_refusal(runtime)}" if refused and runtime is not None else ""
         return fail(f"driver {driver} supports CUDA up to {max_cuda}{via}: {listed}{refusal}", evidence, fix)
-    if refused and verdict is not None:
-        return fail(f"driver {driver} (CUDA {max_cuda}): {_refusal(verdict)}", evidence, fix)
+    if refused and runtime is not None:
+        container = next((r for r in rows if r["kind"] == "container"), None)
+        if _running_container(facts) and container and container["support"] in ("full", "minor-compat"):
+            # this container runs, and the driver serves its CUDA: only starting another one the legacy way fails
+            return warn(f"driver {driver} (CUDA {max_cuda}) serves this container's CUDA {container['cuda']} "
+                        f"({'fully' if container['support'] == 'full' else 'through minor-version compatibility'}), "
+                        f"but {_refusal(runtime)}: a container of it started with docker run --gpus will not start",
+                        evidence, fix)
+        return fail(f"driver {driver} (CUDA {max_cuda}): {_refusal(runtime)}", evidence, fix)
     fc_note = ""
-    if fc_rows and verdict is not None:
+    if fc_rows and runtime is not None:
         gpus = _gpu_classes(facts, matrix)
         classes = matrix.forward_compat_classes()
         unsupported = [g for g in gpus if g["class"] and g["class"] not in classes]
         unknown_class = [g for g in gpus if not g["class"]]
         r = fc_rows[0]
-        alt = verdict.satisfied_by.get("NVIDIA_REQUIRE_CUDA") or verdict.satisfied_by.get("CUDA_VERSION") or ""
+        alt = runtime.satisfied_by.get("NVIDIA_REQUIRE_CUDA") or runtime.satisfied_by.get("CUDA_VERSION") or ""
         runs = (f"{r['what']} starts here (NVIDIA_REQUIRE_CUDA holds through its alternative '{alt}'), but driver "
                 f"{driver} supports CUDA up to {max_cuda}: its CUDA {r['cuda']} code runs only through the image's "
                 f"CUDA forward-compatibility libraries (the cuda-compat package, /usr/local/cuda/compat)")

@@ -64,6 +64,7 @@ _TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go strconv.ParseBool's true
 _SEMVER = re.compile(r"^v?(\d{1,9})(?:\.(\d{1,9}))?(?:\.(\d{1,9}))?(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
 _VERSION = re.compile(r"^[0-9.]{1,64}$")
 RUNTIME_ERROR = "nvidia-container-cli: requirement error: "
+PLANNED_CONTAINER = "dl-doctor plan --image"  # system.container.evidence of a plan's what-if container (not running)
 CUDA_HINT = ", please update your driver to a newer version, or use an earlier cuda container"
 
 # NVML's nvmlBrandType_t -> the brand nvidia-container-cli compares (libnvidia-container src/driver.c, 1.9.0+).

@@ -113,6 +113,24 @@ def test_the_same_image_on_a_geforce_r470_host_is_refused(tmp_path):
     assert "unsatisfied condition: cuda>=12.6" in after["DLD-CUDA-001"]["message"]
 
 
+def test_refused_image_whose_cuda_the_driver_serves_fails_in_a_plan_and_warns_in_a_running_container(tmp_path):
+    """cuda>=12.4 on R535 (CUDA 12.2): the legacy runtime refuses it, though minor-version compatibility would run
+    it. In a plan the container does not start (fail); a container that runs was started with the check bypassed
+    (CDI) and works: only a new one started the legacy way fails (warn)."""
+    snap = host_snapshot(tmp_path, machines.p4d_rhel8_healthy(),
+                         json.loads((FIXTURES / "nvml" / "p4d_healthy.json").read_text()))
+    env = ["NVIDIA_REQUIRE_CUDA=cuda>=12.4", "CUDA_VERSION=12.4.1", "NVIDIA_VISIBLE_DEVICES=all"]
+    w, _, _, after = plan(snap, inspect_doc(env, tags=("pytorch:cu124",)))
+    assert after["DLD-CUDA-001"]["status"] == "fail"
+    assert "unsatisfied condition: cuda>=12.4, please update" in after["DLD-CUDA-001"]["message"]
+    running = copy.deepcopy(w.snapshot)
+    running["facts"]["system"]["container"]["evidence"] = ["/.dockerenv"]
+    cuda = findings(running)["DLD-CUDA-001"]
+    assert cuda["status"] == "warn"
+    assert cuda["message"].startswith("driver 535.104.05 (CUDA 12.2) serves this container's CUDA 12.4 (through "
+                                      "minor-version compatibility), but the NVIDIA container runtime refuses")
+
+
 # -- satisfied through a brand/driver alternative: forward compatibility ----------------------------------------------
 
 def test_cuda_126_image_on_r470_tesla_starts_through_forward_compat(tmp_path):

@@ -142,6 +142,7 @@ def apply(w: WhatIf, value: Any, matrix: Any, options: Mapping[str, Any]) -> Cha
         w.set(change, f"cuda_toolkits.container_env.{key}", val)
     # the container: the NVIDIA runtime mounts the host's driver (libraries, device nodes) into it
     w.set(change, "system.container.in_container", True)
+    w.set(change, "system.container.evidence", [f"{requirements.PLANNED_CONTAINER} {name}"])  # what-if: not running
     engine = _engine(w)
     if engine:
         w.set(change, "system.container.kind", engine)
