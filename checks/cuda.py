@@ -125,7 +125,10 @@ def _reported_model(facts: Facts, bdf: str) -> Optional[str]:
 
 def container_requirements(facts: Facts, matrix) -> Optional[requirements.Verdict]:
     """How the NVIDIA container runtime judges the container's image (its NVIDIA_REQUIRE_*, NVIDIA_DISABLE_REQUIRE,
-    a legacy image's CUDA_VERSION) on this host; None where no such variable is recorded."""
+    a legacy image's CUDA_VERSION) on this host; None where no such variable is recorded, or outside a container
+    (a host's own session may set CUDA_VERSION: no container runtime judges it)."""
+    if not facts.get("system.container.in_container"):
+        return None
     env = facts.get("cuda_toolkits.container_env") or {}
     if not isinstance(env, dict) or not any(isinstance(k, str) and (k.startswith("NVIDIA_REQUIRE_") or k == "CUDA_VERSION")
                                             for k in env):
