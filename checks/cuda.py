@@ -172,7 +172,10 @@ def _gpu_classes(facts: Facts, matrix) -> List[Dict[str, Any]]:
     what="""Finds everything that needs a CUDA version from the driver — CUDA toolkits, framework builds in the Python
     environments, a container image's NVIDIA_REQUIRE_CUDA/CUDA_VERSION — and asks the compatibility matrix whether the
     running driver supports each fully, only through minor-version compatibility, or not at all (forward-compatibility
-    libraries taken into account).""",
+    libraries taken into account). Inside a container (or a plan's), it also judges the image's NVIDIA_REQUIRE_*
+    the way the NVIDIA container runtime does (docs/container-requirements.md): whether the runtime would start it,
+    and whether it starts only through a brand/driver alternative that needs the image's forward-compatibility
+    package.""",
     why="""A CUDA program built for a newer CUDA than the driver supports fails at start with 'CUDA driver version is
     insufficient for CUDA runtime version' or 'The NVIDIA driver on your system is too old'. Minor-version
     compatibility lets a 12.x build run on any R525+ driver, but the driver cannot JIT-compile PTX from a newer
