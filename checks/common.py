@@ -6,6 +6,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor import versions
+from dl_doctor.facts import requirements
 from dl_doctor.fixes import Step  # noqa: F401 - re-exported for checks
 from dl_doctor.model import Facts
 from dl_doctor.judge.distro import (PackageManager, driver_install_commands, os_family,  # noqa: F401 - re-exported
@@ -66,9 +67,9 @@ def nvidia_gpus(facts: Facts) -> list:
 
 
 def cuda_from_require(text: str) -> Optional[str]:
-    """``NVIDIA_REQUIRE_CUDA='cuda>=12.2 brand=tesla,driver>=470,...'`` -> ``12.2``."""
-    m = re.search(r"cuda>=(\d+\.\d+)", text or "")
-    return m.group(1) if m else None
+    """``NVIDIA_REQUIRE_CUDA='cuda>=12.2 brand=tesla,driver>=470,...'`` -> ``12.2`` (the runtime's own parse:
+    dl_doctor.facts.requirements)."""
+    return requirements.require_cuda(text)
 
 
 def cuda_consumers(facts: Facts) -> list:

@@ -6,6 +6,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor import versions
+from dl_doctor.facts import requirements
 from dl_doctor.checks.common import (cuda_consumers, driver_branch, driver_install_commands, driver_version, needs_nvidia_gpu,
                            nvidia_gpus)
 from dl_doctor.model import Facts, Fix, Result, check, fail, passed, skip, warn
@@ -122,6 +123,33 @@ def _reported_model(facts: Facts, bdf: str) -> Optional[str]:
     return None
 
 
+def container_requirements(facts: Facts, matrix) -> Optional[requirements.Verdict]:
+    """How the NVIDIA container runtime judges the container's image (its NVIDIA_REQUIRE_*, NVIDIA_DISABLE_REQUIRE,
+    a legacy image's CUDA_VERSION) on this host; None where no such variable is recorded, or outside a container
+    (a host's own session may set CUDA_VERSION: no container runtime judges it)."""
+    if not facts.get("system.container.in_container"):
+        return None
+    env = facts.get("cuda_toolkits.container_env") or {}
+    if not isinstance(env, dict) or not any(isinstance(k, str) and (k.startswith("NVIDIA_REQUIRE_") or k == "CUDA_VERSION")
+                                            for k in env):
+        return None
+    return requirements.evaluate(env, requirements.host_from_facts(facts.get, matrix))
+
+
+def _running_container(facts: Facts) -> bool:
+    """dl-doctor runs inside this container (a plan's what-if container is not running)."""
+    evidence = facts.get("system.container.evidence") or []
+    return bool(facts.get("system.container.in_container")) and not any(
+        isinstance(e, str) and e.startswith(requirements.PLANNED_CONTAINER) for e in evidence)
+
+
+def _refusal(verdict: requirements.Verdict) -> str:
+    failed = verdict.failed.variable if verdict.failed else "NVIDIA_REQUIRE_*"
+    return (f"the NVIDIA container runtime refuses to start a container of this image here ({failed}: "
+            f"'{verdict.error}'); one that runs was started with that check bypassed (the runtime's CDI mode does not "
+            f"evaluate NVIDIA_REQUIRE_*; NVIDIA_DISABLE_REQUIRE=true or disable-require turn it off)")
+
+
 def _gpu_classes(facts: Facts, matrix) -> List[Dict[str, Any]]:
     out = []
     for g in nvidia_gpus(facts):
@@ -144,7 +172,10 @@ def _gpu_classes(facts: Facts, matrix) -> List[Dict[str, Any]]:
     what="""Finds everything that needs a CUDA version from the driver — CUDA toolkits, framework builds in the Python
     environments, a container image's NVIDIA_REQUIRE_CUDA/CUDA_VERSION — and asks the compatibility matrix whether the
     running driver supports each fully, only through minor-version compatibility, or not at all (forward-compatibility
-    libraries taken into account).""",
+    libraries taken into account). Inside a container (or a plan's), it also judges the image's NVIDIA_REQUIRE_*
+    the way the NVIDIA container runtime does (docs/container-requirements.md): whether the runtime would start it,
+    and whether it starts only through a brand/driver alternative that needs the image's forward-compatibility
+    package.""",
     why="""A CUDA program built for a newer CUDA than the driver supports fails at start with 'CUDA driver version is
     insufficient for CUDA runtime version' or 'The NVIDIA driver on your system is too old'. Minor-version
     compatibility lets a 12.x build run on any R525+ driver, but the driver cannot JIT-compile PTX from a newer
@@ -158,9 +189,15 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
     consumers = cuda_consumers(facts)
     if not driver:
         return skip("no NVIDIA driver version is known (see DLD-GPU-001)")
-    if not consumers:
-        return passed(f"driver {driver}; nothing here needs a specific CUDA version", driver=driver)
     max_cuda = (matrix.driver(driver) or {}).get("max_cuda")
+    if not consumers:
+        runtime = container_requirements(facts, matrix)
+        if runtime is not None and runtime.status in ("unsatisfied", "invalid"):
+            return fail(f"driver {driver} (CUDA {max_cuda}): {_refusal(runtime)}",
+                        {"driver": driver, "container_requirements": runtime.to_dict()},
+                        Fix(f"Run the image on a host that meets its {runtime.failed.variable if runtime.failed else 'requirements'}"
+                            ", or use an image built for this one.", ()))
+        return passed(f"driver {driver}; nothing here needs a specific CUDA version", driver=driver)
     compat = _active_compat(facts)
     compat_supported = compat and all(g["class"] in matrix.forward_compat_classes() for g in _gpu_classes(facts, matrix))
     effective = max((c["version"] for c in compat), key=versions.release) \
@@ -170,14 +207,26 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
         support = matrix.driver_supports_cuda(effective, c["cuda"])
         rows.append({**c, "support": support["support"], "min_driver": support.get("min_driver"),
                      "min_driver_minor_compat": support.get("min_driver_minor_compat")})
-        if support["support"] == "none":
+    runtime = container_requirements(facts, matrix)
+    refused = runtime is not None and runtime.status in ("unsatisfied", "invalid")
+    fc_rows = []
+    if runtime is not None and runtime.forward_compat and not refused:
+        # the runtime starts it through a brand/driver alternative: its CUDA code runs through the image's cuda-compat
+        for r in rows:
+            if r["kind"] == "container" and r["support"] in ("none", "minor-compat"):
+                r["support"] = "forward-compat"
+                fc_rows.append(r)
+    for r in rows:
+        if r["support"] == "none":
             worst = "none"
-        elif support["support"] == "minor-compat" and worst == "full":
+        elif r["support"] == "minor-compat" and worst == "full":
             worst = "minor-compat"
     evidence: Dict[str, Any]
     evidence = {"driver": driver, "driver_max_cuda": max_cuda, "consumers": rows,
                 "forward_compat_used": effective if effective != driver else None}
-    need = [r for r in rows if r["support"] != "full" and r.get("min_driver")]
+    if runtime is not None:
+        evidence["container_requirements"] = runtime.to_dict()
+    need = [r for r in rows if r["support"] not in ("full", "forward-compat") and r.get("min_driver")]
     target = max((r["min_driver"] for r in need), key=versions.release, default=None)
     fix = None
     if target:
@@ -188,10 +237,52 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
         fix = Fix(f"Install driver {target} or newer (branch R{driver_branch(target)}), or use builds for CUDA "
                   f"{max_cuda} or older.", tuple(commands))
     via = f" (through the cuda-compat libraries {effective})" if effective != driver else ""
+    if refused and runtime is not None:
+        container = next((r for r in rows if r["kind"] == "container"), None)
+        if fix is None and container and container.get("min_driver"):
+            fix = Fix(f"Install driver {container['min_driver']} or newer, or use an image built for CUDA {max_cuda} "
+                      "or older.", tuple(driver_install_commands(facts, driver_branch(container["min_driver"]))))
+        elif fix is None:
+            fix = Fix(f"Run the image on a host that meets its {runtime.failed.variable if runtime.failed else 'requirements'}"
+                      ", or use an image built for this one.", ())
     if worst == "none":
         bad = [r for r in rows if r["support"] == "none"]
         listed = "; ".join(f"{r['what']} ({r['where']}) needs driver >= {r['min_driver']}" for r in bad)
-        return fail(f"driver {driver} supports CUDA up to {max_cuda}{via}: {listed}", evidence, fix)
+        refusal = f"; {_refusal(runtime)}" if refused and runtime is not None else ""
+        return fail(f"driver {driver} supports CUDA up to {max_cuda}{via}: {listed}{refusal}", evidence, fix)
+    if refused and runtime is not None:
+        container = next((r for r in rows if r["kind"] == "container"), None)
+        if _running_container(facts) and container and container["support"] in ("full", "minor-compat"):
+            # this container runs, and the driver serves its CUDA: only starting another one the legacy way fails
+            return warn(f"driver {driver} (CUDA {max_cuda}) serves this container's CUDA {container['cuda']} "
+                        f"({'fully' if container['support'] == 'full' else 'through minor-version compatibility'}), "
+                        f"but {_refusal(runtime)}: a container of it started with docker run --gpus will not start",
+                        evidence, fix)
+        return fail(f"driver {driver} (CUDA {max_cuda}): {_refusal(runtime)}", evidence, fix)
+    fc_note = ""
+    if fc_rows and runtime is not None:
+        gpus = _gpu_classes(facts, matrix)
+        classes = matrix.forward_compat_classes()
+        unsupported = [g for g in gpus if g["class"] and g["class"] not in classes]
+        unknown_class = [g for g in gpus if not g["class"]]
+        r = fc_rows[0]
+        alt = runtime.satisfied_by.get("NVIDIA_REQUIRE_CUDA") or runtime.satisfied_by.get("CUDA_VERSION") or ""
+        runs = (f"{r['what']} starts here (NVIDIA_REQUIRE_CUDA holds through its alternative '{alt}'), but driver "
+                f"{driver} supports CUDA up to {max_cuda}: its CUDA {r['cuda']} code runs only through the image's "
+                f"CUDA forward-compatibility libraries (the cuda-compat package, /usr/local/cuda/compat)")
+        if unsupported:
+            names = ", ".join(f"{g['name'] or '10de:' + str(g['device_id'])} ({g['class']})" for g in unsupported)
+            return fail(f"{runs}, and {names} does not support forward compatibility: CUDA fails with error 804 "
+                        "('forward compatibility was attempted on non supported HW')", evidence,
+                        Fix(f"Install driver {r['min_driver']} or newer (branch R{driver_branch(r['min_driver'])}), "
+                            f"or use an image built for CUDA {max_cuda} or older.",
+                            tuple(driver_install_commands(facts, driver_branch(r["min_driver"])))))
+        which = (f"; whether {', '.join(str(g['name'] or g['device_id']) for g in unknown_class)} is one is not "
+                 "known" if unknown_class else
+                 f": {', '.join(dict.fromkeys(str(g['name']) for g in gpus))} "
+                 + ("is one" if len(set(str(g['name']) for g in gpus)) == 1 else "are"))
+        fc_note = (f"{runs}, which work on data-center GPUs only ({', '.join(classes)}){which}; full support needs "
+                   f"driver >= {r['min_driver']}")
     if worst == "minor-compat":
         gpus = _gpu_classes(facts, matrix)
         part = [r for r in rows if r["support"] == "minor-compat"]
@@ -216,14 +307,19 @@ def driver_too_old_for_cuda(facts: Facts, matrix) -> Result:
         floor = next((r.get("min_driver_minor_compat") for r in part if r.get("min_driver_minor_compat")), None)
         rule = (f"CUDA minor-version compatibility (same CUDA major, driver >= {floor})" if floor
                 else "CUDA minor-version compatibility")
+        fc = f"; {fc_note}" if fc_note else ""
         if jit:
             return warn(f"driver {driver} (CUDA {max_cuda}) serves these builds only through {rule}, and "
-                        + "; ".join(jit) + f"; full support needs driver >= {target}", evidence, fix)
+                        + "; ".join(jit) + f"; full support needs driver >= {target}{fc}", evidence, fix)
         full = [r["what"] for r in rows if r["support"] == "full"]
         also = f"; fully supports {', '.join(full)}" if full else ""
         return passed(f"driver {driver} (CUDA {max_cuda}){via} runs "
                       + ", ".join(r["what"] for r in part) + f" through {rule}: " + "; ".join(notes)
-                      + f"{also} (full support, with JIT of newer PTX, needs driver >= {target})", **evidence)
+                      + f"{also} (full support, with JIT of newer PTX, needs driver >= {target}){fc}", **evidence)
+    if fc_note:
+        full = [r["what"] for r in rows if r["support"] == "full"]
+        also = f"; driver {driver} (CUDA {max_cuda}){via} fully supports {', '.join(full)}" if full else ""
+        return passed(fc_note + also, **evidence)
     listed = ", ".join(r["what"] for r in rows)
     return passed(f"driver {driver} (CUDA {max_cuda}){via} fully supports {listed}", **evidence)
 

@@ -82,6 +82,11 @@ class FakeNVML:
     def nvmlDeviceGetUUID(self, h):
         return self._get(h, "uuid")
 
+    def nvmlDeviceGetBrand(self, h):
+        if "brand" not in h and "brand" not in h.get("errors", {}):  # a recording without it: as a GPU that cannot say
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return self._get(h, "brand")  # nvmlBrandType_t: 2 tesla, 5 geforce, 14 nvidia...
+
     def nvmlDeviceGetPciInfo(self, h):
         return SimpleNamespace(busId=self._get(h, "bus_id").encode())
 

@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from dl_doctor.facts import requirements
 from dl_doctor.facts.contract import array, boolean, obj, string
 from dl_doctor.probes import ProbeContext, probe
 
@@ -81,8 +82,14 @@ CUDA_TOOLKITS_FACTS = obj(
     cuda_home=string("CUDA_HOME, else CUDA_PATH, of the session"),
     nvcc_on_path=string("the nvcc that PATH finds"),
     container_env=obj(
-        "the CUDA variables a CUDA container image sets, those that are set",
+        "the CUDA variables a CUDA container image sets, those that are set; also every other NVIDIA_REQUIRE_* (at "
+        "most 32, each cut at 8192 characters), which the NVIDIA container runtime ANDs with NVIDIA_REQUIRE_CUDA",
         NVIDIA_REQUIRE_CUDA=string("the image's driver requirement (cuda>=12.2 brand=...)"),
+        NVIDIA_REQUIRE_DRIVER=string("a driver requirement (driver>=535)", since="0.2.0"),
+        NVIDIA_REQUIRE_ARCH=string("a GPU architecture requirement (arch>=7.0)", since="0.2.0"),
+        NVIDIA_REQUIRE_BRAND=string("a GPU brand requirement (brand=tesla)", since="0.2.0"),
+        NVIDIA_DISABLE_REQUIRE=string("set true: the runtime checks none of the NVIDIA_REQUIRE_* variables",
+                                      since="0.2.0"),
         CUDA_VERSION=string("the image's CUDA version"),
         NV_CUDA_CUDART_VERSION=string("the image's cudart package version"),
         NVIDIA_VISIBLE_DEVICES=string("the GPUs the container runtime exposes"),
@@ -125,6 +132,6 @@ def cuda_toolkits_probe(ctx: ProbeContext) -> Dict[str, Any]:
         "default": default,
         "cuda_home": env.get("CUDA_HOME") or env.get("CUDA_PATH"),
         "nvcc_on_path": host.tree_path(nvcc) if nvcc else None,
-        "container_env": {k: env[k] for k in ("NVIDIA_REQUIRE_CUDA", "CUDA_VERSION", "NV_CUDA_CUDART_VERSION",
-                                              "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES") if k in env},
+        "container_env": requirements.runtime_env(env),
     }
+

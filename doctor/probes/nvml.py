@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Type
 
 from dl_doctor.facts.contract import array, boolean, count, integer, map_of, obj, string
+from dl_doctor.facts.requirements import NVML_BRANDS
 from dl_doctor.probes import ProbeContext, Unavailable, probe
 
 # nvmlClocksEventReasons / ClocksThrottleReasons bits (nvml.h).
@@ -96,6 +97,8 @@ def _device(nv: Any, error_type: Type[BaseException], index: int) -> Dict[str, A
 
     dev["name"] = q("name", lambda: _text(nv.nvmlDeviceGetName(handle)))
     dev["uuid"] = q("uuid", lambda: _text(nv.nvmlDeviceGetUUID(handle)))
+    brand = q("brand", lambda: int(nv.nvmlDeviceGetBrand(handle)))
+    dev["brand"] = NVML_BRANDS.get(brand, "other") if brand is not None else None
     pci = q("pci", lambda: nv.nvmlDeviceGetPciInfo(handle))
     dev["bus_id"] = normalize_bus_id(pci.busId) if pci is not None else None
     mem = q("memory", lambda: nv.nvmlDeviceGetMemoryInfo(handle))
@@ -165,6 +168,10 @@ NVML_FACTS = obj(
         errors=map_of(string("NVML's error"), "query -> why it failed (handle: the GPU could not be opened)"),
         name=string("the product name (NVIDIA H100 80GB HBM3)"),
         uuid=string("the GPU's UUID (GPU-...)"),
+        brand=string("its NVML brand (nvmlDeviceGetBrand), as nvml.h names it in lower case: tesla, nvidia, geforce, "
+                     "quadro, grid, titan, nvs, quadro_rtx, nvidia_rtx, geforce_rtx, titan_rtx, nvidia_vapps, nvidia_vpc, "
+                     "nvidia_vcs, nvidia_vws, nvidia_cloud_gaming, unknown; other: a value this release does not know. "
+                     "What the NVIDIA container runtime's brand= requirements compare", since="0.2.0"),
         bus_id=string("the PCI address, as sysfs writes it (0000:10:1c.0)"),
         memory_total_bytes=integer("GPU memory in all"),
         memory_used_bytes=integer("GPU memory in use"),
