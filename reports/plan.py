@@ -35,7 +35,8 @@ def render_text(doc: Mapping[str, Any], width: int = 100, quiet: bool = False) -
     for option, b in blockers:
         lines += _wrap(f"CANNOT {safe_line(option)}: {safe_line(b)}", width, "")
     worse = [t for t in doc["transitions"] if t["worse"]]
-    better = [t for t in doc["transitions"] if not t["worse"]]
+    better = [t for t in doc["transitions"] if t.get("change") == "better"]
+    applies = [t for t in doc["transitions"] if t.get("change") in ("judged", "not judged")]
     if worse:
         lines.append("What gets worse:")
         for t in worse:
@@ -50,7 +51,10 @@ def render_text(doc: Mapping[str, Any], width: int = 100, quiet: bool = False) -
         for t in better:
             lines += _wrap(f"{_status(t['from'])} -> {_status(t['to'])}  {safe_line(t['id'])}: "
                            f"{safe_line(t.get('title') or '')}", width, "  ")
-    if not worse and not better and not quiet:
+    if applies and not quiet:
+        lines += _wrap("Judged now / no longer: " + ", ".join(
+            f"{safe_line(t['id'])} ({_status(t['from'])} -> {_status(t['to'])})" for t in applies), width, "")
+    if not doc["transitions"] and not quiet:
         lines.append("No finding changes status.")
     kept = doc.get("unchanged_problems") or []
     if kept and not quiet:

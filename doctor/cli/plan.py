@@ -27,7 +27,7 @@ def _requests(kw) -> List[Tuple[str, Any]]:
     if kw.get("instance_type"):
         out.append(("instance-type", kw["instance_type"]))
     if kw.get("image"):
-        out.append(("image", _image(kw["image"])))
+        out.append(("image", _image(kw["image"])))  # read before anything is collected: a bad file is exit 2 first
     for value in kw.get("installs") or ():
         out.append(("install", value))
     return out
@@ -38,7 +38,7 @@ def _image(path: str) -> Any:
     from dl_doctor.facts.validate import InputError, load_json_file
 
     try:
-        return {"path": path, "document": load_json_file(path, f"--image {path}")}
+        return load_json_file(path, f"--image {path}")
     except InputError as exc:
         raise app.InputProblem(str(exc))
     except FileNotFoundError:
@@ -97,7 +97,7 @@ def plan_cmd(report_path, json_path, markdown_path, fail_on, quiet, no_color, ov
                                "--instance-type (see dl-doctor plan --help)")
     reg = app.registry()
     matrix = app.load_matrix(tuple(overlays or ()))
-    options = {"driver_flavor": kw.get("driver_flavor")}
+    options = {"driver_flavor": kw.get("driver_flavor"), "image_file": kw.get("image")}
     if report_path:
         snapshot = app.load_snapshot(report_path, bundle_member="facts.json")
         source = f"report {report_path}"

@@ -91,6 +91,8 @@ def _verdict_line(doc: Mapping[str, Any]) -> str:
     if worse:
         return (f"safe at --fail-on {doc['fail_on']}, with {len(worse)} finding{'s' if len(worse) != 1 else ''} "
                 f"worse below that level or resting on unverified matrix entries")
-    if any(c.get("unknown") for c in doc["changes"]):
-        return "nothing gets worse that dl-doctor can judge; some changes are not known to the matrix"
+    unknown = [c["option"] for c in doc["changes"] if c.get("unknown")]
+    if unknown:
+        return (f"nothing gets worse that dl-doctor can judge; what {', '.join(unknown)} does is partly unknown "
+                f"(see its notes)")
     return "safe: no finding gets worse"

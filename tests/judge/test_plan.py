@@ -337,3 +337,28 @@ def test_a_gpu_its_builds_have_no_code_for_gets_the_build_that_has(machines):
                                    "https://download.pytorch.org/whl/cu128"]
     # DLD-PY-003's own generic reinstall is left out: the plan's step names the build
     assert not any("whl/cu<XY>" in c for s in doc["steps"] for c in s["commands"] if "--force-reinstall" in c)
+
+
+def test_an_image_config_through_the_entry_point(run_cli, machines, tmp_path):
+    """`docker inspect nvidia/cuda:12.6.3-base-ubuntu22.04`'s Env (its real NVIDIA_REQUIRE_CUDA, shortened to the
+    brands of the R470/R535 alternatives) on the recorded p4d (R535, A100: NVML brand nvidia)."""
+    require = "cuda>=12.6 " + " ".join(f"brand={b},driver>={d},driver<{d + 1}" for d in (470, 535)
+                                       for b in ("unknown", "tesla", "nvidia", "quadro"))
+    image = tmp_path / "inspect.json"
+    image.write_text(json.dumps([{"Id": "sha256:0", "RepoTags": ["nvidia/cuda:12.6.3-base-ubuntu22.04"],
+                                  "Config": {"Env": [f"NVIDIA_REQUIRE_CUDA={require}", "CUDA_VERSION=12.6.3"]}}]))
+    facts = SNAPSHOTS / "p4d_rhel8_healthy.json"
+    r = run_cli("plan", "--report", str(facts), "--image", str(image), "--json", "-")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["changes"][0]["summary"] == "image nvidia/cuda:12.6.3-base-ubuntu22.04 (CUDA 12.6)"
+    assert any("brand=nvidia,driver>=535,driver<536" in n for n in doc["changes"][0]["notes"])
+    assert not [t for t in doc["transitions"] if t["worse"]]
+    assert {t["change"] for t in doc["transitions"]} <= {"judged", "not judged"}
+    # the same image where only cuda>=12.6 could start it: R535 cannot
+    image.write_text(json.dumps([{"Config": {"Env": ["NVIDIA_REQUIRE_CUDA=cuda>=12.6", "CUDA_VERSION=12.6.3"]}}]))
+    r = run_cli("plan", "--report", str(facts), "--image", str(image))
+    assert r.returncode == 1 and "pass -> FAIL  DLD-CUDA-001" in r.stdout, r.stdout
+    image.write_text('{"Config": "not an object"}')
+    r = run_cli("plan", "--report", str(facts), "--image", str(image))
+    assert r.returncode == 2 and r.stderr.startswith("dl-doctor: error: --image")

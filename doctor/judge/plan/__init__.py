@@ -95,6 +95,12 @@ def transitions(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str
         if sa == sb:
             continue
         worse = _SEVERITY.get(sb, 0) > _SEVERITY.get(sa, 0)
+        if worse:
+            kind = "worse"
+        elif _SEVERITY.get(sb, 0) < _SEVERITY.get(sa, 0):
+            kind = "better"
+        else:  # pass, skip or none on both sides: whether the check applies changed, not how the machine fares
+            kind = "judged" if sb == "pass" else "not judged"
         verified = True
         if worse and sure is not None:
             sc = (sure.get(fid) or {}).get("status")
@@ -102,7 +108,7 @@ def transitions(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str
         check, _, key = fid.partition(":")
         shown = b if b is not None else a
         out.append({"id": fid, "check": check, "key": key or None, "env": _env_of(shown or {}),
-                    "from": sa, "to": sb, "worse": worse, "verified": verified,
+                    "from": sa, "to": sb, "worse": worse, "change": kind, "verified": verified,
                     "title": (shown or {}).get("title"),
                     "headline": (b or {}).get("headline") if b is not None else None,
                     "reason": str((b if b is not None else a or {}).get("message") or "")[:600]})
