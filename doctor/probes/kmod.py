@@ -442,13 +442,19 @@ def _metadata_records(ctx: ProbeContext, path: str, needle: bytes, end: bytes) -
     return out, False
 
 
+def _repo_dir(path: str) -> str:
+    """The repository's cache directory name of a metadata file (cuda-rhel8-x86_64-1a2b3c), lower case."""
+    directory = path.split("/repodata/")[0] if "/repodata/" in path else path.rsplit("/", 1)[0]
+    return directory.rsplit("/", 1)[-1].lower()
+
+
 def repo_modules(ctx: ProbeContext, dpkg: Optional[List[Dict[str, str]]], stream: Optional[Dict[str, Any]],
                  rpm_kmods: bool = False) -> Optional[Dict[str, Any]]:
     """The precompiled NVIDIA module packages the cached repository metadata offers, per kernel (None: none read).
 
     apt: linux-modules-nvidia-BRANCH-KERNEL of the branches installed, for the kernel flavours installed (the lists
-    name thousands: every flavour of every branch); rpm: kmod-nvidia-DRIVER-KERNEL, of the stream's branch when the
-    stream names one. Read only where such a module is in use: a precompiled dnf stream, an installed
+    name thousands: every flavour of every branch), from the restricted component's lists; rpm: kmod-nvidia-DRIVER-
+    KERNEL, of the stream's branch when the stream names one, from the metadata of NVIDIA's (cuda/nvidia) repositories. Read only where such a module is in use: a precompiled dnf stream, an installed
     linux-modules-nvidia package, or (``rpm_kmods``) a non-DKMS module in a kernel's extra/."""
     host = ctx.host
     packages: List[Dict[str, Any]] = []
@@ -458,7 +464,9 @@ def repo_modules(ctx: ProbeContext, dpkg: Optional[List[Dict[str, str]]], stream
     if installed:
         branches = {m.group(1) for m in installed}
         flavours = {f.group(1) for f in (_FLAVOUR.fullmatch(m.group(2)) for m in installed) if f}
-        for path in sorted(host.glob("/var/lib/apt/lists/*_Packages"))[:MAX_METADATA_FILES]:
+        # Ubuntu publishes linux-modules-nvidia-* in its restricted component; other lists are not read
+        for path in sorted(p for p in host.glob("/var/lib/apt/lists/*_Packages")
+                           if "_restricted_" in p.rsplit("/", 1)[-1])[:MAX_METADATA_FILES]:
             records, cut = _metadata_records(ctx, path, b"\nPackage: linux-modules-nvidia-", b"\n\n")
             sources.append(path)
             truncated |= cut
@@ -479,7 +487,10 @@ def repo_modules(ctx: ProbeContext, dpkg: Optional[List[Dict[str, str]]], stream
         paths = sorted(set(host.glob("/var/cache/dnf/*/repodata/*primary.xml*")
                            + host.glob("/var/cache/yum/*/*/*/*primary.xml*")
                            + host.glob("/var/cache/yum/*/*/*/repodata/*primary.xml*")))
-        for path in [p for p in paths if not p.endswith((".sqlite", ".bz2"))][:MAX_METADATA_FILES]:
+        # NVIDIA's precompiled kmods come from its CUDA repositories (cuda-rhel8-x86_64, cuda-amzn2023-x86_64): the
+        # distribution's own repositories (BaseOS, AppStream: hundreds of MB of metadata) are not read
+        paths = [p for p in paths if not p.endswith((".sqlite", ".bz2")) and any(w in _repo_dir(p) for w in ("cuda", "nvidia"))]
+        for path in paths[:MAX_METADATA_FILES]:
             records, cut = _metadata_records(ctx, path, b"<name>kmod-nvidia", b"</package>")
             sources.append(path)
             truncated |= cut

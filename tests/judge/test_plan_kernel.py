@@ -240,8 +240,22 @@ def test_the_same_kernel_changes_nothing_and_a_bad_release_is_refused(tmp_path):
 def test_hostile_repository_metadata_costs_only_its_own_facts(tmp_path):
     spec = _stream_rhel()
     spec[REPODATA] = b"\x1f\x8b\x08\x00garbage" + b"\0" * 100
-    spec["var/cache/dnf/other-0123/repodata/x-primary.xml"] = ("<name>kmod-nvidia" * 5000) + "</package>"
+    spec["var/cache/dnf/cuda-other-0123/repodata/x-primary.xml"] = ("<name>kmod-nvidia" * 5000) + "</package>"
     snap = _collect(tmp_path, spec)
     repo = snap["facts"]["kmod"]["repo_modules"]
     assert repo["truncated"] is True and repo["packages"] == []
     assert snap["facts"]["kmod"]["running_kernel"] == RHEL_K
+
+
+def test_a_stream_whose_build_for_the_kernel_is_a_later_driver_of_the_branch(tmp_path):
+    """nvidia-driver:535 follows its branch: dnf installs the kernel's kmod of 535.129.03 (and that user space)."""
+    spec = _stream_rhel()
+    spec[REPODATA] = _primary("4.18.0-477.27.1") + b""
+    spec["var/cache/dnf/cuda-rhel8-x86_64-fedcba/repodata/def-primary.xml.gz"] = _primary("4.18.0-513.5.1",
+                                                                                         driver="535.129.03")
+    before, after, change, w = _plan(tmp_path, spec, NEXT_MINOR)
+    assert _status(after)["DLD-DRV-001"] == "pass"
+    assert next(m for m in w.get("kmod.nvidia_modules") if m["kernel"] == NEXT_MINOR)["version"] == "535.129.03"
+    assert any("plan --driver 535.129.03" in n for n in change.notes)
+    step = next(s for s in change.steps if s["text"].startswith("Pin the kmod stream"))
+    assert step["commands"][0] == "sudo dnf install -y kmod-nvidia-535.129.03-4.18.0-513.5.1"

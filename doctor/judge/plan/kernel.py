@@ -171,6 +171,9 @@ def _module_for(w: WhatIf, change: Change, facts: Facts, matrix: Any, release: s
                     [render_live(pm.install(*_headers_packages(facts, release))),
                      f"sudo sh ./NVIDIA-Linux-$(uname -m)-{version}.run --silent --dkms"], order=90)
         return [], True, ""
+    if not modules and not facts.get("nvidia_driver.userspace.libraries"):
+        change.notes.append("no NVIDIA driver is installed: the new kernel needs no module")
+        return [], True, ""
     change.notes.append(f"how the NVIDIA module was installed is not known from these facts (no DKMS, akmods, kmod "
                         f"stream, package or .run installer found): whether {release} gets a module is unknown")
     return [], False, ""
@@ -288,13 +291,14 @@ def _precompiled(change: Change, facts: Facts, release: str, base: Optional[str]
         kernel = _repo_kernel(release)
         what = f"kmod-nvidia-{driver or 'DRIVER'}-{kernel}"
 
+        major = branch or (driver.split(".")[0] if driver else None)
+
         def matches(p: Dict[str, Any]) -> bool:
-            return p.get("kernel") == kernel and (driver is None or p.get("branch") == driver
-                                                  or (branch is not None and branch == str(p.get("branch")).split(".")[0]
-                                                      and driver is None))
+            # the same driver, or (the stream follows its branch) a later release of it that dnf installs with the kernel
+            return p.get("kernel") == kernel and (major is None or str(p.get("branch")).split(".")[0] == major)
 
         def same_stream(p: Dict[str, Any]) -> bool:
-            return driver is None or p.get("branch") == driver
+            return major is None or str(p.get("branch")).split(".")[0] == major
     label = f"the nvidia-driver:{stream} stream" if stream else "the precompiled module package"
     if not isinstance(repo, dict) or not repo.get("sources"):
         change.notes.append(f"the module comes from {label}; no repository metadata is in these facts, so whether "
@@ -304,7 +308,8 @@ def _precompiled(change: Change, facts: Facts, release: str, base: Optional[str]
                     order=20)
         return [], False, ""
     packages = [p for p in repo.get("packages") or [] if isinstance(p, dict)]
-    hit = next((p for p in packages if matches(p)), None)
+    hits = [p for p in packages if matches(p)]
+    hit = next((p for p in hits if ubuntu or p.get("branch") == driver), hits[-1] if hits else None)
     if hit is None and not any(same_stream(p) for p in packages):
         change.notes.append(f"the repository metadata in these facts ({len(repo['sources'])} file(s)) lists no "
                             f"package of {label} at all (not the repository it came from, or not refreshed): "
@@ -329,7 +334,11 @@ def _precompiled(change: Change, facts: Facts, release: str, base: Optional[str]
         return [], True, ""
     entry = _moved(old, base, release, (old or {}).get("kind") or "extra",
                    "kernel/nvidia" if ubuntu else "extra")
-    entry["version"] = (old or {}).get("version") or (str(hit.get("version")).split("-")[0] if not ubuntu else None)
+    entry["version"] = (old or {}).get("version") if ubuntu else hit.get("branch")
+    if not ubuntu and (old or {}).get("version") and hit.get("branch") != (old or {}).get("version"):
+        change.notes.append(f"the repository's build for {release} is of driver {hit.get('branch')}, not "
+                            f"{(old or {}).get('version')}: dnf installs it, and the driver's user space with it "
+                            f"(plan --driver {hit.get('branch')} judges that)")
     entry["signed"] = True
     entry["note"] = f"planned: from {hit.get('package')} {hit.get('version')} (dl-doctor plan)"
     change.notes.append(f"the repository has {hit.get('package')} {hit.get('version')} for {release} "
