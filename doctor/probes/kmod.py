@@ -7,7 +7,7 @@ import lzma
 import posixpath
 import re
 from functools import cmp_to_key
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dl_doctor.facts.contract import array, boolean, integer, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
@@ -402,11 +402,19 @@ _RPM_VERSION = re.compile(rb'<version epoch="[0-9]{0,10}" ver="([^"<>]{1,100})" 
 _FLAVOUR = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-([a-z][a-z0-9-]{0,40})")
 
 
-def _metadata_records(ctx: ProbeContext, path: str, needle: bytes, end: bytes) -> Tuple[List[bytes], bool]:
-    """The records of a package-metadata file that start with ``needle`` (up to ``end``, at most _RECORD_MAX bytes),
-    read as a stream (.gz, .xz, .zst or plain) and at most MAX_METADATA_BYTES; and whether it was cut short."""
+def _metadata_records(ctx: ProbeContext, path: str, needle: bytes, end: bytes,
+                      keep: Callable[[bytes], Optional[Dict[str, Any]]]) -> Tuple[List[Dict[str, Any]], bool]:
+    """What ``keep`` makes of the records of a package-metadata file that start with ``needle`` (up to ``end``, at
+    most _RECORD_MAX bytes), read as a stream (.gz, .xz, .zst or plain) and at most MAX_METADATA_BYTES; and whether
+    it was cut short."""
     kind = "xz" if path.endswith(".xz") else "gz" if path.endswith(".gz") else "zst" if path.endswith(".zst") else "raw"
-    out: List[bytes] = []
+    out: List[Dict[str, Any]] = []
+
+    def add(record: bytes) -> None:
+        entry = keep(record)
+        if entry is not None:
+            out.append(entry)
+
     buf, total = b"\n", 0
     try:
         with ctx.host.open_binary(path) as fh:
@@ -424,13 +432,13 @@ def _metadata_records(ctx: ProbeContext, path: str, needle: bytes, end: bytes) -
                         buf = buf[at:]
                         break
                     stop = stop if stop >= 0 else at + _RECORD_MAX
-                    out.append(buf[at:stop])
+                    add(buf[at:stop])
                     start = stop
-                if total > MAX_METADATA_BYTES or len(out) > MAX_REPO_PACKAGES * 4:
+                if total > MAX_METADATA_BYTES or len(out) > MAX_REPO_PACKAGES:
                     return out, True
             at = buf.find(needle)
             if at >= 0:
-                out.append(buf[at:at + _RECORD_MAX])
+                add(buf[at:at + _RECORD_MAX])
     except _TooLarge:
         return out, True
     except (_ZstdUnsupported, OSError, lzma.LZMAError, EOFError, ValueError) as exc:
@@ -467,10 +475,7 @@ def repo_modules(ctx: ProbeContext, dpkg: Optional[List[Dict[str, str]]], stream
         # Ubuntu publishes linux-modules-nvidia-* in its restricted component; other lists are not read
         for path in sorted(p for p in host.glob("/var/lib/apt/lists/*_Packages")
                            if "_restricted_" in p.rsplit("/", 1)[-1])[:MAX_METADATA_FILES]:
-            records, cut = _metadata_records(ctx, path, b"\nPackage: linux-modules-nvidia-", b"\n\n")
-            sources.append(path)
-            truncated |= cut
-            for record in records:
+            def apt(record: bytes, path: str = path) -> Optional[Dict[str, Any]]:
                 fields: Dict[str, str] = {}
                 for line in record.decode("utf-8", "replace").splitlines():
                     key, sep, value = line.partition(": ")
@@ -479,8 +484,14 @@ def repo_modules(ctx: ProbeContext, dpkg: Optional[List[Dict[str, str]]], stream
                 m = _APT_KMOD.fullmatch(fields.get("Package", ""))
                 flavour = _FLAVOUR.fullmatch(m.group(2)) if m else None
                 if m and m.group(1) in branches and (not flavours or (flavour and flavour.group(1) in flavours)):
-                    packages.append({"package": m.group(0), "version": fields.get("Version"), "kernel": m.group(2),
-                                     "branch": m.group(1), "source": path})
+                    return {"package": m.group(0), "version": fields.get("Version"), "kernel": m.group(2),
+                            "branch": m.group(1), "source": path}
+                return None
+
+            found, cut = _metadata_records(ctx, path, b"\nPackage: linux-modules-nvidia-", b"\n\n", apt)
+            sources.append(path)
+            truncated |= cut
+            packages.extend(found)
     name = (stream or {}).get("stream") or ""
     if (name and not name.endswith("dkms")) or rpm_kmods:
         branch = name.split("-")[0] if name[:1].isdigit() else None
@@ -491,17 +502,20 @@ def repo_modules(ctx: ProbeContext, dpkg: Optional[List[Dict[str, str]]], stream
         # distribution's own repositories (BaseOS, AppStream: hundreds of MB of metadata) are not read
         paths = [p for p in paths if not p.endswith((".sqlite", ".bz2")) and any(w in _repo_dir(p) for w in ("cuda", "nvidia"))]
         for path in paths[:MAX_METADATA_FILES]:
-            records, cut = _metadata_records(ctx, path, b"<name>kmod-nvidia", b"</package>")
-            sources.append(path)
-            truncated |= cut
-            for record in records:
+            def rpm(record: bytes, path: str = path) -> Optional[Dict[str, Any]]:
                 nm, ver = _RPM_NAME.search(record), _RPM_VERSION.search(record)
                 m = _RPM_KMOD.fullmatch(nm.group(1).decode("ascii", "replace")) if nm else None
                 if m and (branch is None or m.group(1).split(".")[0] == branch):
-                    packages.append({"package": m.group(0),
-                                     "version": f"{ver.group(1).decode('utf-8', 'replace')}-"
-                                                f"{ver.group(2).decode('utf-8', 'replace')}" if ver else None,
-                                     "kernel": m.group(2), "branch": m.group(1), "source": path})
+                    return {"package": m.group(0),
+                            "version": f"{ver.group(1).decode('utf-8', 'replace')}-"
+                                       f"{ver.group(2).decode('utf-8', 'replace')}" if ver else None,
+                            "kernel": m.group(2), "branch": m.group(1), "source": path}
+                return None
+
+            found, cut = _metadata_records(ctx, path, b"<name>kmod-nvidia", b"</package>", rpm)
+            sources.append(path)
+            truncated |= cut
+            packages.extend(found)
     if not sources:
         return None
     if len(packages) > MAX_REPO_PACKAGES:

@@ -259,3 +259,23 @@ def test_a_stream_whose_build_for_the_kernel_is_a_later_driver_of_the_branch(tmp
     assert any("plan --driver 535.129.03" in n for n in change.notes)
     step = next(s for s in change.steps if s["text"].startswith("Pin the kmod stream"))
     assert step["commands"][0] == "sudo dnf install -y kmod-nvidia-535.129.03-4.18.0-513.5.1"
+
+
+def test_a_long_apt_list_is_read_whole_and_a_partial_read_is_unknown(tmp_path):
+    spec = machines.g5_ubuntu2204()
+    lists = "var/lib/apt/lists/archive.ubuntu.com_ubuntu_dists_jammy-updates_restricted_binary-amd64_Packages"
+    # every flavour of every branch: thousands of stanzas before the one that matters
+    spec[lists] = "".join(f"Package: linux-modules-nvidia-{b}-5.15.0-{n}-{f}\nVersion: 5.15.0-{n}.1\n\n"
+                          for b in ("470", "535", "550-server") for n in range(1000, 1700) for f in ("gcp", "azure"))
+    spec[lists] += f"Package: linux-modules-nvidia-535-server-{UBUNTU_K}\nVersion: {UBUNTU_K}.56\n\n"
+    before = _collect(tmp_path, spec)
+    repo = before["facts"]["kmod"]["repo_modules"]
+    assert repo["truncated"] is False and [p["kernel"] for p in repo["packages"]] == [UBUNTU_K]
+    w = WhatIf(before)
+    kernel.apply(w, NEW_UBUNTU, app.load_matrix(()), {})
+    assert _status(_judge(w.snapshot))["DLD-DRV-001"] == "fail"  # the branch is listed, this kernel is not
+    before["facts"]["kmod"]["repo_modules"]["truncated"] = True
+    w = WhatIf(before)
+    change = kernel.apply(w, NEW_UBUNTU, app.load_matrix(()), {})
+    assert _status(_judge(w.snapshot))["DLD-DRV-001"] == "skip"
+    assert any("read only in part" in n for n in change.notes)

@@ -98,7 +98,7 @@ def _cmp(a: str, b: str) -> int:
 
 
 def _kernel_package(facts: Facts, release: str) -> str:
-    return f"linux-image-{release}" if os_family(facts) == "debian" else f"kernel-{_ARCH.sub('', release)}"
+    return f"linux-image-{release}" if os_family(facts) == "debian" else f"kernel-{release}"
 
 
 def _headers_packages(facts: Facts, release: str) -> List[str]:
@@ -310,6 +310,10 @@ def _precompiled(change: Change, facts: Facts, release: str, base: Optional[str]
     packages = [p for p in repo.get("packages") or [] if isinstance(p, dict)]
     hits = [p for p in packages if matches(p)]
     hit = next((p for p in hits if ubuntu or p.get("branch") == driver), hits[-1] if hits else None)
+    if hit is None and repo.get("truncated"):
+        change.notes.append(f"the repository metadata in these facts was read only in part: whether it has {what} is "
+                            f"unknown")
+        return [], False, ""
     if hit is None and not any(same_stream(p) for p in packages):
         change.notes.append(f"the repository metadata in these facts ({len(repo['sources'])} file(s)) lists no "
                             f"package of {label} at all (not the repository it came from, or not refreshed): "
@@ -329,8 +333,6 @@ def _precompiled(change: Change, facts: Facts, release: str, base: Optional[str]
                    "# or keep the current kernel: sudo dnf update --exclude='kernel*'"]
         change.step(f"No precompiled module exists for {release}: switch to the DKMS packages (with its headers), "
                     f"or hold the kernel until one is published", fix, order=20)
-        if repo.get("truncated"):
-            change.notes.append("the metadata was read only in part (truncated)")
         return [], True, ""
     entry = _moved(old, base, release, (old or {}).get("kind") or "extra",
                    "kernel/nvidia" if ubuntu else "extra")
