@@ -11,6 +11,7 @@ import machines
 from conftest import build_tree
 from dl_doctor import app
 from dl_doctor.engine import collect, evaluate
+from dl_doctor.fixes import render_live
 from dl_doctor.host import Host
 from dl_doctor.judge.plan import kernel
 from dl_doctor.judge.plan.change import PlanInputError, WhatIf
@@ -38,6 +39,11 @@ def _plan(tmp_path, spec, release):
     w = WhatIf(before)
     change = kernel.apply(w, release, app.load_matrix(()), {})
     return _judge(before), _judge(w.snapshot), change, w
+
+
+def _commands(step):
+    """A step's commands as the live machine pastes them (steps hold typed fix steps, rendered for the target)."""
+    return [c if isinstance(c, str) else render_live(c) for c in step["commands"]]
 
 
 def _status(findings):
@@ -80,7 +86,7 @@ def test_dkms_without_the_headers_fails_and_the_first_step_installs_them(tmp_pat
     assert w.get("nvidia_driver.kernel_module.loaded") is False and w.get("nvml") is None
     first = sorted(change.steps, key=lambda s: s["order"])[0]
     assert first["text"].startswith(f"Install the headers for {NEXT_MINOR} first")
-    assert first["commands"] == [f"sudo dnf install -y kernel-devel-{NEXT_MINOR}"]
+    assert _commands(first) == [f"sudo dnf install -y kernel-devel-{NEXT_MINOR}"]
     kernel_step = next(s for s in change.steps if s["text"] == f"Install kernel {NEXT_MINOR}")
     assert first["order"] < kernel_step["order"]
 
@@ -118,7 +124,7 @@ def test_precompiled_stream_whose_repository_lacks_the_kernel_fails(tmp_path):
     assert _status(after)["DLD-DRV-001"] == "fail"
     assert "switch-to" in after["DLD-DRV-001"].fix.commands[0]
     step = next(s for s in change.steps if s["text"].startswith("No precompiled module exists"))
-    assert "sudo dnf module switch-to -y nvidia-driver:535-dkms" in step["commands"]
+    assert "sudo dnf module switch-to -y nvidia-driver:535-dkms" in _commands(step)
 
 
 def test_precompiled_stream_whose_repository_has_the_kernel_passes_with_the_pin_step(tmp_path):
@@ -127,7 +133,7 @@ def test_precompiled_stream_whose_repository_has_the_kernel_passes_with_the_pin_
     before, after, change, w = _plan(tmp_path, spec, NEXT_MINOR)
     assert _status(after)["DLD-DRV-001"] == "pass" and _status(after)["DLD-GPU-001"] == "pass"
     step = next(s for s in change.steps if s["text"].startswith("Pin the kmod stream"))
-    assert step["commands"] == ["sudo dnf install -y kmod-nvidia-535.104.05-4.18.0-513.5.1",
+    assert _commands(step) == ["sudo dnf install -y kmod-nvidia-535.104.05-4.18.0-513.5.1",
                                 "sudo dnf module enable -y nvidia-driver:535"]
     assert next(m for m in w.get("kmod.nvidia_modules") if m["kernel"] == NEXT_MINOR)["signed"] is True
 
@@ -157,7 +163,7 @@ def test_ubuntu_precompiled_package_from_the_apt_lists(tmp_path):
     before, after, change, w = _plan(tmp_path / "2", spec, NEW_UBUNTU)
     assert _status(after)["DLD-DRV-001"] == "pass"
     step = next(s for s in change.steps if s["text"].startswith("Pin the kmod stream"))
-    assert step["commands"] == [f"sudo apt-get install -y linux-modules-nvidia-535-server-{NEW_UBUNTU}"]
+    assert _commands(step) == [f"sudo apt-get install -y linux-modules-nvidia-535-server-{NEW_UBUNTU}"]
 
 
 def test_runfile_install_without_dkms_fails_and_says_to_rerun_the_installer(tmp_path):
@@ -170,7 +176,7 @@ def test_runfile_install_without_dkms_fails_and_says_to_rerun_the_installer(tmp_
     before, after, change, w = _plan(tmp_path, spec, SAME_MINOR)
     assert _status(before)["DLD-DRV-001"] == "pass" and _status(after)["DLD-DRV-001"] == "fail"
     step = next(s for s in change.steps if s["text"].startswith("Re-run the NVIDIA installer"))
-    assert "sudo sh ./NVIDIA-Linux-$(uname -m)-535.104.05.run --silent --dkms" in step["commands"]
+    assert "sudo sh ./NVIDIA-Linux-$(uname -m)-535.104.05.run --silent --dkms" in _commands(step)
 
 
 def test_rhel_weak_updates_same_minor_passes_another_minor_fails(tmp_path):
@@ -219,7 +225,7 @@ def test_secure_boot_with_an_unsigned_dkms_build(tmp_path):
     before, after, change, w = _plan(tmp_path / "2", spec, NEXT_MINOR)
     assert after["DLD-DRV-005"].status.value == "fail" and "is not signed" in after["DLD-DRV-005"].message
     assert after["DLD-DRV-001"].status.value == "pass"  # the module exists; Secure Boot refuses it
-    assert any(s["commands"][0].startswith("sudo mokutil --import /var/lib/dkms/mok.pub") for s in change.steps)
+    assert any(_commands(s)[0].startswith("sudo mokutil --import /var/lib/dkms/mok.pub") for s in change.steps)
     # DKMS's key in the tree: the build is signed
     spec["var/lib/dkms/mok.pub"] = b"0\x82"
     before, after, change, w = _plan(tmp_path / "3", spec, NEXT_MINOR)
@@ -258,7 +264,7 @@ def test_a_stream_whose_build_for_the_kernel_is_a_later_driver_of_the_branch(tmp
     assert next(m for m in w.get("kmod.nvidia_modules") if m["kernel"] == NEXT_MINOR)["version"] == "535.129.03"
     assert any("plan --driver 535.129.03" in n for n in change.notes)
     step = next(s for s in change.steps if s["text"].startswith("Pin the kmod stream"))
-    assert step["commands"][0] == "sudo dnf install -y kmod-nvidia-535.129.03-4.18.0-513.5.1"
+    assert _commands(step)[0] == "sudo dnf install -y kmod-nvidia-535.129.03-4.18.0-513.5.1"
 
 
 def test_a_long_apt_list_is_read_whole_and_a_partial_read_is_unknown(tmp_path):

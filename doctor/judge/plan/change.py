@@ -32,16 +32,19 @@ class Change:
     verified: bool = True          # False: it rests on a matrix entry marked unverified
     sources: List[str] = field(default_factory=list)
     unknown: bool = False          # the change could not be modelled (a package the matrix does not know)
+    blockers: List[str] = field(default_factory=list)  # why the change itself cannot be made as asked
+    installs: List[str] = field(default_factory=list)  # the distributions its own steps install (pip names)
 
     def step(self, text: str, commands: Any = (), order: Optional[int] = None) -> None:
-        """A step that makes this change safe (taken in ORDER, then as added)."""
+        """A step that makes this change safe (taken in ORDER, then as added). ``commands``: strings or typed fix steps
+        (``dl_doctor.fixes``), rendered for the machine the facts describe when the plan is reported."""
         self.steps.append({"order": ORDER.get(self.kind, 70) if order is None else order, "text": text,
-                           "commands": [str(c) for c in commands], "change": self.option})
+                           "commands": list(commands), "change": self.option})
 
     def to_dict(self) -> Dict[str, Any]:
         return {"kind": self.kind, "option": self.option, "summary": self.summary, "edits": list(self.edits),
                 "notes": list(self.notes), "verified": self.verified, "sources": list(self.sources),
-                "unknown": self.unknown}
+                "unknown": self.unknown, "blockers": list(self.blockers)}
 
 
 def _split(key: str) -> List[str]:

@@ -22,8 +22,8 @@ import re
 from functools import cmp_to_key
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from dl_doctor.checks.common import os_family, package_manager
-from dl_doctor.fixes import render_live, root_command
+from dl_doctor.judge.distro import os_family, package_manager
+from dl_doctor.fixes import root_command
 from dl_doctor.judge.plan.change import Change, PlanInputError, WhatIf
 from dl_doctor.model import Facts
 from dl_doctor.versions import kernel_key
@@ -75,7 +75,7 @@ def apply(w: WhatIf, value: str, matrix: Any, options: Mapping[str, Any]) -> Cha
             w.set(change, key, sorted(have + [release], key=cmp_to_key(_cmp)))
     pm = package_manager(facts)
     if newly_installed:
-        change.step(f"Install kernel {release}", [render_live(pm.install(_kernel_package(facts, release)))])
+        change.step(f"Install kernel {release}", [pm.install(_kernel_package(facts, release))])
 
     entries, known, loads_note = _module_for(w, change, facts, matrix, release, base, pm)
     modules = [m for m in kmod.get("nvidia_modules") or [] if isinstance(m, dict)]
@@ -168,7 +168,7 @@ def _module_for(w: WhatIf, change: Change, facts: Facts, matrix: Any, release: s
                             f"module for {release}")
         change.step(f"Re-run the NVIDIA installer after booting {release} (it builds the module for the running "
                     f"kernel), or reinstall it now with --dkms so that kernel updates rebuild it",
-                    [render_live(pm.install(*_headers_packages(facts, release))),
+                    [pm.install(*_headers_packages(facts, release)),
                      f"sudo sh ./NVIDIA-Linux-$(uname -m)-{version}.run --silent --dkms"], order=90)
         return [], True, ""
     if not modules and not facts.get("nvidia_driver.userspace.libraries"):
@@ -196,7 +196,7 @@ def _built_here(w: WhatIf, change: Change, facts: Facts, release: str, base: Opt
                             f"and they are not (/lib/modules/{release}/build): no module")
         change.step(f"Install the headers for {release} first (with the kernel, in one transaction), so that {tool} "
                     f"builds the module when the kernel is installed",
-                    [render_live(pm.install(*_headers_packages(facts, release)))], order=5)
+                    [pm.install(*_headers_packages(facts, release))], order=5)
         return [], True, ""
     entry = _moved(old, base, release, "dkms" if (old or {}).get("kind") == "dkms" else (old or {}).get("kind")
                    or "dkms", "updates/dkms")
@@ -324,12 +324,12 @@ def _precompiled(change: Change, facts: Facts, release: str, base: Optional[str]
                             f"no module for it (NVIDIA builds precompiled modules only for released kernels; dnf's "
                             f"nvidia plugin holds back a kernel that has none)")
         if ubuntu:
-            fix = [render_live(pm.install(f"nvidia-dkms-{branch}" if branch else "nvidia-dkms-BRANCH",
-                                          *_headers_packages(facts, release))),
+            fix: List[Any] = [pm.install(f"nvidia-dkms-{branch}" if branch else "nvidia-dkms-BRANCH",
+                                         *_headers_packages(facts, release)),
                    f"# or keep the current kernel: sudo apt-mark hold linux-image-{base}"]
         else:
-            fix = [render_live(root_command(f"dnf module switch-to -y nvidia-driver:{branch or 'latest'}-dkms")),
-                   render_live(pm.install(*_headers_packages(facts, release))),
+            fix = [root_command(f"dnf module switch-to -y nvidia-driver:{branch or 'latest'}-dkms"),
+                   pm.install(*_headers_packages(facts, release)),
                    "# or keep the current kernel: sudo dnf update --exclude='kernel*'"]
         change.step(f"No precompiled module exists for {release}: switch to the DKMS packages (with its headers), "
                     f"or hold the kernel until one is published", fix, order=20)
@@ -346,8 +346,8 @@ def _precompiled(change: Change, facts: Facts, release: str, base: Optional[str]
     change.notes.append(f"the repository has {hit.get('package')} {hit.get('version')} for {release} "
                         f"({hit.get('source')}); precompiled modules are signed by their builder")
     change.step(f"Pin the kmod stream and install the module package built for {release} with the kernel",
-                [render_live(pm.install(str(hit.get("package"))))]
-                + ([render_live(root_command(f"dnf module enable -y nvidia-driver:{stream}"))] if stream else []),
+                [pm.install(str(hit.get("package")))]
+                + ([root_command(f"dnf module enable -y nvidia-driver:{stream}")] if stream else []),
                 order=20)
     return [entry], True, "precompiled modules are signed"
 
@@ -402,7 +402,7 @@ def _loaded(w: WhatIf, change: Change, facts: Facts, entries: List[Dict[str, Any
                             f"{entry['kernel']} is not signed: the kernel refuses it")
         change.step("Enroll DKMS's signing key (confirm it at the console on the next boot), or the module is "
                     "refused under Secure Boot",
-                    ["sudo mokutil --import /var/lib/dkms/mok.pub   # Ubuntu: /var/lib/shim-signed/mok/MOK.der"],
+                    [root_command("mokutil --import /var/lib/dkms/mok.pub", note="Ubuntu: /var/lib/shim-signed/mok/MOK.der")],
                     order=25)
     elif sb and (entry.get("signed") is None or not module.get("loaded")):
         loads = None  # signed by a key whose enrollment these facts cannot show
