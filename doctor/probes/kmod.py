@@ -462,7 +462,8 @@ def repo_modules(ctx: ProbeContext, dpkg: Optional[List[Dict[str, str]]], stream
 
     apt: linux-modules-nvidia-BRANCH-KERNEL of the branches installed, for the kernel flavours installed (the lists
     name thousands: every flavour of every branch), from the restricted component's lists; rpm: kmod-nvidia-DRIVER-
-    KERNEL, of the stream's branch when the stream names one, from the metadata of NVIDIA's (cuda/nvidia) repositories. Read only where such a module is in use: a precompiled dnf stream, an installed
+    KERNEL, of the stream's branch when the stream names one, from the metadata of NVIDIA's (cuda/nvidia)
+    repositories. Read only where such a module is in use: a precompiled dnf stream, an installed
     linux-modules-nvidia package, or (``rpm_kmods``) a non-DKMS module in a kernel's extra/."""
     host = ctx.host
     packages: List[Dict[str, Any]] = []
@@ -500,7 +501,8 @@ def repo_modules(ctx: ProbeContext, dpkg: Optional[List[Dict[str, str]]], stream
                            + host.glob("/var/cache/yum/*/*/*/repodata/*primary.xml*")))
         # NVIDIA's precompiled kmods come from its CUDA repositories (cuda-rhel8-x86_64, cuda-amzn2023-x86_64): the
         # distribution's own repositories (BaseOS, AppStream: hundreds of MB of metadata) are not read
-        paths = [p for p in paths if not p.endswith((".sqlite", ".bz2")) and any(w in _repo_dir(p) for w in ("cuda", "nvidia"))]
+        paths = [p for p in paths if not p.endswith((".sqlite", ".bz2"))
+                 and any(w in _repo_dir(p) for w in ("cuda", "nvidia"))]
         for path in paths[:MAX_METADATA_FILES]:
             def rpm(record: bytes, path: str = path) -> Optional[Dict[str, Any]]:
                 nm, ver = _RPM_NAME.search(record), _RPM_VERSION.search(record)
@@ -622,8 +624,9 @@ KMOD_FACTS = obj(
                                    "facts do not show (DLD-DRV-001, -002 and -005 skip them)", since="0.2.0"),
     repo_modules=obj(
         "the precompiled NVIDIA kernel-module packages (one per kernel) the configured repositories offer, from the "
-        "package manager's cached metadata: apt lists (linux-modules-nvidia-BRANCH-KERNEL of the branches and kernel "
-        "flavours installed), dnf/yum repodata primary.xml (kmod-nvidia-DRIVER-KERNEL) (null: no metadata read)",
+        "package manager's cached metadata: Ubuntu's restricted apt lists (linux-modules-nvidia-BRANCH-KERNEL of the "
+        "branches and kernel flavours installed), the dnf/yum primary.xml of NVIDIA's cuda repositories "
+        "(kmod-nvidia-DRIVER-KERNEL); read only where such a module is in use (null: no metadata read)",
         sources=array(string(), "the metadata files read"),
         packages=array(obj(
             "",

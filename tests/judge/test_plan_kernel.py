@@ -285,3 +285,21 @@ def test_a_long_apt_list_is_read_whole_and_a_partial_read_is_unknown(tmp_path):
     change = kernel.apply(w, NEW_UBUNTU, app.load_matrix(()), {})
     assert _status(_judge(w.snapshot))["DLD-DRV-001"] == "skip"
     assert any("read only in part" in n for n in change.notes)
+
+
+def test_secure_boot_dkms_build_without_a_key_and_an_unreadable_current_module(tmp_path):
+    """Nothing says how DKMS signs (the current module's signature unknown) and the tree has no DKMS key: unsigned."""
+    spec = _dkms_rhel()
+    spec["sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"] = b"\x06\x00\x00\x00\x01"
+    spec[f"boot/vmlinuz-{NEXT_MINOR}"] = ""
+    spec[f"lib/modules/{NEXT_MINOR}/build/Makefile"] = "# kernel headers\n"
+    snap = _collect(tmp_path, spec)
+    for m in snap["facts"]["kmod"]["nvidia_modules"]:
+        m["signed"] = None
+    w = WhatIf(snap)
+    change = kernel.apply(w, NEXT_MINOR, app.load_matrix(()), {})
+    planned = next(m for m in w.get("kmod.nvidia_modules") if m["kernel"] == NEXT_MINOR)
+    assert planned["signed"] is False and w.get("nvidia_driver.kernel_module.loaded") is False
+    assert _status(_judge(w.snapshot))["DLD-DRV-005"] == "fail"
+    assert any("no DKMS signing key in the tree" in n for n in change.notes)
+    assert "https://github.com/dell/dkms/blob/master/README.md#module-signing" in change.sources

@@ -294,7 +294,7 @@ def _precompiled(change: Change, facts: Facts, release: str, base: Optional[str]
         major = branch or (driver.split(".")[0] if driver else None)
 
         def matches(p: Dict[str, Any]) -> bool:
-            # the same driver, or (the stream follows its branch) a later release of it that dnf installs with the kernel
+            # the same driver, or (the stream follows its branch) a later release that dnf installs with the kernel
             return p.get("kernel") == kernel and (major is None or str(p.get("branch")).split(".")[0] == major)
 
         def same_stream(p: Dict[str, Any]) -> bool:
@@ -304,7 +304,8 @@ def _precompiled(change: Change, facts: Facts, release: str, base: Optional[str]
         change.notes.append(f"the module comes from {label}; no repository metadata is in these facts, so whether "
                             f"the repository has {what} is unknown")
         change.step(f"Before updating, check that the repository has {what}",
-                    [f"apt-cache policy {what}" if ubuntu else f"dnf list --showduplicates 'kmod-nvidia-*{_repo_kernel(release)}*'"],
+                    [f"apt-cache policy {what}" if ubuntu
+                     else f"dnf list --showduplicates 'kmod-nvidia-*{_repo_kernel(release)}*'"],
                     order=20)
         return [], False, ""
     packages = [p for p in repo.get("packages") or [] if isinstance(p, dict)]
@@ -402,7 +403,8 @@ def _loaded(w: WhatIf, change: Change, facts: Facts, entries: List[Dict[str, Any
                             f"{entry['kernel']} is not signed: the kernel refuses it")
         change.step("Enroll DKMS's signing key (confirm it at the console on the next boot), or the module is "
                     "refused under Secure Boot",
-                    [root_command("mokutil --import /var/lib/dkms/mok.pub", note="Ubuntu: /var/lib/shim-signed/mok/MOK.der")],
+                    [root_command("mokutil --import /var/lib/dkms/mok.pub",
+                                  note="Ubuntu: /var/lib/shim-signed/mok/MOK.der")],
                     order=25)
     elif sb and (entry.get("signed") is None or not module.get("loaded")):
         loads = None  # signed by a key whose enrollment these facts cannot show
