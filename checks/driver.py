@@ -73,6 +73,25 @@ def _build_fix(facts: Facts, kernel: str, method: str, other_kernels: List[str])
                (_headers(facts, kernel), *fallback))
 
 
+def _rhel_minor(matrix, kernel: str):
+    """The RHEL minor release a kernel belongs to (compatibility matrix, os.toml), or None."""
+    if matrix is None or not kernel or not hasattr(matrix, "rhel_release_for_kernel"):
+        return None
+    entry = matrix.rhel_release_for_kernel(kernel)
+    return entry.get("release") if entry else None
+
+
+def _weak_link_applies(facts: Facts, matrix, module: Dict[str, Any], running: str) -> bool:
+    """A weak-updates module (RHEL's weak-modules links a kmod into later kernels of one kABI) built for another
+    kernel of the running kernel's RHEL minor release: it loads (the kernel checks the symbol versions, not the
+    release in vermagic)."""
+    built = (module.get("vermagic") or "").split()[:1] or [module.get("link_kernel") or ""]
+    if "/weak-updates/" not in (module.get("path") or "") or os_family(facts) != "rhel" or not built[0]:
+        return False
+    minor = _rhel_minor(matrix, running)
+    return minor is not None and minor == _rhel_minor(matrix, built[0])
+
+
 def _headers_missing(facts: Facts, kernel: str) -> str:
     """': DKMS cannot build it: the headers ... are not installed' where the tree says so (older facts: '')."""
     headers = facts.get("kmod.kernel_headers")
@@ -117,7 +136,7 @@ def _failed_build_fix(facts: Facts, kernel: str, log, other_kernels: List[str]) 
     kernel-devel/linux-headers of the running kernel), akmods --force, switching a precompiled stream to its -dkms
     stream, or reinstalling the .run driver with --dkms. Booting the previous kernel is the short-term way out.""",
 )
-def module_for_running_kernel(facts: Facts) -> Result:
+def module_for_running_kernel(facts: Facts, matrix=None) -> Result:
     running = facts.get("kmod.running_kernel")
     if not running:
         return skip("no running kernel (sysroot): see DLD-DRV-002 for the kernel this image boots")
@@ -132,6 +151,9 @@ def module_for_running_kernel(facts: Facts) -> Result:
     if loaded:
         return passed(f"the nvidia module is loaded into the running kernel {running}", **evidence)
     others = sorted({m["kernel"] for m in modules if m["kernel"] != running})
+    if not here and running in (facts.get("kmod.module_unknown") or []):
+        return skip(f"whether an NVIDIA module exists for {running} is not known (its precompiled module would come "
+                    f"from a repository these facts do not show)", **evidence)
     if not here:
         where = f"; modules exist only for {', '.join(others)}" if others else ""
         failed = _failed_dkms_build(facts, running)
@@ -145,11 +167,18 @@ def module_for_running_kernel(facts: Facts) -> Result:
         return fail(f"no NVIDIA kernel module for the running kernel {running}{where}{headers}", evidence,
                     _build_fix(facts, running, method, others))
     real = [m for m in here if m["kind"] != "weak-updates"]
-    mismatched = [m for m in here if m.get("vermagic") and not m["vermagic"].split()[0] == running]
+    linked = [m for m in here if m["kind"] == "weak-updates" and _weak_link_applies(facts, matrix, m, running)]
+    mismatched = [m for m in here if m.get("vermagic") and not m["vermagic"].split()[0] == running
+                  and m not in linked]
     if mismatched:
         m = mismatched[0]
         return fail(f"{m['path']} was built for {m['vermagic'].split()[0]}, not the running kernel {running}",
                     evidence, _build_fix(facts, running, _install_method(facts), others))
+    if not real and linked:
+        m = linked[0]
+        built = ((m.get("vermagic") or "").split() or [m.get("link_kernel") or "another kernel"])[0]
+        return passed(f"{m['path']} links the build for {built} into the running kernel {running}: "
+                      f"both are RHEL {_rhel_minor(matrix, running)} (one kABI), so it loads", **evidence)
     if not real:
         target = here[0].get("link_kernel") or "another kernel"
         return warn(f"the module for {running} is only a weak-updates link to the build for {target}; it loads while "
@@ -185,6 +214,9 @@ def next_boot_kernel(facts: Facts) -> Result:
                 "kernels_with_module": sorted({m["kernel"] for m in modules})}
     if has_module or dkms_built:
         return passed(f"the next boot kernel {default} has an NVIDIA module", **evidence)
+    if default in (facts.get("kmod.module_unknown") or []):
+        return skip(f"whether an NVIDIA module exists for the next boot kernel {default} is not known (its "
+                    f"precompiled module would come from a repository these facts do not show)", **evidence)
     method = _install_method(facts)
     others = sorted({m["kernel"] for m in modules})
     fix = _build_fix(facts, default, method, [])
@@ -338,6 +370,8 @@ def secure_boot_blocks_module(facts: Facts) -> Result:
     mods = [m for m in facts.get("kmod.nvidia_modules") or [] if m["kernel"] == running]
     unsigned = [m["path"] for m in mods if m.get("signed") is False]
     evidence["unsigned_modules"] = unsigned
+    if not mods and running in (facts.get("kmod.module_unknown") or []):
+        return skip(f"whether an NVIDIA module exists for {running} is not known", **evidence)
     fix = Fix("Enroll the module signing key and confirm it at the console on the next boot (or disable Secure Boot).",
               ("mokutil --sb-state", "sudo mokutil --import /var/lib/dkms/mok.pub   # akmods: /etc/pki/akmods/certs/public_key.der",
                reboot("confirm the key on the MOK screen (serial console on a cloud VM)")))
@@ -426,7 +460,7 @@ def _extra_modules_package(facts: Facts, kernel: str) -> Step:
     kernel-modules-extra-KERNEL), run depmod -a KERNEL so that modules.dep names every dependency, then modprobe
     the NVIDIA module again; a module built for another kernel is rebuilt for this one.""",
 )
-def module_dependencies(facts: Facts) -> Result:
+def module_dependencies(facts: Facts, matrix=None) -> Result:
     rm = facts.get("kmod.running_modules")
     symbols = [s for s in facts.get("kernel_log.unknown_symbols") or [] if isinstance(s, dict)]
     if rm is None:
@@ -460,7 +494,7 @@ def module_dependencies(facts: Facts) -> Result:
         file = path.rsplit("/", 1)[-1]
         is_loaded = name in loaded
         vm = (m.get("vermagic") or "").split()
-        if vm and vm[0] != kernel:
+        if vm and vm[0] != kernel and not _weak_link_applies(facts, matrix, m, kernel):
             (warnings if is_loaded else problems).append(
                 f"{file} was built for {vm[0]}, not the running kernel {kernel}: the kernel refuses it" + said(name))
             heads.append(f"{file} was built for another kernel")

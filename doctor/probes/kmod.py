@@ -7,7 +7,7 @@ import lzma
 import posixpath
 import re
 from functools import cmp_to_key
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dl_doctor.facts.contract import array, boolean, integer, obj, string
 from dl_doctor.probes import ProbeContext, Unavailable, probe
@@ -389,6 +389,142 @@ def module_set(ctx: ProbeContext, kernel: Optional[str]) -> Optional[Dict[str, A
             "modules": modules}
 
 
+DKMS_SIGNING_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
+MAX_METADATA_BYTES = 256 * 1024 * 1024   # one repository metadata file, decompressed; past this it is read no further
+MAX_METADATA_FILES = 48
+MAX_REPO_PACKAGES = 2000
+_RECORD_MAX = 16384                      # one package's record (an apt stanza, an rpm <package>) as far as it is read
+_APT_KMOD = re.compile(r"linux-modules-nvidia-([0-9]{2,4}(?:-(?:server|open)){0,2})-([0-9][A-Za-z0-9.+~-]{0,100})")
+_RPM_KMOD = re.compile(r"kmod-nvidia(?:-open)?-([0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)-([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,4}-"
+                       r"[0-9][0-9.]{0,40})")
+_RPM_NAME = re.compile(rb"<name>([^<]{1,200})</name>")
+_RPM_VERSION = re.compile(rb'<version epoch="[0-9]{0,10}" ver="([^"<>]{1,100})" rel="([^"<>]{1,100})"')
+_FLAVOUR = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-([a-z][a-z0-9-]{0,40})")
+
+
+def _metadata_records(ctx: ProbeContext, path: str, needle: bytes, end: bytes,
+                      keep: Callable[[bytes], Optional[Dict[str, Any]]]) -> Tuple[List[Dict[str, Any]], bool]:
+    """What ``keep`` makes of the records of a package-metadata file that start with ``needle`` (up to ``end``, at
+    most _RECORD_MAX bytes), read as a stream (.gz, .xz, .zst or plain) and at most MAX_METADATA_BYTES; and whether
+    it was cut short."""
+    kind = "xz" if path.endswith(".xz") else "gz" if path.endswith(".gz") else "zst" if path.endswith(".zst") else "raw"
+    out: List[Dict[str, Any]] = []
+
+    def add(record: bytes) -> None:
+        entry = keep(record)
+        if entry is not None:
+            out.append(entry)
+
+    buf, total = b"\n", 0
+    try:
+        with ctx.host.open_binary(path) as fh:
+            for chunk in _decompressed(fh, kind):
+                total += len(chunk)
+                buf += chunk
+                start = 0
+                while True:
+                    at = buf.find(needle, start)
+                    if at < 0:
+                        buf = buf[max(start, len(buf) - len(needle) + 1):]
+                        break
+                    stop = buf.find(end, at, at + _RECORD_MAX)
+                    if stop < 0 and len(buf) - at < _RECORD_MAX:
+                        buf = buf[at:]
+                        break
+                    stop = stop if stop >= 0 else at + _RECORD_MAX
+                    add(buf[at:stop])
+                    start = stop
+                if total > MAX_METADATA_BYTES or len(out) > MAX_REPO_PACKAGES:
+                    return out, True
+            at = buf.find(needle)
+            if at >= 0:
+                add(buf[at:at + _RECORD_MAX])
+    except _TooLarge:
+        return out, True
+    except (_ZstdUnsupported, OSError, lzma.LZMAError, EOFError, ValueError) as exc:
+        ctx.bad_input(path, f"unreadable repository metadata: {type(exc).__name__}")
+        return out, True
+    except Exception as exc:  # noqa: BLE001 - zlib.error and friends: a corrupt file costs only its own facts
+        ctx.bad_input(path, f"unreadable repository metadata: {type(exc).__name__}")
+        return out, True
+    return out, False
+
+
+def _repo_dir(path: str) -> str:
+    """The repository's cache directory name of a metadata file (cuda-rhel8-x86_64-1a2b3c), lower case."""
+    directory = path.split("/repodata/")[0] if "/repodata/" in path else path.rsplit("/", 1)[0]
+    return directory.rsplit("/", 1)[-1].lower()
+
+
+def repo_modules(ctx: ProbeContext, dpkg: Optional[List[Dict[str, str]]], stream: Optional[Dict[str, Any]],
+                 rpm_kmods: bool = False) -> Optional[Dict[str, Any]]:
+    """The precompiled NVIDIA module packages the cached repository metadata offers, per kernel (None: none read).
+
+    apt: linux-modules-nvidia-BRANCH-KERNEL of the branches installed, for the kernel flavours installed (the lists
+    name thousands: every flavour of every branch), from the restricted component's lists; rpm: kmod-nvidia-DRIVER-
+    KERNEL, of the stream's branch when the stream names one, from the metadata of NVIDIA's (cuda/nvidia)
+    repositories. Read only where such a module is in use: a precompiled dnf stream, an installed
+    linux-modules-nvidia package, or (``rpm_kmods``) a non-DKMS module in a kernel's extra/."""
+    host = ctx.host
+    packages: List[Dict[str, Any]] = []
+    sources: List[str] = []
+    truncated = False
+    installed = [m for m in (_APT_KMOD.fullmatch(p.get("package", "")) for p in dpkg or []) if m]
+    if installed:
+        branches = {m.group(1) for m in installed}
+        flavours = {f.group(1) for f in (_FLAVOUR.fullmatch(m.group(2)) for m in installed) if f}
+        # Ubuntu publishes linux-modules-nvidia-* in its restricted component; other lists are not read
+        for path in sorted(p for p in host.glob("/var/lib/apt/lists/*_Packages")
+                           if "_restricted_" in p.rsplit("/", 1)[-1])[:MAX_METADATA_FILES]:
+            def apt(record: bytes, path: str = path) -> Optional[Dict[str, Any]]:
+                fields: Dict[str, str] = {}
+                for line in record.decode("utf-8", "replace").splitlines():
+                    key, sep, value = line.partition(": ")
+                    if sep and key in ("Package", "Version"):
+                        fields.setdefault(key, value.strip()[:200])
+                m = _APT_KMOD.fullmatch(fields.get("Package", ""))
+                flavour = _FLAVOUR.fullmatch(m.group(2)) if m else None
+                if m and m.group(1) in branches and (not flavours or (flavour and flavour.group(1) in flavours)):
+                    return {"package": m.group(0), "version": fields.get("Version"), "kernel": m.group(2),
+                            "branch": m.group(1), "source": path}
+                return None
+
+            found, cut = _metadata_records(ctx, path, b"\nPackage: linux-modules-nvidia-", b"\n\n", apt)
+            sources.append(path)
+            truncated |= cut
+            packages.extend(found)
+    name = (stream or {}).get("stream") or ""
+    if (name and not name.endswith("dkms")) or rpm_kmods:
+        branch = name.split("-")[0] if name[:1].isdigit() else None
+        paths = sorted(set(host.glob("/var/cache/dnf/*/repodata/*primary.xml*")
+                           + host.glob("/var/cache/yum/*/*/*/*primary.xml*")
+                           + host.glob("/var/cache/yum/*/*/*/repodata/*primary.xml*")))
+        # NVIDIA's precompiled kmods come from its CUDA repositories (cuda-rhel8-x86_64, cuda-amzn2023-x86_64): the
+        # distribution's own repositories (BaseOS, AppStream: hundreds of MB of metadata) are not read
+        paths = [p for p in paths if not p.endswith((".sqlite", ".bz2"))
+                 and any(w in _repo_dir(p) for w in ("cuda", "nvidia"))]
+        for path in paths[:MAX_METADATA_FILES]:
+            def rpm(record: bytes, path: str = path) -> Optional[Dict[str, Any]]:
+                nm, ver = _RPM_NAME.search(record), _RPM_VERSION.search(record)
+                m = _RPM_KMOD.fullmatch(nm.group(1).decode("ascii", "replace")) if nm else None
+                if m and (branch is None or m.group(1).split(".")[0] == branch):
+                    return {"package": m.group(0),
+                            "version": f"{ver.group(1).decode('utf-8', 'replace')}-"
+                                       f"{ver.group(2).decode('utf-8', 'replace')}" if ver else None,
+                            "kernel": m.group(2), "branch": m.group(1), "source": path}
+                return None
+
+            found, cut = _metadata_records(ctx, path, b"<name>kmod-nvidia", b"</package>", rpm)
+            sources.append(path)
+            truncated |= cut
+            packages.extend(found)
+    if not sources:
+        return None
+    if len(packages) > MAX_REPO_PACKAGES:
+        packages, truncated = packages[-MAX_REPO_PACKAGES:], True
+    return {"sources": sources, "packages": packages, "truncated": truncated}
+
+
 KMOD_FACTS = obj(
     "kernels and NVIDIA modules on disk: boot default, DKMS/akmods, Secure Boot, nouveau",
     running_kernel=string("the running kernel (/proc/sys/kernel/osrelease, uname -r; in a tree, what it holds)"),
@@ -450,6 +586,9 @@ KMOD_FACTS = obj(
             version=string("the module version"),
             kernel=string("the kernel it is built for"),
         ), "the builds DKMS has (/var/lib/dkms/nvidia/VERSION/KERNEL)"),
+        signing_key=string("the certificate DKMS signs the modules it builds with, where one exists: "
+                           "/var/lib/dkms/mok.pub (DKMS 3's default), /var/lib/shim-signed/mok/MOK.der (Ubuntu's "
+                           "shim-signed key, which Ubuntu's DKMS uses) (null: none)", since="0.2.0"),
         build_logs=array(obj(
             "",
             path=string("the make.log (VERSION/build/make.log: the last build; VERSION/KERNEL/ARCH/log/make.log)"),
@@ -479,6 +618,27 @@ KMOD_FACTS = obj(
         loaded=boolean("nouveau is in /proc/modules (null: not known)"),
         blacklisted=boolean("some modprobe.d file or the kernel command line blacklists it"),
         blacklist_sources=array(string(), "which files or command line arguments do"),
+    ),
+    module_unknown=array(string(), "kernels for which whether an NVIDIA module exists is not known: set only by "
+                                   "dl-doctor plan, for a new kernel whose module would come from a repository these "
+                                   "facts do not show (DLD-DRV-001, -002 and -005 skip them)", since="0.2.0"),
+    repo_modules=obj(
+        "the precompiled NVIDIA kernel-module packages (one per kernel) the configured repositories offer, from the "
+        "package manager's cached metadata: Ubuntu's restricted apt lists (linux-modules-nvidia-BRANCH-KERNEL of the "
+        "branches and kernel flavours installed), the dnf/yum primary.xml of NVIDIA's cuda repositories "
+        "(kmod-nvidia-DRIVER-KERNEL); read only where such a module is in use (null: no metadata read)",
+        sources=array(string(), "the metadata files read"),
+        packages=array(obj(
+            "",
+            package=string("the package name"),
+            version=string("its version (apt Version:, rpm ver-rel)"),
+            kernel=string("the kernel it is built for, from its name (apt: the release; rpm: version-release without "
+                          "the dist tag and arch)"),
+            branch=string("the driver branch or version it carries (535-server, 535.104.05)"),
+            source=string("the metadata file that lists it"),
+        ), "one entry per package (at most 2000)"),
+        truncated=boolean("more packages matched than were kept, or a file was larger than what is read of it"),
+        since="0.2.0",
     ),
     secure_boot=obj(
         "the Secure Boot state from the EFI variable",
@@ -551,7 +711,8 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
         "boot_default": default,
         "nvidia_modules": modules,
         "running_modules": running_modules,
-        "dkms": {"registered": host.is_dir("/var/lib/dkms/nvidia"), "builds": dkms, "build_logs": build_logs},
+        "dkms": {"registered": host.is_dir("/var/lib/dkms/nvidia"), "builds": dkms, "build_logs": build_logs,
+                 "signing_key": next((k for k in DKMS_SIGNING_KEYS if host.is_file(k)), None)},
         # kernels whose build tree (headers) DKMS and akmods compile against is installed: /lib/modules/K/build
         "kernel_headers": sorted(k for k in module_dirs if host.is_file(f"/lib/modules/{k}/build/Makefile")),
         "akmods": host.is_dir("/var/cache/akmods/nvidia") or bool(host.glob("/usr/src/akmods/nvidia-kmod*")),
@@ -560,6 +721,8 @@ def kmod_probe(ctx: ProbeContext) -> Dict[str, Any]:
         "dpkg_packages": packages,
         "nouveau": _nouveau(ctx),
         "secure_boot": _secure_boot(ctx),
+        "repo_modules": repo_modules(ctx, packages, dnf_stream, rpm_kmods=not host.is_dir("/var/lib/dkms/nvidia") and any(
+            m["kind"] == "extra" for m in modules)),
     }
 
 

@@ -1,10 +1,10 @@
-"""The tests mirror the layers: every test module lives in one of six folders, with a name no other module has."""
+"""The tests mirror the layers: every test module lives in one of seven folders, with a name no other module has."""
 
 from collections import Counter
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-LAYERS = ("host", "probes", "checks", "reports", "integrations", "e2e")
+LAYERS = ("host", "probes", "checks", "judge", "reports", "integrations", "e2e")
 # not dl-doctor's tests: the helper scripts, and the sample plugin's own package (tests/e2e/test_plugins.py runs it)
 EXCEPT = ("tools", "plugin_sample")
 
