@@ -104,3 +104,22 @@ def test_a_driver_change_where_the_driver_is_not_this_machines_own(corpus):
     assert code == 1 and doc["steps"][0]["text"].startswith("On the host: install driver 470.256.02")
     # the fix of what the change breaks (another driver) answers the change: after its step
     assert [s["for"] for s in doc["steps"]][:2] == [["--driver 470.256.02"], ["DLD-CUDA-001"]]
+
+
+def test_a_kernel_update_fails_no_healthy_machine_whose_tree_cannot_say(corpus):
+    """A newer kernel of the same series on every healthy machine: their trees show no kernel headers (DKMS built the
+    module, so they were there) and no repository metadata, so whether the new kernel gets a module is unknown, not
+    broken: nothing fails (a warning that rests on the reboot itself may show)."""
+    import re
+
+    planned = 0
+    for name in healthy.names():
+        snap = corpus[name]
+        release = (snap["facts"].get("kernel") or {}).get("release") or ""
+        m = re.match(r"^(\d+\.\d+\.\d+-)(\d+)(.*)$", release)
+        if not m or (snap["facts"].get("nvidia_driver") or {}).get("runtime", {}).get("wsl"):
+            continue
+        doc, code = _plan(snap, ("kernel", f"{m.group(1)}{int(m.group(2)) + 7}{m.group(3)}"))
+        assert code == 0, (name, [t for t in doc["transitions"] if t["worse"]])
+        planned += 1
+    assert planned >= 15

@@ -68,7 +68,7 @@ _LEVEL = {"warn": 1, "fail": 2, "never": None}
 
 
 def _env_of(finding: Mapping[str, Any]) -> Optional[str]:
-    ev = finding.get("evidence") if isinstance(finding.get("evidence"), Mapping) else {}
+    ev: Mapping[str, Any] = finding["evidence"] if isinstance(finding.get("evidence"), Mapping) else {}
     for key in ("environment", "env", "prefix", "where"):
         value = ev.get(key)
         if isinstance(value, str) and value.startswith("/"):
@@ -112,7 +112,7 @@ def transitions(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str
                     "title": (shown or {}).get("title"),
                     "headline": (b or {}).get("headline") if b is not None else None,
                     "reason": str((b if b is not None else a or {}).get("message") or "")[:600]})
-    out.sort(key=lambda t: (-_SEVERITY.get(t["to"], 0) if t["worse"] else 1, t["id"]))
+    out.sort(key=lambda t: (-_SEVERITY.get(str(t["to"]) if t["to"] else None, 0) if t["worse"] else 1, str(t["id"])))
     return out
 
 
@@ -201,9 +201,7 @@ def verified_only(matrix: Any) -> Any:
     ``unverified``: what a plan may exit 1 on."""
     import copy
 
-    cls = type(matrix)
-    out = cls.__new__(cls)
-    out.__dict__.update(matrix.__dict__)
+    out = copy.copy(matrix)  # shallow: the same sources and overlays, tables of its own below
     out.sources = matrix.sources
     tables: Dict[str, Dict[Any, Any]] = {}
     for name, rows in matrix.tables.items():

@@ -38,7 +38,7 @@ def _retarget_loader(w: WhatIf, change: Change, old_target: str, old_major: Any,
         record = env.get("loader")
         if not isinstance(record, dict):
             continue
-        files = record.get("files") if isinstance(record.get("files"), dict) else {}
+        files: Dict[str, Any] = record["files"] if isinstance(record.get("files"), dict) else {}
         hit = [p for p in files if _under(p, roots)]
         if not hit:
             continue

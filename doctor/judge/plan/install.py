@@ -102,7 +102,8 @@ def _forget_cuda_needs(w: WhatIf, change: Change, env: Dict[str, Any], record: D
 
 def _torch(w: WhatIf, n: int, env: Dict[str, Any], req: Any, matrix: Any, change: Change) -> None:
     pin = _pinned(req)
-    current = _frameworks(env).get("torch") if isinstance(_frameworks(env).get("torch"), dict) else {}
+    found = _frameworks(env).get("torch")
+    current: Dict[str, Any] = found if isinstance(found, dict) else {}
     if pin is None:
         raise PlanInputError("--install: say which torch release and build (torch==2.9.0+cu130): pip would take the "
                              "newest the index has, which a plan cannot know")

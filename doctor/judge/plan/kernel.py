@@ -192,12 +192,19 @@ def _built_here(w: WhatIf, change: Change, facts: Facts, release: str, base: Opt
         or (builds[-1].get("version") if builds else None) or (old or {}).get("version") \
         or facts.get("nvidia_driver.kernel_module.version")
     if release not in headers:
-        change.notes.append(f"{tool} builds the module when {release} is installed only if its headers are there, "
-                            f"and they are not (/lib/modules/{release}/build): no module")
-        change.step(f"Install the headers for {release} first (with the kernel, in one transaction), so that {tool} "
-                    f"builds the module when the kernel is installed",
-                    [pm.install(*_headers_packages(facts, release))], order=5)
-        return [], True, ""
+        step = (f"Install the headers for {release} first (with the kernel, in one transaction), so that {tool} "
+                f"builds the module when the kernel is installed")
+        change.step(step, [pm.install(*_headers_packages(facts, release))], order=5)
+        if not headers:
+            # no kernel's headers in the facts, yet the module was built (and DKMS needs them, as its package
+            # requires kernel-devel / linux-headers): a tree that does not show them
+            change.notes.append(f"the facts show no kernel's headers, yet {tool} built the module for the running "
+                                f"kernel: whether {release}'s headers will be there is not known")
+            return [], False, ""
+        else:
+            change.notes.append(f"{tool} builds the module when {release} is installed only if its headers are "
+                                f"there, and they are not (/lib/modules/{release}/build): no module")
+            return [], True, ""
     entry = _moved(old, base, release, "dkms" if (old or {}).get("kind") == "dkms" else (old or {}).get("kind")
                    or "dkms", "updates/dkms")
     entry["version"] = version or entry.get("version")
