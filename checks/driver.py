@@ -152,8 +152,8 @@ def module_for_running_kernel(facts: Facts, matrix=None) -> Result:
         return passed(f"the nvidia module is loaded into the running kernel {running}", **evidence)
     others = sorted({m["kernel"] for m in modules if m["kernel"] != running})
     if not here and running in (facts.get("kmod.module_unknown") or []):
-        return skip(f"whether an NVIDIA module exists for {running} is not known (its precompiled module would come "
-                    f"from a repository these facts do not show)", **evidence)
+        return skip(f"whether an NVIDIA module exists for {running} is not known (what builds or ships it for that "
+                    f"kernel is not in these facts: see the plan's notes)", **evidence)
     if not here:
         where = f"; modules exist only for {', '.join(others)}" if others else ""
         failed = _failed_dkms_build(facts, running)
@@ -215,8 +215,8 @@ def next_boot_kernel(facts: Facts) -> Result:
     if has_module or dkms_built:
         return passed(f"the next boot kernel {default} has an NVIDIA module", **evidence)
     if default in (facts.get("kmod.module_unknown") or []):
-        return skip(f"whether an NVIDIA module exists for the next boot kernel {default} is not known (its "
-                    f"precompiled module would come from a repository these facts do not show)", **evidence)
+        return skip(f"whether an NVIDIA module exists for the next boot kernel {default} is not known (what builds "
+                    f"or ships it for that kernel is not in these facts: see the plan's notes)", **evidence)
     method = _install_method(facts)
     others = sorted({m["kernel"] for m in modules})
     fix = _build_fix(facts, default, method, [])

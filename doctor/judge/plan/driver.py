@@ -99,7 +99,11 @@ def apply(w: WhatIf, value: str, matrix: Any, options: Mapping[str, Any]) -> Cha
         return _wsl(w, change, new, entry)
     # the kernel module: after the install and a reboot (or a module reload) it is the new version
     w.set(change, "nvidia_driver.kernel_module.version", new)
-    w.set(change, "nvidia_driver.kernel_module.loaded", True)
+    running = w.get("kmod.running_kernel") or w.get("kernel.release")
+    if running and running in (w.get("kmod.module_unknown") or []):
+        change.notes.append(f"whether the module loads into {running} is not known (see the kernel change)")
+    else:
+        w.set(change, "nvidia_driver.kernel_module.loaded", True)
     if flavor:
         w.set(change, "nvidia_driver.kernel_module.flavor", flavor)
     elif not old_flavor:
