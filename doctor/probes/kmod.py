@@ -399,7 +399,7 @@ _RPM_KMOD = re.compile(r"kmod-nvidia(?:-open)?-([0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]
                        r"[0-9][0-9.]{0,40})")
 _RPM_NAME = re.compile(rb"<name>([^<]{1,200})</name>")
 _RPM_VERSION = re.compile(rb'<version epoch="[0-9]{0,10}" ver="([^"<>]{1,100})" rel="([^"<>]{1,100})"')
-_FLAVOUR = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-([a-z][a-z0-9-]{0,40})")
+_FLAVOUR = re.compile(r"[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}-[0-9]{1,6}-([a-z][a-z0-9-]{0,40})")  # bounded: linear
 
 
 def _metadata_records(ctx: ProbeContext, path: str, needle: bytes, end: bytes,
