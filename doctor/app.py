@@ -100,8 +100,12 @@ class OutputOptions:
     def validate(self) -> None:
         """Refuse, before anything runs, what could only fail at the end: two outputs on stdout, a named output in
         a directory that does not exist (none is created for it), an --output-dir that cannot hold the reports."""
-        if self.json_path == "-" and self.markdown_path == "-":
-            raise InputProblem("--json - and --markdown - both want stdout alone: write one of them to a file")
+        on_stdout = [flag for flag, path in (("--json", self.json_path), ("--markdown", self.markdown_path),
+                                             ("--html", self.html_path)) if path == "-"]
+        if len(on_stdout) > 1:
+            raise InputProblem(f"{' and '.join(flag + ' -' for flag in on_stdout)} "
+                               f"{'both' if len(on_stdout) == 2 else 'all'} want stdout alone: write all but one to "
+                               "files")
         for path in (self.json_path, self.html_path, self.markdown_path, self.junit_path, self.prom_path,
                      self.status_path):
             if path and path != "-":
@@ -116,7 +120,8 @@ class OutputOptions:
 
     @property
     def stdout_kind(self) -> Optional[str]:
-        return "json" if self.json_path == "-" else "markdown" if self.markdown_path == "-" else None
+        return ("json" if self.json_path == "-" else "markdown" if self.markdown_path == "-"
+                else "html" if self.html_path == "-" else None)
 
 
 @dataclass
@@ -129,6 +134,7 @@ class Outcome:
     written: List[str] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
     markdown_text: Optional[str] = None
+    html_text: Optional[str] = None  # --html -: the page, for stdout
 
 
 def check_output_path(path: str) -> None:
@@ -508,6 +514,8 @@ def write_outputs(snapshot: Dict[str, Any], reg, judge_opts: JudgeOptions, out: 
         targets.append((out.json_path or base + ".json", lambda: outcome.json_text, True))
     if out.html_path == "/dev/null":
         outcome.written.append("/dev/null")  # asked for nothing: rendering it would only cost time
+    elif out.html_path == "-":  # alone on stdout (emit writes it); the JSON still goes to --output-dir when asked
+        outcome.html_text = _render("html", report, judge_opts.overlays)
     elif out.html_path or defaults:
         targets.append((out.html_path or base + ".html", lambda: _render("html", report, judge_opts.overlays), True))
     if out.junit_path:

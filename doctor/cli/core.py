@@ -20,8 +20,8 @@ def _engine_setup(kw, out) -> None:
         if kw.get("drain") or kw.get("node_name"):
             raise click.UsageError("--drain and --node go with --engine slurm")
         return
-    if out.json_path == "-" or out.markdown_path == "-":
-        raise app.InputProblem(f"--engine {kw['engine']} owns stdout: write --json/--markdown to a file")
+    if "-" in (out.json_path, out.markdown_path, out.html_path):
+        raise app.InputProblem(f"--engine {kw['engine']} owns stdout: write --json/--markdown/--html to a file")
     if (kw.get("drain") or kw.get("node_name")) and kw["engine"] != "slurm":
         raise click.UsageError("--drain and --node go with --engine slurm")
     if out.json_path is None:
@@ -81,7 +81,8 @@ def emit(outcome: app.Outcome, *, stdout_kind: Optional[str], quiet: bool, no_co
     if verbose is None:
         verbose = bool(params.get("verbose"))
     if stdout_kind:
-        sys.stdout.write(outcome.json_text if stdout_kind == "json" else outcome.markdown_text or "")
+        sys.stdout.write(outcome.json_text if stdout_kind == "json" else
+                         (outcome.html_text if stdout_kind == "html" else outcome.markdown_text) or "")
         sys.stdout.flush()
         if not quiet:
             for path in outcome.written:

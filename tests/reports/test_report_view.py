@@ -297,6 +297,14 @@ def test_report_command_rerenders_a_bundle_and_refuses_bad_input(run_cli, dlami_
     assert r.returncode == 2 and "--html PATH, --markdown PATH|- and/or --json PATH|-" in r.stderr
     r = run_cli("check", str(out / "r.json"), "--json", "-", "--markdown", "-", timeout=120)
     assert r.returncode == 2 and "both want stdout" in r.stderr
+    r = run_cli("check", str(out / "r.json"), "--json", "-", "--html", "-", timeout=120)
+    assert r.returncode == 2 and "--json - and --html - both want stdout" in r.stderr
+    # --html - is the page alone on stdout, like --json -: no file named "-" is written
+    r = run_cli("check", str(out / "r.json"), "--html", "-", "--output-dir", str(tmp_path / "arch"), "--quiet",
+                timeout=120)
+    assert r.stdout.startswith("<!DOCTYPE html>") and r.stdout.rstrip().endswith("</html>"), r.stderr
+    assert not (tmp_path / "-").exists()
+    assert [p.suffix for p in (tmp_path / "arch").iterdir()] == [".json"]  # the JSON under its default name
 
 
 def _many_environments(report):
