@@ -213,10 +213,7 @@ def verified_only(matrix: Any) -> Any:
             _strip(clean)
             kept[key] = clean
         tables[name] = kept
-    out.tables = tables
-    for attr in list(out.__dict__):
-        if attr.startswith("_cache") or attr.endswith("_cache"):
-            out.__dict__[attr] = type(out.__dict__[attr])() if isinstance(out.__dict__[attr], (dict, list)) else None
+    out.tables = tables  # a Matrix holds its sources, tables and overlays only: every query reads the tables
     return out
 
 
