@@ -674,6 +674,15 @@ class Matrix:
             "unverified": entry.get("unverified", []),
         }
 
+    def threshold(self, name: str) -> Optional[Dict[str, Any]]:
+        """A counter's level worth a finding (thresholds.toml): ``{"value", "per", "summary", "verified",
+        "sources"}``, or None."""
+        entry = self.tables["threshold"].get((name,))
+        if entry is None:
+            return None
+        return {"name": name, "value": entry["value"], "per": entry["per"], "summary": entry["summary"],
+                "verified": self._verified(entry), "sources": self.source_urls(entry)}
+
     def ebs_volume(self, volume_type: str) -> Optional[Dict[str, Any]]:
         return self.tables["ebs_volume"].get((volume_type.strip().lower(),))
 

@@ -145,6 +145,11 @@ TABLES: Dict[str, Table] = {
         "kind": ("enum", ("dlami", "ngc")), "name": "str", "release": "str", "torch": "str", "cuda": "cuda_full",
         "driver": "driver", "os": "str", "arch": ("enum", ("x86_64", "aarch64")), "instances": ("list", "str")},
         ("kind", "name", "release", "torch")),
+    # Levels above which a hardware counter is worth a finding (compat_matrix/data/thresholds.toml): a count (since
+    # the counter was last cleared) or a rate ``per`` minute/second of uptime.
+    "threshold": Table(("name",), {
+        "name": "str", "value": "number", "per": ("enum", ("count", "second", "minute", "hour")), "summary": "str"},
+        ("name", "value", "per", "summary")),
     "known_issue": Table(("id",), {
         "id": "ki_id", "component": "str", "versions": "specifier", "requires": ("map", "specifier"),
         "instance_families": ("list", "str"), "summary": "str", "fix": "str"},
