@@ -46,6 +46,7 @@ def render(report: Dict[str, Any]) -> str:
     labels = ",".join(f'{k}="{_label(v)}"' for k, v in info.items() if v is not None)
     lines += ["# HELP dl_doctor_info Versions found by the last dl-doctor run.", "# TYPE dl_doctor_info gauge",
               f"dl_doctor_info{{{labels}}} 1"]
+    lines += _links_metrics(report.get("facts") or {})
     started = run.get("started_at")
     if started:
         try:
@@ -56,3 +57,52 @@ def render(report: Dict[str, Any]) -> str:
         except ValueError:
             pass
     return "\n".join(lines) + "\n"
+
+
+def _gauge(name: str, help_text: str, samples: List[tuple]) -> List[str]:
+    """One gauge family (nothing when it has no sample): ``samples`` are (labels dict, value)."""
+    if not samples:
+        return []
+    out = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+    for labels, value in samples:
+        text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items() if v is not None)
+        out.append(f"{name}{{{text}}} {value:g}" if isinstance(value, float) else f"{name}{{{text}}} {value}")
+    return out
+
+
+def _num(value: Any) -> Any:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _links_metrics(facts: Dict[str, Any]) -> List[str]:
+    """RDMA ports and PCIe links (the links probe): state, rate, error counters, link width/speed, AER totals."""
+    links = facts.get("links") if isinstance(facts, dict) else None
+    if not isinstance(links, dict):
+        return []
+    ports = [p for p in links.get("rdma_ports") or [] if isinstance(p, dict)][:512]
+    pci = [d for d in links.get("pci") or [] if isinstance(d, dict)][:1024]
+
+    def port(p: Dict[str, Any]) -> Dict[str, Any]:
+        return {"device": p.get("device"), "port": p.get("port"), "link_layer": p.get("link_layer")}
+
+    up = [(port(p), 1 if p.get("state_code") == 4 and p.get("phys_state_code") in (5, None) else 0)
+          for p in ports if p.get("state_code") is not None]
+    rate = [(port(p), float(p["rate_gbps"])) for p in ports if _num(p.get("rate_gbps")) is not None]
+    errors = [({**port(p), "counter": name}, value) for p in ports if isinstance(p.get("counters"), dict)
+              for name, value in sorted(p["counters"].items()) if _num(value) is not None]
+    width = [({"bdf": d.get("bdf"), "kind": d.get("kind")}, d["width"]) for d in pci if _num(d.get("width"))]
+    max_width = [({"bdf": d.get("bdf"), "kind": d.get("kind")}, d["max_width"]) for d in pci
+                 if _num(d.get("max_width"))]
+    speed = [({"bdf": d.get("bdf"), "kind": d.get("kind")}, float(d["speed_gts"])) for d in pci
+             if _num(d.get("speed_gts")) is not None]
+    aer = [({"bdf": d.get("bdf"), "kind": d.get("kind"), "severity": sev}, (d["aer"].get(sev) or {}).get("total"))
+           for d in pci if isinstance(d.get("aer"), dict) for sev in ("fatal", "nonfatal", "correctable")
+           if isinstance(d["aer"].get(sev), dict) and _num((d["aer"].get(sev) or {}).get("total")) is not None]
+    return (_gauge("dl_doctor_rdma_port_up", "An RDMA port is ACTIVE and LinkUp (1) or not (0).", up)
+            + _gauge("dl_doctor_rdma_port_rate_gbps", "An ACTIVE RDMA port's rate in Gb/s.", rate)
+            + _gauge("dl_doctor_rdma_port_errors", "An RDMA port's error counter (since it was last cleared).", errors)
+            + _gauge("dl_doctor_pcie_link_width", "A GPU's or NIC's current PCIe link width (lanes, sysfs).", width)
+            + _gauge("dl_doctor_pcie_link_max_width", "The widest PCIe link the device supports.", max_width)
+            + _gauge("dl_doctor_pcie_link_speed_gts", "The current PCIe link speed in GT/s per lane.", speed)
+            + _gauge("dl_doctor_pcie_aer_errors", "AER errors since boot by severity (fatal, nonfatal, correctable).",
+                     aer))

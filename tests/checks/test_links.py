@@ -247,3 +247,26 @@ def test_hostile_sysfs_costs_only_its_own_facts(links_run):
     dev = next(d for d in res["facts"]["pci"] if d["bdf"] == nic)
     assert dev["width"] is None and dev["speed_gts"] is None and dev["aer"]["fatal"] is None
     assert res["findings"]["DLD-NET-005"]["status"] == "pass"  # a port whose state cannot be read is not judged
+
+
+def test_prometheus_metrics_for_ports_and_links(links_run):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dl_doctor.reports import prometheus
+
+    facts = links_run(pci_tree(nic_kind="ib", ports={"mlx5_1": {"state": "1: DOWN\n", "counters/symbol_error": "77\n"}},
+                               device={"0000:13:00.0": {"aer_dev_correctable": aer_text(AER_COR, "TOTAL_ERR_COR",
+                                                                                         {"RxErr": 4})}}))["facts"]
+    report = {"tool": {}, "host": {}, "run": {}, "summary": {}, "findings": [], "facts": {"links": facts}}
+    families = {f.name: f for f in text_string_to_metric_families(prometheus.render(report))}
+    up = {s.labels["device"]: s.value for s in families["dl_doctor_rdma_port_up"].samples}
+    assert up == {"mlx5_0": 1.0, "mlx5_1": 0.0}
+    errors = {(s.labels["device"], s.labels["counter"]): s.value for s in families["dl_doctor_rdma_port_errors"].samples}
+    assert errors[("mlx5_1", "symbol_error")] == 77.0 and errors[("mlx5_0", "symbol_error")] == 0.0
+    aer = {(s.labels["bdf"], s.labels["severity"]): s.value for s in families["dl_doctor_pcie_aer_errors"].samples}
+    assert aer[("0000:13:00.0", "correctable")] == 4.0 and aer[("0000:13:00.0", "fatal")] == 0.0
+    widths = {s.labels["bdf"]: s.value for s in families["dl_doctor_pcie_link_width"].samples}
+    assert widths["0000:15:00.0"] == 16.0 and len(widths) == 6
+    # a report without links facts adds no family
+    bare = {f.name for f in text_string_to_metric_families(prometheus.render({**report, "facts": {}}))}
+    assert not any(n.startswith(("dl_doctor_rdma", "dl_doctor_pcie")) for n in bare)
