@@ -20,6 +20,31 @@ def _s(value: Any) -> Optional[str]:
     return str(value)[:MAX_VALUE]
 
 
+def _fabric(get: Any) -> Dict[str, Optional[str]]:
+    """What the fabric looks like, as values that are the same on every healthy node of a group: RDMA ports up and
+    their rates, PCIe links of GPUs/NICs trained narrower than the device supports, NVLink links active."""
+    out: Dict[str, Optional[str]] = {}
+    ports = get("links.rdma_ports")
+    if isinstance(ports, list) and ports:
+        items = [p for p in ports if isinstance(p, Mapping)]
+        active = [p for p in items if p.get("state_code") == 4]
+        out["rdma.ports_active"] = f"{len(active)} of {len(items)}"
+        rates = sorted({p.get("rate_gbps") for p in active if isinstance(p.get("rate_gbps"), (int, float))})
+        out["rdma.rate_gbps"] = ",".join(f"{r:g}" for r in rates) or None
+    pci = get("links.pci")
+    if isinstance(pci, list) and pci:
+        narrow = [d for d in pci if isinstance(d, Mapping) and isinstance(d.get("width"), int)
+                  and isinstance(d.get("max_width"), int) and 0 < d["width"] < d["max_width"]]
+        out["pcie.narrow_links"] = str(len(narrow))
+    devices = get("nvml.devices")
+    if isinstance(devices, list):
+        links = [l for d in devices if isinstance(d, Mapping) and isinstance(d.get("nvlink"), Mapping)
+                 for l in d["nvlink"].get("links") or [] if isinstance(l, Mapping)]
+        if links:
+            out["nvlink.links_active"] = f"{sum(1 for l in links if l.get('active'))} of {len(links)}"
+    return out
+
+
 def node_section(facts: Mapping[str, Any], findings: Iterable[Mapping[str, Any]],
                  loading: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """What the fleet comparison needs of one node, from its facts and findings."""
@@ -57,6 +82,7 @@ def node_section(facts: Mapping[str, Any], findings: Iterable[Mapping[str, Any]]
     if isinstance(libfabric, list) and libfabric:
         compare["libfabric"] = ",".join(sorted({str(l.get("version")) for l in libfabric if isinstance(l, Mapping)}))
     compare["efa.devices"] = _s(len(get("network.efa_devices") or [])) if get("network") is not None else None
+    compare.update(_fabric(get))
     variables = get("environment.variables")
     env = dict(get("network.env") or {}) if isinstance(get("network.env"), Mapping) else {}
     if isinstance(variables, Mapping):

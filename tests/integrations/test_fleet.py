@@ -337,3 +337,34 @@ def test_the_nodes_together_are_bounded_too(node_reports, monkeypatch):
     assert all("not compared: the nodes before it already hold" in u["error"] for u in cut.unreadable)
     result = fleet.compare(cut)
     assert result["nodes"] == 2 and len(result["unreadable"]) == 3
+
+
+def test_the_fabric_is_compared_across_nodes_a_port_down_and_a_narrow_link_stand_out():
+    import copy
+    from pathlib import Path
+
+    from dl_doctor.facts.fleet_section import node_section
+
+    base = json.loads((Path(__file__).parents[1] / "fixtures" / "checks" / "_links_p5_like.json").read_text())
+    base["nvml"] = {"devices": [{"index": i, "nvlink": {"links": [{"link": k, "active": True} for k in range(18)]}}
+                                for i in range(2)]}
+    nodes = []
+    for n in range(1, 5):
+        facts = copy.deepcopy(base)
+        if n == 2:
+            facts["links"]["rdma_ports"][1]["state_code"] = 1
+        if n == 3:
+            facts["links"]["pci"][2]["width"] = 8
+        if n == 4:
+            facts["nvml"]["devices"][1]["nvlink"]["links"][5]["active"] = False
+        section = node_section(facts, [])
+        nodes.append(fleet.Node(name=f"node-{n}", source=f"node-{n}.json", section=section))
+    assert nodes[0].section["compare"]["rdma.ports_active"] == "2 of 2"
+    assert nodes[0].section["compare"]["rdma.rate_gbps"] == "100"
+    result = fleet.compare(fleet.Fleet(nodes=nodes))
+    diffs = {d["fact"]: d for g in result["groups"] for d in g["differences"]}
+    assert diffs["rdma.ports_active"]["majority"] == "2 of 2"
+    assert diffs["rdma.ports_active"]["odd"] == [{"node": "node-2", "value": "1 of 2"}]
+    assert diffs["pcie.narrow_links"]["odd"] == [{"node": "node-3", "value": "1"}]
+    assert diffs["nvlink.links_active"]["odd"] == [{"node": "node-4", "value": "35 of 36"}]
+    assert "rdma.rate_gbps" not in diffs and not result["ok"]
