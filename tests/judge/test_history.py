@@ -235,3 +235,22 @@ def test_the_login_lines_new_is_the_historys_new():
 ])
 def test_the_boot_facts_parse_only_what_reads_as_a_boot(boot_id, stat, expected):
     assert parse_boot(boot_id, stat) == expected
+
+
+def test_the_system_probe_records_the_boot_where_proc_shows_it(tmp_path):
+    from conftest import build_tree
+    from dl_doctor.host import Host
+    from dl_doctor.probes import ProbeContext
+    from dl_doctor.probes.system import system_probe
+
+    captured = build_tree(tmp_path / "captured", {
+        "proc/sys/kernel/hostname": "node-1\n",
+        "proc/sys/kernel/random/boot_id": "2368A347-4E9C-4893-8307-CD42C96B15C2\n",
+        "proc/stat": "cpu  10 0 5 100 0 0 0 0 0 0\nintr 0\nctxt 9\nbtime 1796232538\nprocesses 99\n"})
+    out = system_probe.func(ProbeContext(host=Host(sysroot=str(captured))))
+    assert out["boot"] == {"id": "2368a347-4e9c-4893-8307-cd42c96b15c2", "time": 1796232538}
+    image = build_tree(tmp_path / "image", {"etc/hostname": "node-1\n"})
+    assert "boot" not in system_probe.func(ProbeContext(host=Host(sysroot=str(image))))  # an image that never booted
+    live = system_probe.func(ProbeContext(host=Host()))
+    if Path("/proc/sys/kernel/random/boot_id").exists():
+        assert live["boot"]["id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
