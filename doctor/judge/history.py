@@ -158,6 +158,7 @@ def record(doc: Mapping[str, Any], source: str) -> Dict[str, Any]:
         "versions": versions({"kind": "dl-doctor-facts", "mode": mode, "facts": facts}),
         "findings": findings,
         "xids": xids(facts),
+        "log_source": _text(_get(facts, "kernel_log.source")),
         "counters": counters(facts),
         # what the Markdown's redaction needs to know of the machine (its names, its users), nothing more
         "names": {"facts": {"system": {"hostname": _text(_get(facts, "system.hostname"))},
@@ -187,8 +188,7 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> Dict[str, An
     """What changed from the run ``before`` to the run ``after`` (records of one host), and what got worse."""
     drift = diff_versions(before["versions"], after["versions"], before["findings"], after["findings"])
     boot = same_boot(before, after)
-    seen = {x["key"] for x in before["xids"]}
-    new_xids = [{k: x[k] for k in ("code", "bus", "text")} for x in after["xids"] if x["key"] not in seen]
+    new_xids = _new_xids(before, after)
     rose: List[Dict[str, Any]] = []
     kept_counters = 0
     for where, now in sorted(after["counters"].items()):
@@ -226,6 +226,26 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> Dict[str, An
         # the notion of "new" of the login status line (login_hook.new_since): a version moved, or something worse
         "new": bool(versions_moved or worse),
     }
+
+
+def _new_xids(before: Mapping[str, Any], after: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The Xids of ``after``'s log that ``before``'s did not hold: told apart by their whole line where both runs read
+    one log (the line carries the kernel's timestamp); where they read different ones (the journal, then a syslog
+    file: the same record is written differently), by code, bus and text, as many times as ``before`` held each."""
+    if before.get("log_source") == after.get("log_source"):
+        seen = {x["key"] for x in before["xids"]}
+        return [{k: x[k] for k in ("code", "bus", "text")} for x in after["xids"] if x["key"] not in seen]
+    left: Dict[Tuple[Any, ...], int] = {}
+    for x in before["xids"]:
+        left[(x["code"], x["bus"], x["text"])] = left.get((x["code"], x["bus"], x["text"]), 0) + 1
+    out = []
+    for x in after["xids"]:
+        loose = (x["code"], x["bus"], x["text"])
+        if left.get(loose):
+            left[loose] -= 1
+        else:
+            out.append({k: x[k] for k in ("code", "bus", "text")})
+    return out
 
 
 def is_new(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:

@@ -254,3 +254,22 @@ def test_the_system_probe_records_the_boot_where_proc_shows_it(tmp_path):
     live = system_probe.func(ProbeContext(host=Host()))
     if Path("/proc/sys/kernel/random/boot_id").exists():
         assert live["boot"]["id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def test_an_xid_read_from_another_log_is_the_same_xid():
+    """The same record read through the journal, then from /var/log/messages, is written differently: the Xid is not
+    new; a second one of the same code is."""
+    def journal(facts):
+        facts["kernel_log"]["source"] = "journalctl -k -b"
+        facts["kernel_log"]["xids"] = [XID_79]
+
+    def syslog(extra):
+        def edit(facts):
+            facts["kernel_log"]["source"] = "/var/log/messages"
+            facts["kernel_log"]["xids"] = [{**XID_79, "line": "Nov 28 03:00:00 ip kernel: " + XID_79["line"]}] * extra
+        return edit
+
+    same = timeline(report("2026-11-28T02:00:00Z", edit=journal), report("2026-11-28T03:00:00Z", edit=syslog(1)))
+    assert same["hosts"][0]["transitions"][0]["xids"] == []
+    again = timeline(report("2026-11-28T02:00:00Z", edit=journal), report("2026-11-28T03:00:00Z", edit=syslog(2)))
+    assert [x["code"] for x in again["hosts"][0]["transitions"][0]["xids"]] == [79]
