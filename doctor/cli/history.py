@@ -42,8 +42,10 @@ def history_cmd(dirs, json_path, markdown_path, html_path, fail_on) -> int:
     found = gather(paths)
     if not found.records and found.skipped:
         first = found.skipped[0]
+        hint = ("; the login timer's reports are private to root: sudo dl-doctor history"
+                if "ermission denied" in first["error"] else "")
         raise app.InputProblem(f"no readable dl-doctor report in {', '.join(paths)[:300]} ({len(found.skipped)} "
-                               f"skipped; {first['source'][:200]}: {first['error'][:200]})")
+                               f"skipped; {first['source'][:200]}: {first['error'][:200]}){hint}")
     result = history(found.records, found.skipped, fail_on=fail_on)
     if json_path:
         write_output(json_path, json_text(result))
