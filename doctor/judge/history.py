@@ -151,7 +151,7 @@ def record(doc: Mapping[str, Any], source: str) -> Dict[str, Any]:
         "started_at": str(run.get("started_at")),
         "when": parse_time(run.get("started_at")),
         "tool_version": str(tool.get("version") or "")[:40],
-        "identity": {"hostname": _text(_get(facts, "system.hostname")),
+        "identity": {"hostname": _hostname(_get(facts, "system.hostname")),
                      "instance_id": _text(_get(facts, "imds.instance_id") or _get(facts, "cloud.instance_id"))},
         "boot": {"id": boot.get("id") if isinstance(boot.get("id"), str) else None,
                  "time": boot.get("time") if isinstance(boot.get("time"), int) else None},
@@ -166,6 +166,13 @@ def record(doc: Mapping[str, Any], source: str) -> Dict[str, Any]:
                                                           ("USER", "LOGNAME", "SUDO_USER", "USERNAME", "HOME")
                                                           if isinstance(env.get(k), str)}}}},
     }
+
+
+def _hostname(value: Any) -> Optional[str]:
+    """The host name, unless a report redacted it: every redacted report calls its own host ``[HOST-1]``, which
+    tells no node from another (its file's name does)."""
+    name = _text(value)
+    return None if name is None or name.startswith("[HOST-") else name
 
 
 def _text(value: Any) -> Optional[str]:
@@ -260,8 +267,13 @@ def _file_host(source: str) -> str:
     else the file's name."""
     import re
 
-    base = source.rsplit(":", 1)[-1] if source.endswith(".json") and ":" in source else source
-    base = base.rsplit("/", 1)[-1]
+    base = source
+    for ext in (".tar:", ".tar.gz:", ".tgz:"):
+        if ext in source:  # a member of a tarball: a bundle's directory names it, else the member's own name
+            member = source.rsplit(ext, 1)[1]
+            base = member[:-len("/report.json")] if member.endswith("/report.json") else member
+            break
+    base = base.rstrip("/").rsplit("/", 1)[-1]
     m = re.match(r"^dl-doctor-(.{1,120})-[0-9]{8}T[0-9]{6}Z(?:-[0-9]{1,4})?\.json$", base)
     if m:
         return m.group(1)

@@ -273,3 +273,41 @@ def test_an_xid_read_from_another_log_is_the_same_xid():
     assert same["hosts"][0]["transitions"][0]["xids"] == []
     again = timeline(report("2026-11-28T02:00:00Z", edit=journal), report("2026-11-28T03:00:00Z", edit=syslog(2)))
     assert [x["code"] for x in again["hosts"][0]["transitions"][0]["xids"]] == [79]
+
+
+def test_redacted_reports_of_many_nodes_are_told_apart_by_their_files(tmp_path):
+    """`run --redact` calls every node's own host [HOST-1]: the login timer's file names (and a bundle's directory)
+    tell the nodes apart instead."""
+    import io
+    import os
+
+    def redacted(facts):
+        facts["system"]["hostname"] = "[HOST-1]"
+
+    for host in ("gpu-a", "gpu-b"):
+        for hour in ("02", "03"):
+            (tmp_path / f"dl-doctor-{host}-20261128T{hour}0000Z.json").write_text(
+                json.dumps(report(f"2026-11-28T{hour}:00:00Z", edit=redacted)))
+    data = json.dumps(report("2026-11-28T04:00:00Z", edit=redacted)).encode()
+    with tarfile.open(tmp_path / "ticket.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("dl-doctor-bundle-gpu-c/report.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    os.mkfifo(tmp_path / "pipe.json")  # never opened: listed
+    found = gather([str(tmp_path)])
+    result = history(found.records, found.skipped)
+    assert [(h["host"], len(h["runs"])) for h in result["hosts"]] == [
+        ("dl-doctor-bundle-gpu-c", 1), ("gpu-a", 2), ("gpu-b", 2)]
+    assert [s["error"] for s in result["skipped"]] == ["it is a FIFO, not a regular file; not read"]
+
+
+def test_past_the_bound_the_rest_is_listed_not_read(tmp_path, monkeypatch):
+    from dl_doctor.integrations import history as reading
+
+    for hour in ("02", "03", "04"):
+        (tmp_path / f"r{hour}.json").write_text(json.dumps(report(f"2026-11-28T{hour}:00:00Z")))
+    monkeypatch.setattr(reading, "MAX_REPORTS", 2)
+    found = gather([str(tmp_path)])
+    assert len(found.records) == 2
+    assert [s["source"].rsplit("/", 1)[-1] for s in found.skipped] == ["r04.json"]
+    assert "bound" in found.skipped[0]["error"]
