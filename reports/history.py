@@ -21,7 +21,7 @@ def changes(t: Mapping[str, Any]) -> List[Tuple[str, str]]:
     out: List[Tuple[str, str]] = []
     if t["boot"] == "reboot":
         out.append(("reboot", "the machine rebooted: counters that reset at boot are not compared"))
-    elif t["boot"] == "unknown" and not t.get("counters_compared"):
+    elif t["boot"] == "unknown" and t.get("counters_not_compared"):
         out.append(("boot", "boot not known (a report without the boot id): counters that reset at boot are not "
                             "compared"))
     v, f = t["versions"], t["findings"]

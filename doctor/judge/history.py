@@ -197,14 +197,14 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> Dict[str, An
     boot = same_boot(before, after)
     new_xids = _new_xids(before, after)
     rose: List[Dict[str, Any]] = []
-    kept_counters = 0
+    not_compared = 0
     for where, now in sorted(after["counters"].items()):
         was = before["counters"].get(where)
         if was is None:
             continue
         if now["scope"] == "boot" and boot is not True:
-            continue  # reset by the reboot (or not known to be one boot): a lower number is no recovery
-        kept_counters += 1
+            not_compared += 1  # reset by the reboot (or not known to be one boot): a lower number is no recovery
+            continue
         if now["value"] > was["value"]:
             rose.append({"counter": where, "label": now["label"], "from": was["value"], "to": now["value"],
                          "scope": now["scope"], "level": now["level"]})
@@ -226,7 +226,7 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> Dict[str, An
         "from": before["started_at"], "to": after["started_at"],
         "from_source": before["source"], "to_source": after["source"],
         "boot": "same" if boot else "reboot" if boot is False else "unknown",
-        "counters_compared": boot is True or any(c["scope"] != "boot" for c in after["counters"].values()),
+        "counters_not_compared": not_compared,
         "versions": drift["versions"], "findings": drift["findings"],
         "xids": new_xids, "counters": rose,
         "worse": worse, "worst": level,

@@ -105,6 +105,11 @@ def test_a_run_without_a_boot_id_compares_no_boot_counter():
                       report("2026-11-28T03:00:00Z", BOOT_A, edit=ecc(2)))
     (t,) = result["hosts"][0]["transitions"]
     assert t["boot"] == "unknown" and t["counters"] == [] and result["exit_code"] == 0
+    assert t["counters_not_compared"] == 8  # the volatile count of each of the eight GPUs
+    from dl_doctor.reports.history import render_text
+
+    assert "    boot      boot not known (a report without the boot id): counters that reset at boot are not " \
+           "compared" in render_text(result).splitlines()
 
 
 def test_a_driver_upgrade_between_runs_is_a_version_change_and_new_but_not_worse():
