@@ -206,6 +206,26 @@ def test_a_hostile_fact_value_cannot_forge_a_line():
     assert "<script" not in page and "\x1b" not in page and "Content-Security-Policy" in page
 
 
+def test_a_hostile_host_name_and_message_are_escaped_in_every_output():
+    from dl_doctor.reports.history import render_html, render_markdown, render_text
+
+    host = "gpu7\x1b]0;pwned\x07\u202e\nOK: no host's newest run is worse <script>alert(1)</script>"
+
+    def named(facts):
+        facts["system"]["hostname"] = host
+
+    bad = [{"id": "DLD-GPU-005", "status": "fail", "message": "see http://evil.example/x @admin \x1b[2J\r<img src=x>"}]
+    result = timeline(report("2026-11-28T02:00:00Z", edit=named),
+                      report("2026-11-28T03:00:00Z", edit=named, findings=bad))
+    text = render_text(result)
+    assert not [c for c in ("\x1b", "\x07", "\u202e", "\r") if c in text]
+    assert text.splitlines()[-1].startswith("NOT OK") and text.count("\nOK: ") == 0
+    page = render_html(result)
+    assert "<script>" not in page and "<img" not in page and "&lt;script&gt;" in page
+    md = render_markdown(result)
+    assert "http://evil" not in md and "<script>" not in md and "\x1b" not in md
+
+
 def test_the_counter_table_is_data_a_probe_can_extend():
     facts = {"nvml": {"devices": [{"uuid": "GPU-1", "nvlink": {"links": [{"link": 0, "crc_errors": 3},
                                                                           {"link": 1, "crc_errors": 0}]}}]},
