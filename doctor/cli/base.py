@@ -19,7 +19,7 @@ class DefaultRunGroup(click.Group):
     """
 
     # command name -> the module (under dl_doctor.cli) that registers it
-    LAZY = {"bundle": "image", "diff": "image", "expect": "image", "fleet": "fleet",
+    LAZY = {"bundle": "image", "diff": "image", "expect": "image", "fleet": "fleet", "history": "history",
             "install-login-hook": "login", "uninstall-login-hook": "login", "matrix": "matrix", "plan": "plan", "why": "why"}
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> "click.Command | None":

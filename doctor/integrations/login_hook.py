@@ -234,25 +234,16 @@ def previous_report(current: str) -> Optional[Dict[str, Any]]:
 
 
 def changed(previous: Mapping[str, Any], report: Mapping[str, Any]) -> bool:
-    """Whether ``report`` found something ``previous`` did not: a finding that is new at warn, fail or error (or
-    worse than it was), or a version that drifted (the comparison of ``dl-doctor diff``, doctor/judge/diff.py)."""
-    from dl_doctor.judge.diff import diff
-
-    def findings(doc: Mapping[str, Any]) -> List[Dict[str, Any]]:
-        return [f for f in doc.get("findings") or [] if isinstance(f, dict) and isinstance(f.get("id"), str)]
-
-    def snapshot(doc: Mapping[str, Any]) -> Dict[str, Any]:
-        run: Mapping[str, Any] = doc["run"] if isinstance(doc.get("run"), dict) else {}
-        mode = run.get("facts_mode") or ("sysroot" if run.get("mode") == "sysroot" else "live")
-        return {"kind": "dl-doctor-facts", "mode": mode, "facts": doc.get("facts") or {}}
+    """Whether ``report`` found something ``previous`` did not, in the sense of `dl-doctor history`
+    (doctor/judge/history.py ``is_new``): a version that drifted (the comparison of ``dl-doctor diff``), a finding
+    that is new at warn, fail or error (or worse than it was), an Xid the kernel logged since, or an error counter
+    that rose."""
+    from dl_doctor.judge.history import is_new, record
 
     try:
-        result = diff(snapshot(previous), snapshot(report), findings(previous), findings(report))
+        return is_new(record(previous, "previous"), record(report, "current"))
     except Exception:  # noqa: BLE001 - an old report of another shape: the status line is written, nothing claimed
         return False
-    rank = {"warn": 1, "fail": 2, "error": 3}
-    worse = [f for f in result["findings"]["changed"] if rank.get(f["status"], 0) > rank.get(f["was"], 0)]
-    return bool(any(result["versions"].values()) or result["findings"]["appeared"] or worse)
 
 
 def new_since(current: str, report: Mapping[str, Any]) -> Optional[str]:

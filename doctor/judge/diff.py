@@ -28,7 +28,12 @@ def _ignored(key: str, patterns: Sequence[str]) -> bool:
 def diff(baseline: Mapping[str, Any], current: Mapping[str, Any], base_findings: Sequence[Mapping[str, Any]],
          cur_findings: Sequence[Mapping[str, Any]], ignore: Sequence[str] = ()) -> Dict[str, Any]:
     """``{"versions": {"added", "removed", "changed"}, "findings": {"appeared", "cleared", "changed"}, "drift"}``."""
-    old, new = versions(baseline), versions(current)
+    return diff_versions(versions(baseline), versions(current), base_findings, cur_findings, ignore)
+
+
+def diff_versions(old: Mapping[str, Any], new: Mapping[str, Any], base_findings: Sequence[Mapping[str, Any]],
+                  cur_findings: Sequence[Mapping[str, Any]], ignore: Sequence[str] = ()) -> Dict[str, Any]:
+    """:func:`diff` on versions already flattened (:func:`versions`): what `dl-doctor history` compares run to run."""
     keys = sorted(set(old) | set(new))
     added = {k: new[k] for k in keys if k not in old and not _ignored(k, ignore)}
     removed = {k: old[k] for k in keys if k not in new and not _ignored(k, ignore)}

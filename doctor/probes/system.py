@@ -179,6 +179,13 @@ SYSTEM_FACTS = obj(
         memory_limit_bytes=integer("the memory limit in bytes (null: unlimited or unknown)"),
         cpu_limit=number("the CPU quota in CPUs (quota / period; null: unlimited)", range=(0, 1048576)),
     ),
+    boot=obj(
+        "which boot of the machine this is (present where the kernel's /proc shows it): `dl-doctor history` "
+        "compares error counters only between runs of one boot, since they reset at a reboot",
+        id=string("/proc/sys/kernel/random/boot_id: a random UUID the kernel makes at each boot"),
+        time=integer("the boot's wall-clock time, seconds since the epoch (/proc/stat btime)", range=(0, 2 ** 40)),
+        since="0.2.0",
+    ),
 )
 
 
@@ -194,7 +201,38 @@ def system_probe(ctx: ProbeContext) -> Dict[str, Any]:
             if text and text.strip():
                 hostname = text.strip().splitlines()[0].strip()
                 break
-    return {"hostname": hostname, "container": container_of(host), "cgroup": cgroup_limits(host)}
+    out = {"hostname": hostname, "container": container_of(host), "cgroup": cgroup_limits(host)}
+    boot = boot_of(host)
+    if boot:  # only where the kernel's /proc shows it (a mounted image has none): the recorded trees stay as they are
+        out["boot"] = boot
+    return out
+
+
+_BOOT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_BTIME = re.compile(r"^btime[ \t]{1,8}([0-9]{1,12})[ \t]{0,8}$", re.M)
+
+
+def parse_boot(boot_id: Optional[str], stat: Optional[str]) -> Dict[str, Any]:
+    """``{"id", "time"}`` from /proc/sys/kernel/random/boot_id and /proc/stat, each only where it reads as one (a
+    UUID; ``btime SECONDS``); {} when neither does."""
+    out: Dict[str, Any] = {}
+    text = (boot_id or "").strip().lower()
+    if _BOOT_ID.match(text):
+        out["id"] = text
+    m = _BTIME.search(stat or "")
+    if m:
+        out["time"] = int(m.group(1))
+    return out
+
+
+def boot_of(host) -> Dict[str, Any]:
+    def read(path: str, limit: int) -> Optional[str]:
+        try:
+            return host.try_read(path, limit)
+        except OSError:  # unreadable: this boot is unknown, the rest of the probe stands
+            return None
+
+    return parse_boot(read("/proc/sys/kernel/random/boot_id", 64), read("/proc/stat", 1 << 20))
 
 
 def container_of(host) -> Dict[str, Any]:

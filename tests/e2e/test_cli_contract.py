@@ -87,6 +87,7 @@ def _commands(reports):
         "matrix xid": ["matrix", "xid", "48"],
         "matrix validate": ["matrix", "validate"],
         "fleet": ["fleet", g5, p4d],
+        "history": ["history", g5, p4d],
         "check": ["check", g5, "-q"],
         "plan": ["plan", "--report", str(P4D), "--driver", "470.256.02"],
     }
@@ -94,7 +95,7 @@ def _commands(reports):
 
 NAMES = ["list", "explain", "report", "diff", "why", "matrix cuda", "matrix driver", "matrix gpu", "matrix torch",
          "matrix torch --gpu",
-         "matrix instance", "matrix xid", "matrix validate", "fleet", "check", "plan"]
+         "matrix instance", "matrix xid", "matrix validate", "fleet", "history", "check", "plan"]
 
 
 @pytest.mark.parametrize("name", NAMES + ["run", "verify"])
@@ -105,7 +106,7 @@ def test_json_requires_a_value_on_every_command(run_cli, reports, name):
     assert r.stdout == ""
 
 
-@pytest.mark.parametrize("name", ["list", "explain", "diff", "why", "matrix cuda", "fleet"])
+@pytest.mark.parametrize("name", ["list", "explain", "diff", "why", "matrix cuda", "fleet", "history"])
 def test_an_option_after_json_is_not_taken_for_its_path(run_cli, reports, name, tmp_path):
     args = _commands(reports)[name]
     r = run_cli(*args, "--json", "--html", str(tmp_path / "x.html"), timeout=120)
@@ -123,7 +124,7 @@ def _expected_keys(name):
             "matrix torch --gpu": {"torch", "gpu", "compute_capability", "min_driver", "builds", "images", "sources",
                                    "verified"},
             "matrix xid": {"code", "name"}, "matrix validate": {"valid", "errors", "files"},
-            "fleet": {"ok", "unreadable"}, "check": {"findings", "summary", "facts"},
+            "fleet": {"ok", "unreadable"}, "history": {"kind", "hosts", "skipped", "exit_code"}, "check": {"findings", "summary", "facts"},
             "plan": {"changes", "transitions", "steps", "exit_code", "verdict"}}[name]
 
 
@@ -140,7 +141,7 @@ def test_json_dash_is_the_json_alone_on_stdout(run_cli, reports, name):
 
 
 @pytest.mark.parametrize("name", ["list", "explain", "diff", "why", "matrix xid", "matrix validate", "matrix torch --gpu",
-                                  "fleet", "plan"])
+                                  "fleet", "history", "plan"])
 def test_json_path_writes_the_file_and_the_text_still_prints(run_cli, reports, name, tmp_path):
     target = tmp_path / "answer.json"
     r = run_cli(*_commands(reports)[name], "--json", str(target), timeout=120)
@@ -208,7 +209,7 @@ def test_run_still_writes_its_default_reports(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["run", "check", "list", "explain", "report", "diff", "why", "matrix cuda",
-                                  "fleet"])
+                                  "fleet", "history"])
 def test_a_named_outputs_missing_directory_is_exit_2_and_never_created(run_cli, reports, name, tmp_path):
     target = tmp_path / "no" / "such" / "x.json"
     args = _commands(reports).get(name, ["run", "--only", "DLD-SYS-001"])

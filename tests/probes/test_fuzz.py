@@ -403,6 +403,46 @@ def test_fleet_never_crashes_on_mutated_reports(workdir):
     prop()
 
 
+def _history_report(doc: Dict[str, Any], started_at: str) -> Dict[str, Any]:
+    return {"schema_version": "1", "tool": {"name": "dl-doctor", "version": "0.2.0"},
+            "run": {"started_at": started_at, "mode": "live"}, "facts": copy.deepcopy(doc["facts"]),
+            "findings": [{"id": "DLD-GPU-005", "status": "warn", "message": "ECC is off"}]}
+
+
+@st.composite
+def mutated_history_report(draw):
+    doc = _history_report(BASES[draw(st.sampled_from(sorted(BASES)))], "2026-11-28T03:00:00Z")
+    for _ in range(draw(st.integers(1, 3))):
+        paths: List[List[Any]] = []
+        _paths(doc, [], paths, 400)
+        _paths(doc["facts"].get("nvml") if isinstance(doc.get("facts"), dict) else None, ["facts", "nvml"], paths)
+        doc = _set(doc, draw(st.sampled_from([p for p in paths if p])), draw(json_values))
+    return doc
+
+
+def test_history_never_crashes_on_mutated_reports(workdir):
+    """A mutated report is placed in the history or skipped with its reason; the good one beside it is always read."""
+    folder = workdir / "history"
+    folder.mkdir()
+    _write(folder / "good.json", _history_report(BASES["p4d_rhel8_healthy"], "2026-11-28T02:00:00Z"))
+
+    @settings(max_examples=150, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(mutated_history_report())
+    def prop(doc):
+        text = json.dumps(doc, ensure_ascii=False)
+        (folder / "bad.json").write_text(text, encoding="utf-8", errors="surrogatepass")
+        code, out, err = _cli(["history", str(folder), "--json", "-"])
+        _assert_clean(code, err)
+        assert code in (0, 1), err
+        result = json.loads(out)
+        runs = sum(len(h["runs"]) for h in result["hosts"])
+        skipped = {u["source"] for u in result["skipped"]}
+        assert str(folder / "good.json") not in skipped and runs + len(skipped) in (1, 2)
+
+    prop()
+
+
 def test_preflight_payloads_never_crash_a_rank():
     """Whatever a peer sends (any JSON, any bytes), every rank either gathers the nodes or names the peer, alike."""
     from fake_dist import FakeDist, FakeTorch, _mine, _payload
