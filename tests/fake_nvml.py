@@ -206,3 +206,31 @@ class FakeNVML:
 
     def nvmlEventSetFree(self, event_set):
         self.freed += 1
+
+    # -- issue 30 item 4: firmware, power limit, application clocks (device["firmware"] = {"vbios", "inforom",
+    # "power_limit_mw", "power_default_limit_mw", "app_clocks": [graphics, memory]}); a recording without it: as a
+    # GPU or driver that cannot say
+    @staticmethod
+    def _firmware(h, key):
+        fw = h.get("firmware")
+        if fw is None or key not in fw:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        value = fw[key]
+        if isinstance(value, int) and value < 0:  # a recorded NVML error code
+            raise NVMLError(-value)
+        return value
+
+    def nvmlDeviceGetVbiosVersion(self, h):
+        return self._firmware(h, "vbios")
+
+    def nvmlDeviceGetInforomImageVersion(self, h):
+        return self._firmware(h, "inforom").encode()  # older bindings return bytes
+
+    def nvmlDeviceGetPowerManagementLimit(self, h):
+        return self._firmware(h, "power_limit_mw")
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+        return self._firmware(h, "power_default_limit_mw")
+
+    def nvmlDeviceGetApplicationsClock(self, h, clock):
+        return self._firmware(h, "app_clocks")[0 if clock == 0 else 1]

@@ -151,7 +151,55 @@ def _device(nv: Any, error_type: Type[BaseException], index: int) -> Dict[str, A
     dev["temperature_c"] = q("temperature", lambda: int(nv.nvmlDeviceGetTemperature(handle, NVML_TEMPERATURE_GPU)))
     util = q("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(handle))
     dev["utilization_gpu"] = int(util.gpu) if util is not None else None
+    _homogeneity(nv, q, handle, dev)  # issue 30 item 4: firmware, power limit, application clocks
     return dev
+
+
+# -- issue 30 item 4: what GPUs of one model must share (firmware, power limit, application clocks) ---------------
+NVML_CLOCK_GRAPHICS = 0
+NVML_CLOCK_MEM = 2
+MAX_FIRMWARE_TEXT = 64  # a VBIOS version is 96.00.89.00.01; a broken library's answer is cut here
+
+
+def _homogeneity(nv: Any, q: Callable[[str, Callable[[], Any]], Optional[Any]], handle: Any,
+                 dev: Dict[str, Any]) -> None:
+    """The VBIOS and InfoROM image versions, the power limit (and its default) and the application clocks: equal on
+    healthy GPUs of one model in one node, so a GPU that differs was flashed, capped or clocked apart."""
+    def text(value: Any) -> str:
+        return _text(value).strip()[:MAX_FIRMWARE_TEXT]
+
+    def whole(value: Any) -> int:
+        return int(value)
+
+    dev["vbios_version"] = q("vbios_version", lambda: text(nv.nvmlDeviceGetVbiosVersion(handle)))
+    dev["inforom_image_version"] = q("inforom_image_version",
+                                     lambda: text(nv.nvmlDeviceGetInforomImageVersion(handle)))
+    dev["power_limit_mw"] = q("power_limit", lambda: whole(nv.nvmlDeviceGetPowerManagementLimit(handle)))
+    dev["power_default_limit_mw"] = q("power_default_limit",
+                                      lambda: whole(nv.nvmlDeviceGetPowerManagementDefaultLimit(handle)))
+    dev["applications_clocks_mhz"] = {
+        "graphics": q("applications_clock_graphics",
+                      lambda: whole(nv.nvmlDeviceGetApplicationsClock(handle, NVML_CLOCK_GRAPHICS))),
+        "memory": q("applications_clock_memory",
+                    lambda: whole(nv.nvmlDeviceGetApplicationsClock(handle, NVML_CLOCK_MEM))),
+    }
+
+
+HOMOGENEITY_FIELDS: Dict[str, Any] = dict(
+    vbios_version=string("the VBIOS version (nvmlDeviceGetVbiosVersion: 96.00.89.00.01)", since="0.2.0"),
+    inforom_image_version=string("the InfoROM image version (nvmlDeviceGetInforomImageVersion: G520.0200.00.05)",
+                                 since="0.2.0"),
+    power_limit_mw=integer("the power management limit in milliwatts (nvmlDeviceGetPowerManagementLimit)",
+                           range=(0, 1 << 40), since="0.2.0"),
+    power_default_limit_mw=integer("the default power limit in milliwatts "
+                                   "(nvmlDeviceGetPowerManagementDefaultLimit)", range=(0, 1 << 40), since="0.2.0"),
+    applications_clocks_mhz=obj(
+        "the application clocks (nvmlDeviceGetApplicationsClock): what the GPU runs kernels at unless boosted",
+        graphics=integer("the graphics clock in MHz", range=(0, 1 << 20)),
+        memory=integer("the memory clock in MHz", range=(0, 1 << 20)),
+        since="0.2.0",
+    ),
+)
 
 
 NVML_FACTS = obj(
@@ -212,6 +260,7 @@ NVML_FACTS = obj(
         ), "compute processes on the GPU (other users' only as root)"),
         temperature_c=integer("the GPU's temperature", range=(-273, 1000)),
         utilization_gpu=integer("percent of the last sample period a kernel ran", range=(0, 100)),
+        **HOMOGENEITY_FIELDS,
     ), "one entry per GPU NVML sees"),
 )
 
