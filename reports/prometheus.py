@@ -47,6 +47,7 @@ def render(report: Dict[str, Any]) -> str:
     lines += ["# HELP dl_doctor_info Versions found by the last dl-doctor run.", "# TYPE dl_doctor_info gauge",
               f"dl_doctor_info{{{labels}}} 1"]
     lines += _links_metrics(report.get("facts") or {})
+    lines += _gpu_node_metrics(report.get("facts") or {})
     started = run.get("started_at")
     if started:
         try:
@@ -106,3 +107,30 @@ def _links_metrics(facts: Dict[str, Any]) -> List[str]:
             + _gauge("dl_doctor_pcie_link_speed_gts", "The current PCIe link speed in GT/s per lane.", speed)
             + _gauge("dl_doctor_pcie_aer_errors", "AER errors since boot by severity (fatal, nonfatal, correctable).",
                      aer))
+
+
+def _gpu_node_metrics(facts: Dict[str, Any]) -> List[str]:
+    """Each GPU's firmware and power limit (NVML), its NUMA node and closest NIC (topology), and hung GPU work."""
+    if not isinstance(facts, dict):
+        return []
+    nvml = facts.get("nvml") if isinstance(facts.get("nvml"), dict) else {}
+    devices = [d for d in nvml.get("devices") or [] if isinstance(d, dict)][:256]
+    firmware = [({"gpu": d.get("index"), "uuid": d.get("uuid"), "vbios": d.get("vbios_version"),
+                  "inforom": d.get("inforom_image_version")}, 1)
+                for d in devices if d.get("vbios_version") or d.get("inforom_image_version")]
+    power = [({"gpu": d.get("index"), "uuid": d.get("uuid")}, d["power_limit_mw"] / 1000.0)
+             for d in devices if _num(d.get("power_limit_mw")) is not None]
+    topo = facts.get("topology") if isinstance(facts.get("topology"), dict) else {}
+    place = []
+    for g in [g for g in topo.get("gpus") or [] if isinstance(g, dict)][:256]:
+        near = g.get("closest_rdma") if isinstance(g.get("closest_rdma"), dict) else (
+            g.get("closest_nic") if isinstance(g.get("closest_nic"), dict) else {})
+        place.append(({"address": g.get("address"), "numa_node": g.get("numa_node"), "nic": near.get("name"),
+                       "closeness": near.get("closeness")}, 1))
+    hung_facts = facts.get("gpu_hung_processes") if isinstance(facts.get("gpu_hung_processes"), dict) else None
+    hung = [({}, len([p for p in hung_facts.get("hung") or [] if isinstance(p, dict)]))] if hung_facts else []
+    return (_gauge("dl_doctor_gpu_firmware_info", "Each GPU's VBIOS and InfoROM versions (NVML).", firmware)
+            + _gauge("dl_doctor_gpu_power_limit_watts", "Each GPU's power management limit (NVML).", power)
+            + _gauge("dl_doctor_gpu_topology_info", "Each GPU's NUMA node and its closest NIC (sysfs).", place)
+            + _gauge("dl_doctor_gpu_hung_processes", "Processes holding a GPU in uninterruptible sleep in two "
+                                                     "samples a second apart.", hung))

@@ -42,6 +42,13 @@ def _fabric(get: Any) -> Dict[str, Optional[str]]:
                  for l in d["nvlink"].get("links") or [] if isinstance(l, Mapping)]
         if links:
             out["nvlink.links_active"] = f"{sum(1 for l in links if l.get('active'))} of {len(links)}"
+        gpus = [d for d in devices if isinstance(d, Mapping)]
+        vbios = sorted({str(d["vbios_version"])[:64] for d in gpus if d.get("vbios_version")})
+        if vbios:
+            out["gpu.vbios"] = ",".join(vbios)
+        limits = sorted({d["power_limit_mw"] // 1000 for d in gpus if isinstance(d.get("power_limit_mw"), int)})
+        if limits:
+            out["gpu.power_limit_w"] = ",".join(str(w) for w in limits)
     return out
 
 

@@ -179,7 +179,9 @@ def test_prometheus_textfile_parses_with_the_prometheus_client_parser(run_cli, t
     assert sorted(p.name for p in out.iterdir()) == ["dl_doctor.prom"]  # written atomically: no temp file left
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
     assert set(families) == {"dl_doctor_check_status", "dl_doctor_findings", "dl_doctor_run_duration_seconds",
-                             "dl_doctor_probe_errors", "dl_doctor_info", "dl_doctor_last_run_timestamp_seconds"}
+                             "dl_doctor_probe_errors", "dl_doctor_info", "dl_doctor_last_run_timestamp_seconds",
+                             # each GPU's NUMA node and closest NIC from the recorded sysfs (it has no link files)
+                             "dl_doctor_gpu_topology_info"}
     status = {s.labels["id"]: (s.value, s.labels["status"]) for s in families["dl_doctor_check_status"].samples}
     assert status["DLD-DRV-003"] == (2.0, "fail")
     assert len(status) == len(doc["findings"])

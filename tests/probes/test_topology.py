@@ -314,3 +314,24 @@ def test_no_rdma_device_skips_and_a_looping_link_costs_only_its_facts(tmp_path):
     assert topo["gpus"][0]["closest_nic"] is None
     res = findings({"gpu_pci": {"gpu_count": 1}, "topology": topo}, "DLD-GPU-024")["DLD-GPU-024"]
     assert res.status.value == "skip"
+
+
+def test_prometheus_metrics_for_firmware_topology_and_hung_work(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dl_doctor.reports import prometheus
+
+    topo = topology_probe.func(ProbeContext(host=p4d_like(tmp_path)))
+    nvml = {"devices": [{"index": i, "uuid": f"GPU-{i}", "vbios_version": "92.00.45.00.03" if i else "92.00.36.00.02",
+                         "power_limit_mw": 400000} for i in range(2)]}
+    hung = {"hung": [{"pid": 7, "comm": "python", "devices": ["/dev/nvidia0"]}], "scanned": 10}
+    report = {"tool": {}, "host": {}, "run": {}, "summary": {}, "findings": [],
+              "facts": {"nvml": nvml, "topology": topo, "gpu_hung_processes": hung}}
+    families = {f.name: f for f in text_string_to_metric_families(prometheus.render(report))}
+    vbios = {s.labels["gpu"]: s.labels["vbios"] for s in families["dl_doctor_gpu_firmware_info"].samples}
+    assert vbios == {"0": "92.00.36.00.02", "1": "92.00.45.00.03"}
+    assert [s.value for s in families["dl_doctor_gpu_power_limit_watts"].samples] == [400.0, 400.0]
+    place = {s.labels["address"]: s.labels for s in families["dl_doctor_gpu_topology_info"].samples}
+    assert place["0000:10:1c.0"]["nic"] == "efa_0" and place["0000:10:1c.0"]["closeness"] == "pcie-switch"
+    assert place["0000:a0:1d.0"]["numa_node"] == "1"
+    assert families["dl_doctor_gpu_hung_processes"].samples[0].value == 1.0
