@@ -35,7 +35,8 @@ class Counter:
     path: str            # "nvml.devices[].ecc_uncorrected_volatile"
     label: str           # what a person calls it
     scope: str = "boot"  # "boot": resets at a reboot (or a driver reload); "life": kept over reboots
-    level: str = "warn"  # the level of its rise, for --fail-on
+    level: str = "warn"  # the level of its rise, for --fail-on; "info": shown, never a worsening (healthy links count
+    # some: the checks judge their rate)
 
 
 COUNTERS: Tuple[Counter, ...] = (
@@ -44,10 +45,22 @@ COUNTERS: Tuple[Counter, ...] = (
     Counter("nvml.devices[].ecc_uncorrected_aggregate", "uncorrectable ECC errors over the GPU's life", "life"),
     Counter("nvml.devices[].remapped_rows.uncorrectable", "rows remapped for uncorrectable errors", "life"),
     Counter("nvml.devices[].remapped_rows.correctable", "rows remapped for correctable errors", "life"),
+    # RDMA port error counters (links probe): kept by the HCA until cleared or its driver reloads. Link faults
+    # worsen; discards (congestion) and anything else are shown only
+    *(Counter(f"links.rdma_ports[].counters.{name}", f"RDMA port {name}")
+      for name in ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+                   "local_link_integrity_errors", "excessive_buffer_overrun_errors")),
+    Counter("links.rdma_ports[].counters.port_xmit_discards", "RDMA port transmit discards", level="info"),
+    # the kernel's AER counters: since boot
+    Counter("links.pci[].aer.fatal.total", "fatal PCIe errors (AER)", level="fail"),
+    Counter("links.pci[].aer.nonfatal.total", "non-fatal PCIe errors (AER)"),
+    Counter("links.pci[].aer.correctable.total", "correctable PCIe errors (AER)", level="info"),
+    # NVLink error counters (NVML): since the driver loaded; healthy links count some CRC errors
+    Counter("nvml.devices[].nvlink.links[].errors.*", "NVLink error counter", level="info"),
 )
 
 # what tells the items of a list apart, first found first (a GPU's UUID outlives its bus address)
-ITEM_KEYS = ("uuid", "serial", "guid", "bus_id", "pci_bus_id", "bus", "device", "name", "port", "link", "index", "id")
+ITEM_KEYS = ("uuid", "serial", "guid", "bus_id", "pci_bus_id", "bdf", "address", "bus", "device", "name", "port", "link", "index", "id")
 
 
 # -- one report -----------------------------------------------------------------------------------------------------
@@ -219,7 +232,8 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> Dict[str, An
         worse.append({"kind": "xid", "what": f"Xid {x['code']}" + (f" on {x['bus']}" if x["bus"] else ""),
                       "level": XID_LEVEL})
     for c in rose:
-        worse.append({"kind": "counter", "what": c["counter"], "level": c["level"]})
+        if c["level"] in RANK:  # an "info" counter's rise is shown, not a worsening
+            worse.append({"kind": "counter", "what": c["counter"], "level": c["level"]})
     level = max((w["level"] for w in worse), key=lambda s: RANK.get(s, 0), default=None)
     versions_moved = any(drift["versions"][k] for k in ("added", "removed", "changed"))
     return {

@@ -336,3 +336,28 @@ def test_past_the_bound_the_rest_is_listed_not_read(tmp_path, monkeypatch):
     assert len(found.records) == 2
     assert [s["source"].rsplit("/", 1)[-1] for s in found.skipped] == ["r04.json"]
     assert "bound" in found.skipped[0]["error"]
+
+
+def test_fabric_counters_link_faults_worsen_and_healthy_noise_is_only_shown():
+    def links(symbol: int, correctable: int, fatal: int, discards: int = 0):
+        def edit(facts):
+            facts["links"] = {"rdma_ports": [{"device": "mlx5_0", "port": 1, "counters": {
+                "symbol_error": symbol, "port_xmit_discards": discards}}],
+                "pci": [{"bdf": "0000:10:1c.0", "kind": "gpu", "aer": {
+                    "fatal": {"total": fatal, "nonzero": {}}, "nonfatal": {"total": 0, "nonzero": {}},
+                    "correctable": {"total": correctable, "nonzero": {}}}}]}
+        return edit
+
+    quiet = timeline(report("2026-11-28T02:00:00Z", edit=links(0, 10, 0)),
+                     report("2026-11-28T03:00:00Z", edit=links(0, 40, 0, discards=900)))
+    (t,) = quiet["hosts"][0]["transitions"]
+    assert {c["counter"] for c in t["counters"]} == {"links.pci[0000:10:1c.0].aer.correctable.total",
+                                                     "links.rdma_ports[mlx5_0].counters.port_xmit_discards"}
+    assert t["worse"] == [] and quiet["exit_code"] == 0  # correctable errors and congestion: shown, not worse
+    bad = timeline(report("2026-11-28T02:00:00Z", edit=links(0, 10, 0)),
+                   report("2026-11-28T03:00:00Z", edit=links(50, 10, 1)))
+    (t,) = bad["hosts"][0]["transitions"]
+    assert {w["what"]: w["level"] for w in t["worse"]} == {
+        "links.rdma_ports[mlx5_0].counters.symbol_error": "warn", "links.pci[0000:10:1c.0].aer.fatal.total": "fail"}
+    assert timeline(report("2026-11-28T02:00:00Z", edit=links(0, 10, 0)),
+                    report("2026-11-28T03:00:00Z", edit=links(50, 10, 1)), fail_on="fail")["exit_code"] == 1
