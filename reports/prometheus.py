@@ -113,22 +113,26 @@ def _gpu_node_metrics(facts: Dict[str, Any]) -> List[str]:
     """Each GPU's firmware and power limit (NVML), its NUMA node and closest NIC (topology), and hung GPU work."""
     if not isinstance(facts, dict):
         return []
-    nvml = facts.get("nvml") if isinstance(facts.get("nvml"), dict) else {}
+    nvml: Dict[str, Any] = facts["nvml"] if isinstance(facts.get("nvml"), dict) else {}
     devices = [d for d in nvml.get("devices") or [] if isinstance(d, dict)][:256]
     firmware = [({"gpu": d.get("index"), "uuid": d.get("uuid"), "vbios": d.get("vbios_version"),
                   "inforom": d.get("inforom_image_version")}, 1)
                 for d in devices if d.get("vbios_version") or d.get("inforom_image_version")]
     power = [({"gpu": d.get("index"), "uuid": d.get("uuid")}, d["power_limit_mw"] / 1000.0)
              for d in devices if _num(d.get("power_limit_mw")) is not None]
-    topo = facts.get("topology") if isinstance(facts.get("topology"), dict) else {}
+    topo: Dict[str, Any] = facts["topology"] if isinstance(facts.get("topology"), dict) else {}
     place = []
     for g in [g for g in topo.get("gpus") or [] if isinstance(g, dict)][:256]:
-        near = g.get("closest_rdma") if isinstance(g.get("closest_rdma"), dict) else (
-            g.get("closest_nic") if isinstance(g.get("closest_nic"), dict) else {})
+        near: Dict[str, Any] = {}
+        for key in ("closest_rdma", "closest_nic"):
+            if isinstance(g.get(key), dict):
+                near = g[key]
+                break
         place.append(({"address": g.get("address"), "numa_node": g.get("numa_node"), "nic": near.get("name"),
                        "closeness": near.get("closeness")}, 1))
     hung_facts = facts.get("gpu_hung_processes") if isinstance(facts.get("gpu_hung_processes"), dict) else None
-    hung = [({}, len([p for p in hung_facts.get("hung") or [] if isinstance(p, dict)]))] if hung_facts else []
+    hung: List[tuple] = ([({}, len([p for p in hung_facts.get("hung") or [] if isinstance(p, dict)]))]
+                         if hung_facts else [])
     return (_gauge("dl_doctor_gpu_firmware_info", "Each GPU's VBIOS and InfoROM versions (NVML).", firmware)
             + _gauge("dl_doctor_gpu_power_limit_watts", "Each GPU's power management limit (NVML).", power)
             + _gauge("dl_doctor_gpu_topology_info", "Each GPU's NUMA node and its closest NIC (sysfs).", place)

@@ -29,7 +29,7 @@ def _fabric(get: Any) -> Dict[str, Optional[str]]:
         items = [p for p in ports if isinstance(p, Mapping)]
         active = [p for p in items if p.get("state_code") == 4]
         out["rdma.ports_active"] = f"{len(active)} of {len(items)}"
-        rates = sorted({p.get("rate_gbps") for p in active if isinstance(p.get("rate_gbps"), (int, float))})
+        rates = sorted({float(p["rate_gbps"]) for p in active if isinstance(p.get("rate_gbps"), (int, float))})
         out["rdma.rate_gbps"] = ",".join(f"{r:g}" for r in rates) or None
     pci = get("links.pci")
     if isinstance(pci, list) and pci:
