@@ -261,6 +261,23 @@ def _services(facts: Dict[str, Any]) -> Dict[str, Any]:
     return node
 
 
+def _placement(facts: Dict[str, Any]) -> str:
+    """Where the GPUs sit (the topology probe): GPUs per NUMA node, and how many have an RDMA device on their PCIe
+    switch (what NCCL's GPUDirect RDMA wants), e.g. ``NUMA 0: 4, NUMA 1: 4; RDMA NIC on the GPU's PCIe switch: 8 of
+    8``."""
+    topo = facts.get("topology") if isinstance(facts.get("topology"), dict) else {}
+    gpus = [g for g in (topo or {}).get("gpus") or [] if isinstance(g, dict)]
+    if not gpus:
+        return ""
+    numa = Counter(g.get("numa_node") for g in gpus if isinstance(g.get("numa_node"), int) and g["numa_node"] >= 0)
+    parts = [", ".join(f"NUMA {n}: {c}" for n, c in sorted(numa.items()))] if len(numa) > 1 else []
+    if (topo or {}).get("nics") and any(isinstance(g.get("closest_rdma"), dict) for g in gpus):
+        near = sum(1 for g in gpus if isinstance(g.get("closest_rdma"), dict)
+                   and g["closest_rdma"].get("closeness") == "pcie-switch")
+        parts.append(f"RDMA NIC on the GPU's PCIe switch: {near} of {len(gpus)}")
+    return "; ".join(parts)
+
+
 def _system(facts: Dict[str, Any], gpu_names: Optional[Mapping[str, str]] = None) -> List[Dict[str, Any]]:
     nodes: List[Dict[str, Any]] = []
     devices = (facts.get("nvml") or {}).get("devices") or []
@@ -280,6 +297,9 @@ def _system(facts: Dict[str, Any], gpu_names: Optional[Mapping[str, str]] = None
         label = "not visible here"
     else:
         label = "none"
+    placement = _placement(facts)
+    if placement:
+        detail = f"{detail}; {placement}" if detail else placement
     nodes.append({"key": "gpus", "layer": LAYER_NAMES["gpus"], "label": label, "detail": detail,
                   "state": "ok" if names or pci_gpus else "unknown", "finding": None, "findings": []})
     driver = facts.get("nvidia_driver") or {}

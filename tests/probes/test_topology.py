@@ -335,3 +335,13 @@ def test_prometheus_metrics_for_firmware_topology_and_hung_work(tmp_path):
     assert place["0000:10:1c.0"]["nic"] == "efa_0" and place["0000:10:1c.0"]["closeness"] == "pcie-switch"
     assert place["0000:a0:1d.0"]["numa_node"] == "1"
     assert families["dl_doctor_gpu_hung_processes"].samples[0].value == 1.0
+
+
+def test_the_stack_shows_where_the_gpus_sit(tmp_path):
+    from dl_doctor.reports.stack import _placement
+
+    topo = topology_probe.func(ProbeContext(host=p4d_like(tmp_path)))
+    assert _placement({"topology": topo}) == "NUMA 0: 4, NUMA 1: 4; RDMA NIC on the GPU's PCIe switch: 8 of 8"
+    moved = topology_probe.func(ProbeContext(host=p4d_like(tmp_path / "moved", efa_numa=1)))
+    assert _placement({"topology": moved}).endswith("RDMA NIC on the GPU's PCIe switch: 6 of 8")
+    assert _placement({}) == "" and _placement({"topology": {"gpus": []}}) == ""
