@@ -84,3 +84,24 @@ def test_a_gpu_without_nvlink_skips():
         del d["nvlink"], d["fabric"], d["recovery_action"]
     found = _run(rec)
     assert {i: found[i].status.value for i in IDS} == {i: "skip" for i in IDS}
+
+
+def test_prometheus_nvlink_and_fabric_metrics_parse():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dl_doctor.reports import prometheus
+
+    rec = _rec()
+    rec["devices"][2]["nvlink"][11]["active"] = False
+    rec["devices"][2]["nvlink"][11]["errors"]["replay"] = 7
+    rec["devices"][5]["fabric"]["state"] = 2
+    report = dict(snapshot({"nvml": collect_nvml(FakeNVMLFabric(rec))}))
+    report.update({"tool": {"version": "1"}, "host": {}, "run": {}, "summary": {}, "findings": []})
+    families = {f.name: f for f in text_string_to_metric_families(prometheus.render(report))}
+    up = {(s.labels["gpu"], s.labels["link"]): s.value for s in families["dl_doctor_nvlink_link_active"].samples}
+    assert len(up) == 8 * 18 and up[("2", "11")] == 0 and up[("2", "10")] == 1
+    errs = {(s.labels["gpu"], s.labels["link"], s.labels["counter"]): s.value
+            for s in families["dl_doctor_nvlink_errors"].samples}
+    assert errs[("2", "11", "replay")] == 7 and errs[("0", "0", "crc_data")] == 0
+    states = {s.labels["gpu"]: s.labels["state"] for s in families["dl_doctor_gpu_fabric_state"].samples}
+    assert states["5"] == "in_progress" and states["0"] == "completed"
