@@ -72,7 +72,8 @@ def _nvlink_metrics(report: Dict[str, Any]) -> List[str]:
         if not isinstance(dev, dict):
             continue
         gpu = _label(dev.get("index"))
-        nvlink = dev.get("nvlink") if isinstance(dev.get("nvlink"), dict) else {}
+        raw = dev.get("nvlink")
+        nvlink: Dict[str, Any] = raw if isinstance(raw, dict) else {}
         for link in nvlink.get("links") or []:
             if not isinstance(link, dict):
                 continue
