@@ -65,7 +65,8 @@ TABLES: Dict[str, Table] = {
         "name": "str", "aliases": ("list", "str"), "pci_device_ids": ("list", "pci_id"), "compute_capability": "cc",
         "architecture": "str", "class": ("enum", ("datacenter", "workstation", "geforce", "jetson", "nvswitch")),
         "memory_mib": "int", "min_cuda": "cuda", "max_cuda": "cuda", "dense_tflops": ("map", "number"),
-        "nvlink_gbps": "number"},
+        "nvlink_gbps": "number",
+        "nvlink_links": "int"},  # NVLink links per GPU (SXM models): DLD-GPU-015's expectation (issue 30)
         ("name", "pci_device_ids", "architecture", "class")),
     "torch": Table(("version",), {
         "version": "version", "patches": ("list", "version"), "python": ("list", "python"),

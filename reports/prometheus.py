@@ -48,6 +48,7 @@ def render(report: Dict[str, Any]) -> str:
               f"dl_doctor_info{{{labels}}} 1"]
     lines += _links_metrics(report.get("facts") or {})
     lines += _gpu_node_metrics(report.get("facts") or {})
+    lines += _nvlink_metrics(report)
     started = run.get("started_at")
     if started:
         try:
@@ -138,3 +139,41 @@ def _gpu_node_metrics(facts: Dict[str, Any]) -> List[str]:
             + _gauge("dl_doctor_gpu_topology_info", "Each GPU's NUMA node and its closest NIC (sysfs).", place)
             + _gauge("dl_doctor_gpu_hung_processes", "Processes holding a GPU in uninterruptible sleep in two "
                                                      "samples a second apart.", hung))
+def _nvlink_metrics(report: Dict[str, Any]) -> List[str]:
+    """NVLink link states and error counters, and each GPU's NVSwitch fabric state (nvml facts, issue 30)."""
+    try:
+        devs = Facts(report).get("nvml.devices") or []
+    except Exception:  # noqa: BLE001 - a report without usable facts has no NVLink metrics
+        return []
+    active: List[str] = []
+    errors: List[str] = []
+    fabric: List[str] = []
+    for dev in devs if isinstance(devs, list) else []:
+        if not isinstance(dev, dict):
+            continue
+        gpu = _label(dev.get("index"))
+        raw = dev.get("nvlink")
+        nvlink: Dict[str, Any] = raw if isinstance(raw, dict) else {}
+        for link in nvlink.get("links") or []:
+            if not isinstance(link, dict):
+                continue
+            name = _label(link.get("link"))
+            active.append(f'dl_doctor_nvlink_link_active{{gpu="{gpu}",link="{name}"}} {1 if link.get("active") else 0}')
+            for counter, value in sorted((link.get("errors") or {}).items()):
+                if isinstance(value, int) and not isinstance(value, bool):
+                    errors.append(f'dl_doctor_nvlink_errors_total{{gpu="{gpu}",link="{name}",'
+                                  f'counter="{_label(counter)}"}} {value}')
+        fab = dev.get("fabric")
+        if isinstance(fab, dict) and fab.get("state"):
+            fabric.append(f'dl_doctor_gpu_fabric_state{{gpu="{gpu}",state="{_label(fab["state"])}"}} 1')
+    out: List[str] = []
+    if active:
+        out += ["# HELP dl_doctor_nvlink_link_active Whether each NVLink link is up (1) or down (0).",
+                "# TYPE dl_doctor_nvlink_link_active gauge"] + active
+    if errors:
+        out += ["# HELP dl_doctor_nvlink_errors_total NVLink error counters per link (replay, recovery, crc_flit, "
+                "crc_data).", "# TYPE dl_doctor_nvlink_errors_total counter"] + errors
+    if fabric:
+        out += ["# HELP dl_doctor_gpu_fabric_state Each GPU's NVSwitch fabric registration state (1 for its state).",
+                "# TYPE dl_doctor_gpu_fabric_state gauge"] + fabric
+    return out

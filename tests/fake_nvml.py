@@ -234,3 +234,61 @@ class FakeNVML:
 
     def nvmlDeviceGetApplicationsClock(self, h, clock):
         return self._firmware(h, "app_clocks")[0 if clock == 0 else 1]
+
+
+# -- NVLink, the GPU fabric and the recovery action (issue 30): device["nvlink"] = [{"active", "version", "errors":
+# {"replay", "recovery", "crc_flit", "crc_data"}}, ...] (absent: a GPU without NVLink), device["fabric"] = {"state",
+# "status", "clique_id", "cluster_uuid" (hex), "health_mask"} (absent: NOT_SUPPORTED), device["recovery_action"] = int.
+# A recording with "old_bindings": true stands for an nvidia-ml-py without these functions.
+_NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+
+
+class _FabricInfo(SimpleNamespace):
+    pass
+
+
+def _nvlink_link(h, link):
+    links = h.get("nvlink") or []
+    if link >= len(links):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED if not links else 2)  # 2: NVML_ERROR_INVALID_ARGUMENT
+    return links[link]
+
+
+def _fake_nvlink_state(self, h, link):
+    return 1 if _nvlink_link(h, link).get("active", True) else 0
+
+
+def _fake_nvlink_version(self, h, link):
+    return _nvlink_link(h, link).get("version", 4)
+
+
+def _fake_nvlink_error(self, h, link, counter):
+    return _nvlink_link(h, link).get("errors", {}).get(_NVLINK_COUNTERS[counter], 0)
+
+
+def _fake_fabric_v(self, h, info):
+    fab = h.get("fabric")
+    if fab is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    info.state = fab.get("state", 3)
+    info.status = fab.get("status", 0)
+    info.cliqueId = fab.get("clique_id", 0)
+    info.clusterUuid = bytes.fromhex(fab.get("cluster_uuid", "00" * 16))
+    info.healthMask = fab.get("health_mask", 0)
+    return 0
+
+
+def _fake_field_values(self, h, fields):
+    action = h.get("recovery_action")
+    if action is None:
+        return [SimpleNamespace(nvmlReturn=NVML_ERROR_NOT_SUPPORTED, value=SimpleNamespace(uiVal=0))]
+    return [SimpleNamespace(nvmlReturn=0, value=SimpleNamespace(uiVal=action))]
+
+
+class FakeNVMLFabric(FakeNVML):
+    nvmlDeviceGetNvLinkState = _fake_nvlink_state
+    nvmlDeviceGetNvLinkVersion = _fake_nvlink_version
+    nvmlDeviceGetNvLinkErrorCounter = _fake_nvlink_error
+    nvmlDeviceGetGpuFabricInfoV = _fake_fabric_v
+    nvmlDeviceGetFieldValues = _fake_field_values
+    c_nvmlGpuFabricInfo_v2_t = _FabricInfo

@@ -152,6 +152,7 @@ def _device(nv: Any, error_type: Type[BaseException], index: int) -> Dict[str, A
     util = q("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(handle))
     dev["utilization_gpu"] = int(util.gpu) if util is not None else None
     _homogeneity(nv, q, handle, dev)  # issue 30 item 4: firmware, power limit, application clocks
+    _nvlink(nv, error_type, handle, q, dev)
     return dev
 
 
@@ -200,6 +201,102 @@ HOMOGENEITY_FIELDS: Dict[str, Any] = dict(
         since="0.2.0",
     ),
 )
+
+
+# -- NVLink, the GPU fabric and the recovery action (issue 30) ---------------------------------------------------
+NVLINK_MAX_LINKS = 36  # pynvml.NVML_NVLINK_MAX_LINKS
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}  # NVML_NVLINK_ERROR_DL_*
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}  # NVML_GPU_FABRIC_STATE_*
+RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",
+                    5: "recover_imex_domain", 6: "bus_reset", 7: "system_reboot"}  # NVML_GPU_RECOVERY_ACTION_*
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+COUNTER_MAX = 2 ** 63 - 1
+
+
+def _clamp(value: Any, high: int = COUNTER_MAX) -> Optional[int]:
+    try:
+        return max(0, min(int(value), high))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _nvlink(nv: Any, error_type: Type[BaseException], handle: Any, q: Callable[[str, Callable[[], Any]], Any],
+            dev: Dict[str, Any]) -> None:
+    links: List[Dict[str, Any]] = []
+    supported = False
+    for link in range(NVLINK_MAX_LINKS):
+        try:
+            state = nv.nvmlDeviceGetNvLinkState(handle, link)
+        except AttributeError:
+            break
+        except error_type as exc:
+            if getattr(exc, "value", None) in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_INVALID_ARGUMENT):
+                break  # no such link: a GPU without NVLink costs this one call
+            dev["errors"][f"nvlink_{link}"] = _text(exc)[:200]
+            break
+        supported = True
+        entry: Dict[str, Any] = {"link": link, "active": bool(state), "version": None, "errors": {}}
+        try:
+            entry["version"] = _clamp(nv.nvmlDeviceGetNvLinkVersion(handle, link), 64)
+        except error_type:
+            pass
+        for name, counter in NVLINK_COUNTERS.items():
+            try:
+                entry["errors"][name] = _clamp(nv.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
+            except error_type:
+                entry["errors"][name] = None
+        links.append(entry)
+    dev["nvlink"] = {"links": links, "supported": supported}
+    dev["fabric"] = _fabric(nv, error_type, handle, dev)
+
+    def recovery() -> Optional[str]:
+        values = nv.nvmlDeviceGetFieldValues(handle, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
+        value = values[0]
+        if int(getattr(value, "nvmlReturn", 0)) != 0:
+            return None
+        raw = getattr(value, "value", None)
+        number = getattr(raw, "uiVal", getattr(raw, "ullVal", raw))
+        code = _clamp(number)
+        if code is None:
+            return None
+        return RECOVERY_ACTIONS.get(code, f"unknown_{min(code, 999)}")
+    dev["recovery_action"] = q("recovery_action", recovery) if hasattr(nv, "nvmlDeviceGetFieldValues") else None
+
+
+def _fabric(nv: Any, error_type: Type[BaseException], handle: Any, dev: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    info: Any = None
+    try:
+        if hasattr(nv, "nvmlDeviceGetGpuFabricInfoV") and hasattr(nv, "c_nvmlGpuFabricInfo_v2_t"):
+            info = nv.c_nvmlGpuFabricInfo_v2_t()
+            nv.nvmlDeviceGetGpuFabricInfoV(handle, info)
+        elif hasattr(nv, "nvmlDeviceGetGpuFabricInfo") and hasattr(nv, "c_nvmlGpuFabricInfo_t"):
+            info = nv.c_nvmlGpuFabricInfo_t()
+            nv.nvmlDeviceGetGpuFabricInfo(handle, info)
+        else:
+            return None
+    except error_type as exc:
+        if getattr(exc, "value", None) == NVML_ERROR_NOT_SUPPORTED:
+            return {"state": "not_supported", "status": None, "clique_id": None, "cluster_uuid": None,
+                    "health_mask": None}
+        dev["errors"]["fabric"] = _text(exc)[:200]
+        return None
+    except (AttributeError, TypeError):
+        return None
+    state = _clamp(getattr(info, "state", None), 255)
+    raw_uuid = getattr(info, "clusterUuid", None)
+    try:
+        uuid = bytes(bytearray(raw_uuid)).hex()[:64] if raw_uuid is not None else None
+    except (TypeError, ValueError):
+        uuid = _text(raw_uuid)[:64]
+    mask = getattr(info, "healthMask", None)
+    return {
+        "state": FABRIC_STATES.get(state, "unknown") if state is not None else None,
+        "status": _clamp(getattr(info, "status", None), 2 ** 31 - 1),
+        "clique_id": _clamp(getattr(info, "cliqueId", None), 2 ** 32 - 1),
+        "cluster_uuid": uuid,
+        "health_mask": _clamp(mask, 2 ** 32 - 1) if mask is not None else None,
+    }
 
 
 NVML_FACTS = obj(
@@ -261,6 +358,38 @@ NVML_FACTS = obj(
         temperature_c=integer("the GPU's temperature", range=(-273, 1000)),
         utilization_gpu=integer("percent of the last sample period a kernel ran", range=(0, 100)),
         **HOMOGENEITY_FIELDS,
+        nvlink=obj(
+            "NVLink: each link NVML answers for (it stops at the first link the GPU does not have)",
+            links=array(obj(
+                "",
+                link=count("the link's number"),
+                active=boolean("the link is up (nvmlDeviceGetNvLinkState)"),
+                version=integer("its NVLink version (4 on H100)", range=(0, 64)),
+                errors=obj(
+                    "its error counters (nvmlDeviceGetNvLinkErrorCounter; null: NVML could not say)",
+                    replay=integer("data link replays", range=(0, COUNTER_MAX)),
+                    recovery=integer("data link recoveries", range=(0, COUNTER_MAX)),
+                    crc_flit=integer("flit CRC errors", range=(0, COUNTER_MAX)),
+                    crc_data=integer("data CRC errors", range=(0, COUNTER_MAX)),
+                ),
+            ), "one entry per link"),
+            supported=boolean("the GPU answered for at least one NVLink link"),
+            since="0.2.0",
+        ),
+        fabric=obj(
+            "the GPU's NVSwitch fabric registration (nvmlDeviceGetGpuFabricInfoV; null: nvidia-ml-py or the driver "
+            "is too old to say)",
+            state=string("not_supported, not_started, in_progress, completed (unknown: a value this release does "
+                         "not know)"),
+            status=integer("NVML's return code for the registration (0: success)", range=(0, 2 ** 31 - 1)),
+            clique_id=integer("the NVLink clique the GPU belongs to", range=(0, 2 ** 32 - 1)),
+            cluster_uuid=string("the fabric cluster's UUID, in hex"),
+            health_mask=integer("the fabric health mask (NVML_GPU_FABRIC_HEALTH_MASK_*)", range=(0, 2 ** 32 - 1)),
+            since="0.2.0",
+        ),
+        recovery_action=string("what the driver says this GPU needs (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): none, "
+                               "gpu_reset, node_reboot, drain_p2p, drain_and_reset, recover_imex_domain, bus_reset, "
+                               "system_reboot; null: unsupported", since="0.2.0"),
     ), "one entry per GPU NVML sees"),
 )
 
