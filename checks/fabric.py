@@ -61,7 +61,9 @@ def expected_links(facts: Facts, matrix: Any, dev: Dict[str, Any]) -> Tuple[Opti
            if isinstance(d, dict) and d.get("device_id")}
     device_id = ids.get(str(dev.get("bus_id")))
     entry = matrix.gpu_by_pci(device_id) if device_id and matrix is not None else None
-    links = (entry or {}).get("nvlink_links")
+    if not isinstance(entry, dict):
+        return None, False
+    links = entry.get("nvlink_links")
     if not isinstance(links, int):
         return None, False
     return links, entry.get("verified", True) is not False and "nvlink_links" not in (entry.get("unverified") or [])

@@ -16,7 +16,7 @@ import posixpath
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from dl_doctor.facts.contract import array, boolean, integer, obj, string
+from dl_doctor.facts.contract import Fact, array, boolean, integer, obj, string
 from dl_doctor.probes import ProbeContext, probe
 
 PCI_DEVICES = "/sys/bus/pci/devices"
@@ -156,14 +156,17 @@ def collect_topology(host: Any) -> Dict[str, Any]:
     return {"gpus": gpus, "nics": nics}
 
 
-_NIC = obj(
-    "",
-    address=string("its PCI address (0000:10:1c.0)"),
-    name=string("its RDMA device name (efa_0, mlx5_0), else its interface name"),
-    rdma=boolean("an RDMA device (/sys/class/infiniband), not an interface only"),
-    closeness=string("pcie-switch (a bridge in common below the root: NCCL's PIX/PXB), root-complex (PHB), "
-                     "numa-node (another root complex on the same NUMA node), other (another NUMA node: SYS)"),
-)
+def _nic(meaning: str) -> Fact:
+    return obj(
+        meaning,
+        address=string("its PCI address (0000:10:1c.0)"),
+        name=string("its RDMA device name (efa_0, mlx5_0), else its interface name"),
+        rdma=boolean("an RDMA device (/sys/class/infiniband), not an interface only"),
+        closeness=string("pcie-switch (a bridge in common below the root: NCCL's PIX/PXB), root-complex (PHB), "
+                         "numa-node (another root complex on the same NUMA node), other (another NUMA node: SYS)"),
+    )
+
+
 TOPOLOGY_FACTS = obj(
     "The PCI topology: each NVIDIA GPU's NUMA node, local CPUs and closest NIC (sysfs)",
     gpus=array(obj(
@@ -172,8 +175,8 @@ TOPOLOGY_FACTS = obj(
         numa_node=integer("its NUMA node (-1: the platform reports none)", range=(-1, 4096)),
         local_cpulist=string("the CPUs local to it (local_cpulist: 0-47,96-143)"),
         pci_path=string("its path below /sys/devices (pci0000:00/0000:00:01.0/.../ADDR)"),
-        closest_nic=_NIC,
-        closest_rdma=_NIC,
+        closest_nic=_nic("the NIC (RDMA device or interface) closest to it on the PCI bus; null when none"),
+        closest_rdma=_nic("the RDMA device (EFA, InfiniBand, RoCE) closest to it on the PCI bus; null when none"),
     ), "one entry per NVIDIA GPU on the PCI bus (at most 64)"),
     nics=array(obj(
         "",
