@@ -174,28 +174,36 @@ def _looks_like_tar(path: str, head: bytes) -> bool:
     return not path.endswith(".json") and head.lstrip()[:1] not in (b"{", b"[")
 
 
+def read_inputs(paths: Iterable[str], unreadable: List[Dict[str, str]], read: Callable[[str, BinaryIO], None],
+                full: Callable[[], Optional[str]] = lambda: None, max_files: int = MAX_FILES) -> None:
+    """Hand every input file under ``paths`` (see :func:`_files`) to ``read`` as an open regular file. One that is
+    not a regular file, or that ``read`` refuses (InputError) or cannot read (OSError), is listed in
+    ``unreadable`` with the reason and costs nothing else; past ``max_files`` files, or once ``full()`` gives a
+    reason, the rest are not read."""
+    for count, path in enumerate(_files(paths), 1):
+        why = f"more than {max_files} files; the rest were not read" if count > max_files else full()
+        if why:
+            unreadable.append({"source": path, "error": why})
+            break
+        why = _not_regular(path)
+        if why:
+            unreadable.append({"source": path, "error": why})
+            continue
+        try:
+            with open_regular(path) as fh:
+                read(path, fh)
+        except InputError as exc:
+            unreadable.append({"source": path, "error": str(exc)})
+        except OSError as exc:
+            unreadable.append({"source": path, "error": exc.strerror or str(exc)})
+
+
 def gather(paths: Iterable[str]) -> Fleet:
     """Every node report under ``paths`` (files, directories, globs, tarballs of reports). An input that cannot be
     used (not a regular file, not a report, malformed, over a limit) is listed in ``unreadable`` with the reason,
     and costs nothing else."""
     fleet = Fleet()
-    count = 0
-    for path in _files(paths):
-        count += 1
-        if count > MAX_FILES:
-            fleet.unreadable.append({"source": path, "error": f"more than {MAX_FILES} files; the rest were not read"})
-            break
-        why = _not_regular(path)
-        if why:
-            fleet.unreadable.append({"source": path, "error": why})
-            continue
-        try:
-            with open_regular(path) as fh:
-                _gather_file(path, fh, fleet)
-        except InputError as exc:
-            fleet.unreadable.append({"source": path, "error": str(exc)})
-        except OSError as exc:
-            fleet.unreadable.append({"source": path, "error": exc.strerror or str(exc)})
+    read_inputs(paths, fleet.unreadable, lambda path, fh: _gather_file(path, fh, fleet))
     return fleet
 
 

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Dict, Iterable, List, Optional
 
-from dl_doctor.facts.validate import MAX_DOCUMENT_BYTES, InputError, check_limits, load_json_bytes, open_regular, \
+from dl_doctor.facts.validate import MAX_DOCUMENT_BYTES, InputError, check_limits, load_json_bytes, \
     validate_snapshot
-from dl_doctor.integrations.fleet import _files, _looks_like_tar, _not_regular
+from dl_doctor.integrations.fleet import _looks_like_tar, read_inputs
 from dl_doctor.integrations.login_hook import STATE_DIR
 from dl_doctor.judge.history import parse_time, record
 
@@ -69,25 +69,14 @@ def report_record(doc: Any, source: str) -> Dict[str, Any]:
 def gather(paths: Iterable[str]) -> Gathered:
     """Every report under ``paths`` (directories, files, globs, bundles and tarballs of reports)."""
     out = Gathered()
-    for count, path in enumerate(_files(paths), 1):
-        if count > MAX_FILES:
-            out.skipped.append({"source": path, "error": f"more than {MAX_FILES} files; the rest were not read"})
-            break
+
+    def full() -> Optional[str]:
         if len(out.records) >= MAX_REPORTS or out.bytes_read > MAX_BYTES:
-            out.skipped.append({"source": path, "error": f"not read: the reports before it reached the history's "
-                                                         f"bound ({MAX_REPORTS} reports, {MAX_BYTES >> 30} GiB)"})
-            break
-        why = _not_regular(path)
-        if why:
-            out.skipped.append({"source": path, "error": why})
-            continue
-        try:
-            with open_regular(path) as fh:
-                _file(path, fh, out)
-        except InputError as exc:
-            out.skipped.append({"source": path, "error": str(exc)})
-        except OSError as exc:
-            out.skipped.append({"source": path, "error": exc.strerror or str(exc)})
+            return f"not read: the reports before it reached the history's bound ({MAX_REPORTS} reports, " \
+                   f"{MAX_BYTES >> 30} GiB)"
+        return None
+
+    read_inputs(paths, out.skipped, lambda path, fh: _file(path, fh, out), full, MAX_FILES)
     return out
 
 

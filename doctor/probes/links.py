@@ -21,22 +21,20 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.facts.contract import array, boolean, integer, map_of, number, obj, string
 from dl_doctor.probes import ProbeContext, probe
+from dl_doctor.probes.pci import PCI_ADDRESS as _BDF, PCI_DEVICES as PCI, class_device_address, pci_chain
 from dl_doctor.util.parse import ascii_int
 
-PCI = "/sys/bus/pci/devices"
 IB = "/sys/class/infiniband"
 MAX_DEVICES = 512         # PCI functions looked at (a large HGX node has ~300)
 MAX_RDMA = 128            # RDMA devices (a p5 has 32 EFA devices)
 MAX_PORTS = 8             # ports per RDMA device
 MAX_COUNTERS = 48         # counter files per port
-MAX_CHAIN = 16            # bridges between a device and its root complex
 COUNTER_MAX = (1 << 64) - 1
 # the IB port counters of drivers/infiniband/core/sysfs.c that count errors (the rest count traffic)
 ERROR_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
                   "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors", "port_xmit_discards",
                   "port_xmit_constraint_errors", "port_rcv_constraint_errors", "local_link_integrity_errors",
                   "excessive_buffer_overrun_errors", "VL15_dropped")
-_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _STATE = re.compile(r"^\s{0,8}(\d{1,3})\s{0,8}:\s{0,8}([A-Za-z_]{1,32})")
 _RATE = re.compile(r"^\s{0,8}(\d{1,6}(?:\.\d{1,3})?)\s{0,8}Gb/sec(?:\s{0,8}\(([^)\n]{1,40})\))?")
 _SPEED = re.compile(r"^\s{0,8}(\d{1,3}(?:\.\d{1,3})?)\s{0,8}GT/s")
@@ -83,17 +81,6 @@ def parse_aer(text: Optional[str]) -> Optional[Dict[str, Any]]:
     return {"total": total if total is not None else sum(nonzero.values()), "nonzero": nonzero}
 
 
-def pci_chain(host: Any, bdf: str) -> Optional[List[str]]:
-    """The PCI addresses from the root port down to ``bdf`` (inclusive), from where its sysfs link points
-    (``/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0``); None where the link cannot be followed."""
-    try:
-        real = host.tree_path(f"{PCI}/{bdf}")
-    except (OSError, ValueError):
-        return None
-    parts = [p for p in real.split("/") if _BDF.match(p)][-MAX_CHAIN:]
-    return parts if parts and parts[-1] == bdf else None
-
-
 def acs_control(config: bytes) -> Optional[int]:
     """The ACS Control register of a function's extended configuration space (PCIe base spec, 7.7.8), or None when
     the space was not read whole (the first 256 bytes are all an unprivileged read returns) or has no ACS."""
@@ -127,7 +114,7 @@ def _rdma_ports(host: Any) -> List[Dict[str, Any]]:
     ports: List[Dict[str, Any]] = []
     for dev in sorted(host.listdir(IB))[:MAX_RDMA]:
         driver = host.readlink(f"{IB}/{dev}/device/driver")
-        parent = pci_chain_of_class_device(host, f"{IB}/{dev}")
+        parent = class_device_address(host, f"{IB}/{dev}")
         for port in sorted(host.listdir(f"{IB}/{dev}/ports"), key=lambda p: (len(p), p))[:MAX_PORTS]:
             if not port.isdigit():
                 continue
@@ -147,16 +134,6 @@ def _rdma_ports(host: Any) -> List[Dict[str, Any]]:
                           "phys_state_code": phys_code, "rate_gbps": gbps, "rate": label, "link_layer": layer,
                           "counters": counters if host.is_dir(f"{base}/counters") else None})
     return ports
-
-
-def pci_chain_of_class_device(host: Any, path: str) -> Optional[str]:
-    """The PCI address a class device (``/sys/class/infiniband/mlx5_0``) sits on, from its ``device`` link."""
-    try:
-        real = host.tree_path(f"{path}/device")
-    except (OSError, ValueError):
-        return None
-    last = real.rstrip("/").rsplit("/", 1)[-1]
-    return last if _BDF.match(last) else None
 
 
 def _pci_devices(host: Any, rdma_bdfs: set) -> List[Dict[str, Any]]:

@@ -6,29 +6,24 @@ whose paths share a bridge below the root (a PCIe switch, or one root port) reac
 NCCL calls PIX/PXB); sharing only the root complex is PHB; another root complex on the same NUMA node still crosses
 the CPU; another NUMA node crosses the CPU interconnect (SYS).
 
-The PCI helpers here (address check, path resolution) are this module's own: another part of issue 30 reads the same
-sysfs for PCIe link speed and AER, and the two can be merged.
+Where a device sits comes from :mod:`dl_doctor.probes.pci`, which the links probe reads too.
 """
 
 from __future__ import annotations
 
-import posixpath
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from dl_doctor.facts.contract import Fact, array, boolean, integer, obj, string
 from dl_doctor.probes import ProbeContext, probe
+from dl_doctor.probes.pci import PCI_ADDRESS as _PCI_ADDRESS, PCI_DEVICES, class_device_address, pci_path
 
-PCI_DEVICES = "/sys/bus/pci/devices"
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers (class >> 8)
 MAX_PCI_DEVICES = 4096
 MAX_NICS = 256
 MAX_GPUS = 64
-MAX_DEPTH = 16          # bridges between a root complex and a device: real trees have 2-6
 MAX_CPULIST = 1024
-_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 _CPULIST = re.compile(r"^[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?){0,256}$")
 CLOSENESS = ("pcie-switch", "root-complex", "numa-node", "other")  # best first
 
@@ -36,22 +31,6 @@ CLOSENESS = ("pcie-switch", "root-complex", "numa-node", "other")  # best first
 def _read(host: Any, path: str, limit: int = 64) -> Optional[str]:
     text = host.try_read(path, limit)
     return text.strip() if text is not None else None
-
-
-def pci_path(host: Any, address: str) -> Optional[List[str]]:
-    """The components below /sys/devices of a PCI device's real path (``["pci0000:00", "0000:00:01.0", ADDR]``), or
-    None when the link does not land on a PCI path (resolution is bounded: the host's symlink hop limit)."""
-    try:
-        real = host.tree_path(f"{PCI_DEVICES}/{address}")
-    except (OSError, ValueError):
-        return None
-    parts = [p for p in real.split("/") if p]
-    if len(parts) < 4 or parts[:2] != ["sys", "devices"] or not _ROOT.match(parts[2]):
-        return None
-    below = parts[2:]
-    if len(below) > MAX_DEPTH + 2 or below[-1] != address or not all(_PCI_ADDRESS.match(p) for p in below[1:]):
-        return None
-    return below
 
 
 def _numa(host: Any, address: str) -> Optional[int]:
@@ -92,9 +71,8 @@ def _nics(host: Any) -> List[Dict[str, Any]]:
         except PermissionError:
             continue
         for name in names:
-            link = host.readlink(f"{cls}/{name}/device")
-            address = posixpath.basename(link) if link else ""
-            if not _PCI_ADDRESS.match(address):
+            address = class_device_address(host, f"{cls}/{name}")
+            if address is None:
                 continue  # a virtual interface (lo, docker0, a bridge): no PCI function
             entry = by_address.get(address)
             if entry is None:
