@@ -26,6 +26,17 @@ HEALTH_FIELDS = (
 )
 
 
+# nvmlReturn_t values a fabric registration's status reports (nvml.h; the values as nvidia-ml-py 13.615 defines them)
+FABRIC_STATUS = {0: "success", 3: "not supported", 6: "not found", 10: "timeout", 17: "operating system error",
+                 20: "out of memory", 23: "insufficient resources", 27: "not ready", 29: "invalid state",
+                 999: "unknown error"}
+
+
+def _status(value: Any) -> str:
+    name = FABRIC_STATUS.get(value) if isinstance(value, int) else None
+    return f"status {name} ({value})" if name else f"status {value}"
+
+
 def health_problems(mask: Any) -> List[str]:
     """What a fabric health mask reports wrong (nothing for a mask that is not an integer)."""
     if not isinstance(mask, int) or isinstance(mask, bool) or mask < 0:
@@ -81,13 +92,22 @@ def _nvlink_devs(facts: Facts) -> List[Dict[str, Any]]:
     what="""Reads each GPU's NVLink link states through NVML and counts the active links against the links its model
     has (NVIDIA's specifications) and against the other GPUs of the same model on the node.""",
     why="""A link that is down cuts a GPU's NVLink bandwidth (1/18 per link on H100) or, on an NVSwitch system, takes it
-    out of the fabric: all-reduce slows down for every rank or NCCL falls back to PCIe.""",
+    out of the fabric: all-reduce slows down for every rank or NCCL falls back to PCIe. A GPU alone in its node or VM
+    has no NVLink peer (a one-GPU partition's links are disabled), so its links are not judged.""",
     fix="Reset the GPU; if the link stays down, drain the node and have the board or NVSwitch tray serviced.",
 )
 def nvlink_links_down(facts: Facts, matrix) -> Result:
     devs = _nvlink_devs(facts)
     if not devs:
         return skip("no GPU reports NVLink links (no NVLink, or nvidia-ml-py too old to say)")
+    gpus = len(facts.get("nvml.devices") or [])
+    if gpus == 1:
+        # A GPU alone in the node or VM (p5.4xlarge, a one-GPU partition of an HGX board) has no NVLink peer: the
+        # fabric manager leaves a one-GPU partition's links disabled, so links down say nothing about the hardware.
+        links = devs[0]["nvlink"].get("links") or []
+        active = sum(1 for link in links if link.get("active"))
+        return passed(f"one GPU in this node: NVLink has no peer to reach ({active} of {len(links)} links active)",
+                      {"gpus": 1, "active": active, "links": len(links)})
     bad: Dict[str, Any] = {}
     notes: List[str] = []
     for d in devs:
@@ -163,9 +183,13 @@ def nvlink_errors(facts: Facts, matrix) -> Result:
     remedy="fix-configuration", drain=True, problem="GPUs are not registered with the NVSwitch fabric",
     tags=("gpu", "nvlink", "fabric"), **FABRIC,
     what="""On NVSwitch systems (a GPU reports a fabric state other than not_supported), reads each GPU's fabric
-    registration state, its status and its health mask through NVML.""",
+    registration state, its status, its health mask and (drivers with nvmlGpuFabricInfo_v3) its health summary
+    through NVML. A completed registration with a zero cluster UUID and clique is what a single HGX H100 board
+    reports (no multi-node NVLink) and is not a problem.""",
     why="""Until the fabric manager has registered a GPU with the NVSwitch fabric, CUDA cannot use it (cudaErrorSystem
-    NotReady) or peer-to-peer over NVLink fails; a health mask with bits set reports degraded bandwidth or routes.""",
+    NotReady) or peer-to-peer over NVLink fails; a registration that completed with an error status (insufficient
+    resources, on nodes that lost NVLinks) or a health summary of unhealthy leaves the GPU out of the NVLink domain,
+    and a health mask that reports degraded bandwidth or routes slows every collective.""",
     fix="Restart nvidia-fabricmanager and check the fabric state with nvidia-smi -q -d FABRIC.",
 )
 def gpu_fabric(facts: Facts) -> Result:
@@ -177,11 +201,16 @@ def gpu_fabric(facts: Facts) -> Result:
     for d in devs:
         fab = d["fabric"]
         health = health_problems(fab.get("health_mask"))
+        if fab.get("health_summary") in ("unhealthy", "limited_capacity"):
+            health.insert(0, f"health summary: {str(fab['health_summary']).replace('_', ' ')}")
+        # NVML: the status "must be checked only if state returns complete"
         if fab.get("state") != "completed" or fab.get("status") not in (None, 0) or health:
-            bad[_label(d)] = {**{k: fab.get(k) for k in ("state", "status", "health_mask")}, "health": health}
+            bad[_label(d)] = {**{k: fab.get(k) for k in ("state", "status", "health_mask", "health_summary")},
+                              "health": health}
     if bad:
         return fail("fabric problem on " + "; ".join(
-            f"{k}: state {v['state']}, status {v['status']}"
+            f"{k}: state {str(v['state']).replace('_', ' ')}"
+            + (f", {_status(v['status'])}" if v["state"] == "completed" and v["status"] not in (None, 0) else "")
             + (f", health: {', '.join(v['health'])}" if v["health"] else "") for k, v in bad.items()),
             {"fabric": bad}, Fix("Restart the fabric manager, then check the fabric state.", FABRIC_FIX))
     return passed(f"{len(devs)} GPUs registered with the NVSwitch fabric", {"gpus": len(devs)})

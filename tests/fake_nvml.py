@@ -238,13 +238,18 @@ class FakeNVML:
 
 # -- NVLink, the GPU fabric and the recovery action (issue 30): device["nvlink"] = [{"active", "version", "errors":
 # {"replay", "recovery", "crc_flit", "crc_data"}}, ...] (absent: a GPU without NVLink), device["fabric"] = {"state",
-# "status", "clique_id", "cluster_uuid" (hex), "health_mask"} (absent: NOT_SUPPORTED), device["recovery_action"] = int.
+# "status", "clique_id", "cluster_uuid" (hex), "health_mask", "health_summary" (absent: a driver before the v3
+# structure, which answers ARGUMENT_VERSION_MISMATCH)} (absent: NOT_SUPPORTED), device["recovery_action"] = int.
 # A recording with "old_bindings": true stands for an nvidia-ml-py without these functions.
 _NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 
 
 class _FabricInfo(SimpleNamespace):
-    pass
+    version = 2
+
+
+class _FabricInfoV3(SimpleNamespace):
+    version = 3
 
 
 def _nvlink_link(h, link):
@@ -270,6 +275,10 @@ def _fake_fabric_v(self, h, info):
     fab = h.get("fabric")
     if fab is None:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if info.version == 3 and "health_summary" not in fab:
+        raise NVMLError(25)  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH: a driver before nvmlGpuFabricInfo_v3
+    if info.version == 3:
+        info.healthSummary = fab["health_summary"]
     info.state = fab.get("state", 3)
     info.status = fab.get("status", 0)
     info.cliqueId = fab.get("clique_id", 0)
@@ -292,3 +301,4 @@ class FakeNVMLFabric(FakeNVML):
     nvmlDeviceGetGpuFabricInfoV = _fake_fabric_v
     nvmlDeviceGetFieldValues = _fake_field_values
     c_nvmlGpuFabricInfo_v2_t = _FabricInfo
+    c_nvmlGpuFabricInfo_v3_t = _FabricInfoV3

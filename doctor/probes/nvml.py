@@ -208,6 +208,9 @@ NVLINK_MAX_LINKS = 36  # pynvml.NVML_NVLINK_MAX_LINKS
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}  # NVML_NVLINK_ERROR_DL_*
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}  # NVML_GPU_FABRIC_STATE_*
+# NVML_GPU_FABRIC_HEALTH_SUMMARY_* (nvmlGpuFabricInfo_v3_t.healthSummary)
+FABRIC_SUMMARIES = {0: "not_supported", 1: "healthy", 2: "unhealthy", 3: "limited_capacity"}
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",
                     5: "recover_imex_domain", 6: "bus_reset", 7: "system_reboot"}  # NVML_GPU_RECOVERY_ACTION_*
 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
@@ -267,9 +270,22 @@ def _nvlink(nv: Any, error_type: Type[BaseException], handle: Any, q: Callable[[
 def _fabric(nv: Any, error_type: Type[BaseException], handle: Any, dev: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     info: Any = None
     try:
-        if hasattr(nv, "nvmlDeviceGetGpuFabricInfoV") and hasattr(nv, "c_nvmlGpuFabricInfo_v2_t"):
-            info = nv.c_nvmlGpuFabricInfo_v2_t()
-            nv.nvmlDeviceGetGpuFabricInfoV(handle, info)
+        if hasattr(nv, "nvmlDeviceGetGpuFabricInfoV"):
+            # v3 adds the health summary; a driver that predates it answers ARGUMENT_VERSION_MISMATCH, and v2 is asked
+            for name in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t"):
+                if not hasattr(nv, name):
+                    continue
+                info = getattr(nv, name)()
+                try:
+                    nv.nvmlDeviceGetGpuFabricInfoV(handle, info)
+                    break
+                except error_type as exc:
+                    if getattr(exc, "value", None) != NVML_ERROR_ARGUMENT_VERSION_MISMATCH \
+                            or name == "c_nvmlGpuFabricInfo_v2_t":
+                        raise
+                    info = None
+            if info is None:
+                return None
         elif hasattr(nv, "nvmlDeviceGetGpuFabricInfo") and hasattr(nv, "c_nvmlGpuFabricInfo_t"):
             info = nv.c_nvmlGpuFabricInfo_t()
             nv.nvmlDeviceGetGpuFabricInfo(handle, info)
@@ -278,7 +294,7 @@ def _fabric(nv: Any, error_type: Type[BaseException], handle: Any, dev: Dict[str
     except error_type as exc:
         if getattr(exc, "value", None) == NVML_ERROR_NOT_SUPPORTED:
             return {"state": "not_supported", "status": None, "clique_id": None, "cluster_uuid": None,
-                    "health_mask": None}
+                    "health_mask": None, "health_summary": None}
         dev["errors"]["fabric"] = _text(exc)[:200]
         return None
     except (AttributeError, TypeError):
@@ -290,12 +306,14 @@ def _fabric(nv: Any, error_type: Type[BaseException], handle: Any, dev: Dict[str
     except (TypeError, ValueError):
         uuid = _text(raw_uuid)[:64]
     mask = getattr(info, "healthMask", None)
+    summary = _clamp(getattr(info, "healthSummary", None), 255)
     return {
         "state": FABRIC_STATES.get(state, "unknown") if state is not None else None,
         "status": _clamp(getattr(info, "status", None), 2 ** 31 - 1),
         "clique_id": _clamp(getattr(info, "cliqueId", None), 2 ** 32 - 1),
         "cluster_uuid": uuid,
         "health_mask": _clamp(mask, 2 ** 32 - 1) if mask is not None else None,
+        "health_summary": FABRIC_SUMMARIES.get(summary, "unknown") if summary is not None else None,
     }
 
 
@@ -385,6 +403,8 @@ NVML_FACTS = obj(
             clique_id=integer("the NVLink clique the GPU belongs to", range=(0, 2 ** 32 - 1)),
             cluster_uuid=string("the fabric cluster's UUID, in hex"),
             health_mask=integer("the fabric health mask (NVML_GPU_FABRIC_HEALTH_MASK_*)", range=(0, 2 ** 32 - 1)),
+            health_summary=string("the driver's fabric health summary (nvmlGpuFabricInfo_v3): healthy, unhealthy, "
+                                  "limited_capacity, not_supported; null: a driver or nvidia-ml-py before v3"),
             since="0.2.0",
         ),
         recovery_action=string("what the driver says this GPU needs (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): none, "

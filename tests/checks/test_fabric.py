@@ -59,7 +59,8 @@ def test_a_fabric_health_problem_fails_with_the_fabric_manager_fix():
     rec["devices"][1]["fabric"]["health_mask"] = 0x1
     rec["devices"][5]["fabric"]["state"] = 2
     f = _run(rec)["DLD-GPU-017"]
-    assert f.status.value == "fail" and "GPU 1" in f.message and "GPU 5" in f.message and "in_progress" in f.message
+    assert f.status.value == "fail" and "GPU 1" in f.message and "GPU 5" in f.message and "state in progress" in f.message
+    assert "status" not in f.message  # NVML: the status counts only once the registration completed
     assert "nvidia-fabricmanager" in json.dumps(f.fix.__dict__, default=str)
 
 
@@ -119,3 +120,77 @@ def test_a_healthy_health_mask_reads_false_in_every_field_and_passes():
     assert health_problems(5 << 8 | 2 << 14) == ["incorrect configuration: insufficient NVLinks",
                                                  "global fabric manager: disconnected"]
     assert health_problems(None) == [] and health_problems("x") == []
+
+
+def test_a_v3_driver_reports_the_health_summary_and_an_older_one_falls_back_to_v2():
+    rec = _rec()
+    for d in rec["devices"]:
+        d["fabric"]["health_summary"] = 1  # NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
+    rec["devices"][3]["fabric"]["health_summary"] = 2  # UNHEALTHY, with every mask field not supported
+    nvml = collect_nvml(FakeNVMLFabric(rec))
+    assert [d["fabric"]["health_summary"] for d in nvml["devices"]][2:5] == ["healthy", "unhealthy", "healthy"]
+    f = _run(rec)["DLD-GPU-017"]
+    assert f.status.value == "fail" and "GPU 3" in f.message and "health summary: unhealthy" in f.message
+    assert "GPU 2" not in f.message
+    # the recording without health_summary stands for a driver before nvmlGpuFabricInfo_v3: v2 is read instead
+    old = collect_nvml(FakeNVMLFabric(_rec()))
+    assert old["devices"][0]["fabric"]["state"] == "completed" and old["devices"][0]["fabric"]["health_summary"] is None
+    assert "fabric" not in old["devices"][0]["errors"]
+
+
+def test_a_registration_that_completed_with_an_error_status_names_the_status():
+    # Azure/azhpc-images#506: State Completed, Status Insufficient Resources, CliqueId 0, a zero ClusterUUID
+    rec = _rec()
+    rec["devices"][5]["fabric"].update(status=23, clique_id=0, cluster_uuid="00" * 16)
+    f = _run(rec)["DLD-GPU-017"]
+    assert f.status.value == "fail" and "GPU 5" in f.message
+    assert "state completed, status insufficient resources (23)" in f.message
+
+
+def _with_pci(rec, device_id):
+    """The facts of ``rec`` with gpu_pci naming each GPU's PCI device id, so the matrix's link count applies."""
+    checks = [c for c in load_registry().checks if c.id in IDS]
+    nvml = collect_nvml(FakeNVMLFabric(rec))
+    devices = [{"bdf": d["bus_id"], "device_id": device_id} for d in nvml["devices"]]
+    facts = {"gpu_pci": {"gpu_count": len(devices), "devices": devices}, "nvml": nvml,
+             "links": {"rdma_ports": [], "pci": [], "acs": [], "acs_known": None, "uptime_s": 100.0}}
+    return {f.id: f for f in evaluate(snapshot(facts), checks, compat_matrix.load(site=False))}
+
+
+def test_an_h100_with_fewer_links_than_its_verified_18_fails_even_when_all_its_peers_agree():
+    rec = _rec()
+    for d in rec["devices"]:
+        d["nvlink"] = d["nvlink"][:16]  # every GPU answers for 16 links only: no peer is better off
+    f = _with_pci(rec, "2330")["DLD-GPU-015"]
+    assert f.status.value == "fail" and "16 active" in f.message
+    assert {v["expected"] for v in f.evidence["links_down"].values()} == {18} and len(f.evidence["links_down"]) == 8
+
+
+def test_the_published_v100_capture_with_two_links_inactive_fails():
+    # Azure/azhpc-diagnostics#73: GPU 3 Tesla V100-SXM2-32GB, Link 3 and Link 5 <inactive>, the other four up
+    rec = _rec()
+    rec["devices"] = rec["devices"][:4]
+    for d in rec["devices"]:
+        d["name"] = "Tesla V100-SXM2-32GB"
+        d["nvlink"] = [{"active": True, "version": 2, "errors": {}} for _ in range(6)]
+    for link in (3, 5):
+        rec["devices"][3]["nvlink"][link]["active"] = False
+    found = _with_pci(rec, "1db5")
+    f = found["DLD-GPU-015"]
+    assert f.status.value == "fail" and f.message.count("GPU ") == 1 and "links [3, 5] down, 4 active" in f.message
+    healthy = _rec()
+    healthy["devices"] = healthy["devices"][:4]
+    for d in healthy["devices"]:
+        d["name"] = "Tesla V100-SXM2-32GB"
+        d["nvlink"] = [{"active": True, "version": 2, "errors": {}} for _ in range(6)]
+    assert _with_pci(healthy, "1db5")["DLD-GPU-015"].status.value == "pass"
+
+
+def test_one_gpu_alone_in_its_vm_is_not_judged_on_links_it_has_no_peer_for():
+    # a p5.4xlarge-like VM, or a one-GPU partition of an HGX board: the fabric manager leaves its links disabled
+    rec = _rec()
+    rec["devices"] = rec["devices"][:1]
+    for link in rec["devices"][0]["nvlink"]:
+        link["active"] = False
+    f = _with_pci(rec, "2330")["DLD-GPU-015"]
+    assert f.status.value == "pass" and "one GPU in this node" in f.message and "0 of 18 links active" in f.message
