@@ -314,6 +314,13 @@ def test_fleet_lists_a_damaged_input_with_its_reason_and_compares_the_rest(run_c
 
 # -- interrupts -------------------------------------------------------------------------------------------------------
 
+def _default_sigint():
+    """In the child: SIGINT's default disposition. A suite started as a background job of a non-interactive shell
+    (`pytest &`, nohup) inherits SIGINT ignored, and a Python started with it ignored never raises
+    KeyboardInterrupt; the tests are about what dl-doctor does with an interrupt it gets."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _assert_interrupted(proc, out, err):
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert err == "dl-doctor: interrupted\n", err
@@ -328,7 +335,7 @@ def test_sigint_while_the_probes_run_is_130_and_one_line(tmp_path):
     slow.chmod(0o755)
     proc = subprocess.Popen([dl_doctor_exe(), "run", "--python", str(slow), "--no-env-scan", "-q", "--output-dir",
                              str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=str(tmp_path))
+                            cwd=str(tmp_path), preexec_fn=_default_sigint)
     deadline = time.monotonic() + 120
     while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -370,7 +377,8 @@ def test_sigint_during_the_imports_is_130_and_one_line(tmp_path, module):
     if not python.exists():
         python = Path(sys.executable)
     proc = subprocess.Popen([str(python), "-c", _SELF_INTERRUPT, module, "check", str(G5), "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
+                            preexec_fn=_default_sigint)
     out, err = proc.communicate(timeout=120)
     _assert_interrupted(proc, out, err)
 
