@@ -165,7 +165,9 @@ def _nvlink_metrics(report: Dict[str, Any]) -> List[str]:
                                   f'counter="{_label(counter)}"}} {value}')
         fab = dev.get("fabric")
         if isinstance(fab, dict) and fab.get("state"):
-            fabric.append(f'dl_doctor_gpu_fabric_state{{gpu="{gpu}",state="{_label(fab["state"])}"}} 1')
+            health = _label(fab.get("health_summary") or "unknown")
+            fabric.append(f'dl_doctor_gpu_fabric_state{{gpu="{gpu}",state="{_label(fab["state"])}",'
+                          f'health="{health}"}} 1')
     out: List[str] = []
     if active:
         out += ["# HELP dl_doctor_nvlink_link_active Whether each NVLink link is up (1) or down (0).",
@@ -174,6 +176,7 @@ def _nvlink_metrics(report: Dict[str, Any]) -> List[str]:
         out += ["# HELP dl_doctor_nvlink_errors_total NVLink error counters per link (replay, recovery, crc_flit, "
                 "crc_data).", "# TYPE dl_doctor_nvlink_errors_total counter"] + errors
     if fabric:
-        out += ["# HELP dl_doctor_gpu_fabric_state Each GPU's NVSwitch fabric registration state (1 for its state).",
+        out += ["# HELP dl_doctor_gpu_fabric_state Each GPU's NVSwitch fabric registration state and health summary "
+                "(1 for its state; health unknown before nvmlGpuFabricInfo_v3).",
                 "# TYPE dl_doctor_gpu_fabric_state gauge"] + fabric
     return out

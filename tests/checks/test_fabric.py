@@ -97,6 +97,9 @@ def test_prometheus_nvlink_and_fabric_metrics_parse():
     rec["devices"][2]["nvlink"][11]["active"] = False
     rec["devices"][2]["nvlink"][11]["errors"]["replay"] = 7
     rec["devices"][5]["fabric"]["state"] = 2
+    for d in rec["devices"]:
+        d["fabric"]["health_summary"] = 1
+    rec["devices"][6]["fabric"]["health_summary"] = 3  # limited capacity
     report = dict(snapshot({"nvml": collect_nvml(FakeNVMLFabric(rec))}))
     report.update({"tool": {"version": "1"}, "host": {}, "run": {}, "summary": {}, "findings": []})
     families = {f.name: f for f in text_string_to_metric_families(prometheus.render(report))}
@@ -107,6 +110,8 @@ def test_prometheus_nvlink_and_fabric_metrics_parse():
     assert errs[("2", "11", "replay")] == 7 and errs[("0", "0", "crc_data")] == 0
     states = {s.labels["gpu"]: s.labels["state"] for s in families["dl_doctor_gpu_fabric_state"].samples}
     assert states["5"] == "in_progress" and states["0"] == "completed"
+    health = {s.labels["gpu"]: s.labels["health"] for s in families["dl_doctor_gpu_fabric_state"].samples}
+    assert health["6"] == "limited_capacity" and health["0"] == "healthy"
 
 
 def test_a_healthy_health_mask_reads_false_in_every_field_and_passes():
